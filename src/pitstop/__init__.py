@@ -1,0 +1,45 @@
+"""pitstop: a pit crew for PyTorch training.
+
+The top-level package imports nothing heavy: names that need torch are resolved lazily on
+first access (PEP 562), so ``pitstop lint`` starts fast and works where torch is absent.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+# Public name -> module that defines it. Torch is imported only when one of them is used.
+_LAZY: dict[str, str] = {
+    # helpers (face H)
+    "count_params": "pitstop.helpers.params",
+    "freeze": "pitstop.helpers.params",
+    "unfreeze": "pitstop.helpers.params",
+    "param_groups": "pitstop.helpers.params",
+    "replace_head": "pitstop.helpers.heads",
+    "drop_head": "pitstop.helpers.heads",
+    "init_weights": "pitstop.helpers.init",
+    "tta": "pitstop.helpers.inference",
+    "fuse_for_inference": "pitstop.helpers.fuse",
+    "split": "pitstop.helpers.data",
+    "capture": "pitstop.helpers.inspect",
+    "retain_grads": "pitstop.helpers.inspect",
+    "seed_everything": "pitstop.helpers.seed",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pitstop' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,60 @@
+"""PIT101 dataloader-workers: load batches in worker processes, not in the training loop."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class DataloaderWorkers(Tip):
+    code = "PIT101"
+    slug = "dataloader-workers"
+    title = "Training DataLoader with num_workers=0 loads every batch in the training process"
+    faces = "LDKEB"
+    seeds = ("002", "003")
+    truth = (
+        "Seed 002's rule of thumb (workers = number of cores, or 4 per GPU) is only a start: "
+        "measure, because on a machine with few cores the workers compete with the compute "
+        "threads. `persistent_workers=True` avoids re-forking the workers every epoch."
+    )
+
+    what = """
+        Flags a training `DataLoader` built without `num_workers` (the default is 0) or with a
+        literal `num_workers=0`. At run time the doctor measures how long each step waits for
+        the next batch, and `tune` tries several worker counts on your own training.
+    """
+    why = """
+        With `num_workers=0` the loader reads, decodes and augments every sample in the
+        training process, between optimizer steps. The model sits idle while the batch is
+        built, so a step costs *data time + compute time* instead of *max(data, compute)*.
+        With workers, batches are prepared in parallel processes while the model computes.
+    """
+    example = """
+        ```python
+        loader = DataLoader(dataset, batch_size=64, shuffle=True)  # num_workers=0
+        for x, y in loader:
+            ...
+        ```
+    """
+    use_instead = """
+        ```python
+        loader = DataLoader(
+            dataset, batch_size=64, shuffle=True,
+            num_workers=4,            # start near the core count, then measure
+            persistent_workers=True,  # keep workers alive across epochs
+        )
+        ```
+        `pitstop tune` measures several worker counts on your script and keeps one only when
+        it beats the noise; the engine takes the count from `Recipe.num_workers`.
+    """
+    when_not = """
+        When samples are already tensors in memory and need no per-sample work, the
+        inter-process transfer costs more than it saves. On a machine with few cores (2 here)
+        workers take cores away from the intra-op threads of the model: the doctor only
+        recommends workers when data wait is a measurable share of the step (> 5%), and
+        `tune` keeps them only if the measured speed-up beats run-to-run noise.
+    """
+    references = (
+        "PyTorch docs, torch.utils.data — Single- and Multi-process Data Loading: https://pytorch.org/docs/stable/data.html#single-and-multi-process-data-loading",
+        "PyTorch Performance Tuning Guide — Enable async data loading and augmentation: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+        "Seed 002 (Workers in dataloader), seed 003 (num_workers > 0 and pin_memory=True)",
+    )
