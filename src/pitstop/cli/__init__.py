@@ -1,0 +1,95 @@
+"""The ``pitstop`` command line.
+
+Each module of this package defines one :class:`Command` subclass; it registers itself
+(``__init_subclass__``) and :func:`main` discovers the modules, so adding a command means
+adding a file. Command modules import only argparse-level things at import time: the work
+(and torch) is imported inside ``run``, so ``pitstop lint`` never loads torch.
+
+Exit codes: 0 success / nothing found, 1 findings, 2 usage or input errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from typing import ClassVar
+
+__all__ = ["Command", "CliError", "main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE"]
+
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+
+_COMMANDS: dict[str, type[Command]] = {}
+
+
+class CliError(Exception):
+    """A usage or input error: printed as ``pitstop: error: ...`` and exit code 2."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE):
+        super().__init__(message)
+        self.code = code
+
+
+class Command:
+    """One subcommand. Subclasses set ``name`` and ``help`` and implement the two methods."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    order: ClassVar[int] = 50  # position in ``pitstop --help``
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.name in _COMMANDS:
+            raise ValueError(f"command {cls.name!r} defined twice")
+        _COMMANDS[cls.name] = cls
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        """Declare this command's options."""
+
+    def run(self, args: argparse.Namespace) -> int:
+        raise NotImplementedError
+
+
+def _discover() -> None:
+    for info in pkgutil.iter_modules(__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pitstop import __version__
+
+    _discover()
+    parser = argparse.ArgumentParser(
+        prog="pitstop",
+        description="A pit crew for PyTorch training: lint, doctor, tune, engine and bench, one code per tip.",
+    )
+    parser.add_argument("--version", action="version", version=f"pitstop {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for cls in sorted(_COMMANDS.values(), key=lambda c: (c.order, c.name)):
+        cmd = cls()
+        p = sub.add_parser(cls.name, help=cls.help, description=cls.help)
+        cmd.add_arguments(p)
+        p.set_defaults(_command=cmd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_command", None) is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return args._command.run(args)
+    except CliError as exc:
+        print(f"pitstop {args.command}: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("pitstop: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Render catalog entries as Markdown: ``pitstop explain`` and the generated docs pages."""
+
+from __future__ import annotations
+
+from pitstop.registry import FACES
+
+__all__ = ["faces_label", "tip_markdown", "index_markdown"]
+
+
+def faces_label(tip) -> str:
+    """``L D K e b``: implemented faces upper case, planned (declared, not built) lower case."""
+    done = set(tip.implemented_faces())
+    letters = [f for f in FACES if f in done or f in tip.faces]
+    return " ".join(f if f in done else f.lower() for f in letters)
+
+
+def tip_markdown(tip) -> str:
+    done = tip.implemented_faces()
+    planned = tip.planned_faces()
+    face_line = ", ".join(f"{FACES[f]} ({f})" for f in done) or "none yet"
+    lines = [
+        f"# {tip.code} {tip.slug}",
+        "",
+        f"**{tip.title}**",
+        "",
+        f"- Category: {tip.category()}",
+        f"- Faces: {face_line}" + (f"; planned: {', '.join(f'{FACES[f]} ({f})' for f in planned)}" if planned else ""),
+        f"- Seeds: {', '.join(tip.seeds) if tip.seeds else 'beyond the seeds'}",
+    ]
+    if tip.engine:
+        lines.append(f"- Engine: {tip.engine}")
+    if tip.helpers:
+        lines.append(f"- Helpers: {', '.join(f'`pitstop.{h}`' for h in tip.helpers)}")
+    if tip.truth:
+        lines += ["", f"> **What is true today:** {tip.truth}"]
+    for heading, body in tip.docs().items():
+        lines += ["", f"## {heading}", "", body]
+    return "\n".join(lines) + "\n"
+
+
+def index_markdown(tips, category_titles: dict[str, str]) -> str:
+    lines = [
+        "# The pitstop tip catalog",
+        "",
+        "Generated from `src/pitstop/tips/` by `pitstop docs`; do not edit by hand.",
+        "Faces: upper case = implemented, lower case = planned. "
+        + ", ".join(f"{k} {v}" for k, v in FACES.items()) + ".",
+    ]
+    current = None
+    for tip in tips:
+        if tip.category() != current:
+            current = tip.category()
+            lines += ["", f"## {category_titles[current]}", "", "| code | slug | faces | title |", "|---|---|---|---|"]
+        lines.append(f"| [{tip.code}]({tip.code}.md) | {tip.slug} | {faces_label(tip)} | {tip.title} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,98 @@
+"""Small, dependency-free statistics for timings: summaries and ratio intervals.
+
+Shared by ``bench`` and ``tune`` (and the doctor's step times). Timing on shared machines is
+noisy, so comparisons use medians and a bootstrap interval on the ratio of medians: a
+difference is only called real when the whole interval is on one side of the noise.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+__all__ = ["Summary", "summarize", "quantile", "RatioInterval", "ratio_interval"]
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of ``xs`` (q in [0, 1]); NaN for an empty sequence."""
+    if not xs:
+        return math.nan
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"q must be in [0, 1], got {q!r}")
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@dataclass(frozen=True)
+class Summary:
+    n: int
+    median: float
+    mean: float
+    p10: float
+    p90: float
+    iqr: float
+    min: float
+    max: float
+
+    @property
+    def rel_iqr(self) -> float:
+        """IQR / median: the relative spread, a noise measure."""
+        return self.iqr / self.median if self.median else math.nan
+
+
+def summarize(xs: Sequence[float]) -> Summary:
+    xs = [float(x) for x in xs]
+    if not xs:
+        nan = math.nan
+        return Summary(0, nan, nan, nan, nan, nan, nan, nan)
+    return Summary(
+        n=len(xs),
+        median=quantile(xs, 0.5),
+        mean=sum(xs) / len(xs),
+        p10=quantile(xs, 0.1),
+        p90=quantile(xs, 0.9),
+        iqr=quantile(xs, 0.75) - quantile(xs, 0.25),
+        min=min(xs),
+        max=max(xs),
+    )
+
+
+@dataclass(frozen=True)
+class RatioInterval:
+    """``ratio`` = median(baseline) / median(candidate): > 1 means the candidate is faster
+    (for times). ``low``/``high`` bound it at the given confidence."""
+
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+
+    def excludes(self, value: float = 1.0, margin: float = 0.0) -> bool:
+        """True when the interval lies entirely above ``value * (1 + margin)`` or entirely
+        below ``value / (1 + margin)``."""
+        return self.low > value * (1 + margin) or self.high < value / (1 + margin)
+
+
+def ratio_interval(baseline: Sequence[float], candidate: Sequence[float], confidence: float = 0.9,
+                   n_boot: int = 2000, seed: int = 0) -> RatioInterval:
+    """Bootstrap interval of median(baseline) / median(candidate)."""
+    if not baseline or not candidate:
+        raise ValueError("both samples must be non-empty")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    med = lambda xs: quantile(xs, 0.5)  # noqa: E731
+    point = med(baseline) / med(candidate)
+    rng = random.Random(seed)
+    boots = []
+    for _ in range(n_boot):
+        b = [rng.choice(baseline) for _ in baseline]
+        c = [rng.choice(candidate) for _ in candidate]
+        mc = med(c)
+        boots.append(med(b) / mc if mc else math.inf)
+    alpha = (1 - confidence) / 2
+    return RatioInterval(point, quantile(boots, alpha), quantile(boots, 1 - alpha), confidence)
