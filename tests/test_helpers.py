@@ -212,3 +212,11 @@ def test_fuse_for_inference_reports_a_mismatch():
     m = make_mlp(naive=True)
     with pytest.raises(FusionMismatchError, match="max abs error"):
         pitstop.fuse_for_inference(m, rtol=0, atol=0, example_input=torch.randn(64, 64) * 1e3)
+
+
+def test_fuse_for_inference_keeps_bottleneck_linears_unfolded():
+    """in->h->out with small h costs in*h + h*out multiply-adds; folded it would cost in*out."""
+    bottleneck = nn.Sequential(nn.Linear(256, 16), nn.Linear(16, 256))
+    assert pitstop.fuse_for_inference(bottleneck).fused_pairs == []
+    wide = nn.Sequential(nn.Linear(64, 256), nn.Linear(256, 64))
+    assert pitstop.fuse_for_inference(wide).fused_pairs == [("0", "1")]

@@ -1,4 +1,5 @@
-"""Fold layers for inference (PIT606): Conv+BatchNorm, and Linear+Linear with nothing between.
+"""Fold layers for inference (PIT606): Conv+BatchNorm, and Linear+Linear with nothing between
+(unless the pair is a bottleneck, which is cheaper unfolded).
 
 The pairs are found on a ``torch.fx`` trace of the model (so ``self.bn(self.conv(x))`` in
 a custom ``forward`` is found, not only ``nn.Sequential`` literals), but the folding is done
@@ -40,6 +41,12 @@ def _fold_linears(first: nn.Linear, second: nn.Linear) -> nn.Linear:
     return out
 
 
+def _folding_pays(first: nn.Linear, second: nn.Linear) -> bool:
+    """Folding in->h->out into in->out pays only if it does not add multiply-adds: a
+    bottleneck (h small) is cheaper as two matmuls than as one in*out matmul."""
+    return first.in_features * second.out_features <= first.out_features * (first.in_features + second.out_features)
+
+
 def _pairs(model: nn.Module) -> list[tuple[str, str]]:
     """(producer, consumer) submodule names that are foldable, from an fx trace."""
     graph = fx.symbolic_trace(model).graph
@@ -57,7 +64,7 @@ def _pairs(model: nn.Module) -> list[tuple[str, str]]:
             continue  # a shared module, or already part of a pair
         ma, mb = modules[a], modules[b]
         conv_bn = type(ma) in _CONV_BN and type(mb) is _CONV_BN[type(ma)] and mb.track_running_stats
-        lin_lin = type(ma) is nn.Linear and type(mb) is nn.Linear
+        lin_lin = type(ma) is nn.Linear and type(mb) is nn.Linear and _folding_pays(ma, mb)
         if conv_bn or lin_lin:
             pairs.append((a, b))
             used.update((a, b))
@@ -75,7 +82,7 @@ def _sequential_pairs(model: nn.Module) -> list[tuple[str, str]]:
         while i < len(items) - 1:
             (na, ma), (nb, mb) = items[i], items[i + 1]
             ok = (type(ma) in _CONV_BN and type(mb) is _CONV_BN[type(ma)] and mb.track_running_stats) or (
-                type(ma) is nn.Linear and type(mb) is nn.Linear)
+                type(ma) is nn.Linear and type(mb) is nn.Linear and _folding_pays(ma, mb))
             if ok:
                 prefix = f"{name}." if name else ""
                 pairs.append((prefix + na, prefix + nb))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 
 import numpy as np
@@ -16,8 +15,10 @@ def seed_everything(seed: int, deterministic: bool = False) -> int:
 
     ``deterministic=True`` also calls ``torch.use_deterministic_algorithms(True)`` (the
     modern switch: ops without a deterministic implementation raise instead of silently
-    varying), turns off ``cudnn.benchmark`` and sets ``CUBLAS_WORKSPACE_CONFIG`` (required
-    by cuBLAS for deterministic matmuls) unless it is already set. Returns ``seed``.
+    varying) and turns off ``cudnn.benchmark`` (PIT902). No environment variable is set:
+    older torch releases on CUDA also want ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` exported
+    before CUDA starts (dropped by pytorch/pytorch#161749); they raise an error naming it.
+    Returns ``seed``.
     """
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an int in [0, 2**32), got {seed!r}")
@@ -25,7 +26,6 @@ def seed_everything(seed: int, deterministic: bool = False) -> int:
     np.random.seed(seed)
     torch.manual_seed(seed)  # seeds CUDA devices too
     if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True

@@ -66,9 +66,11 @@ def get(query: str) -> type[Tip]:
         if tip.slug == q.lower():
             return tip
     keys = {t.code: t for t in _REGISTRY.values()} | {t.slug: t for t in _REGISTRY.values()}
-    close = difflib.get_close_matches(q.upper() if q.upper().startswith("PIT") else q.lower(), list(keys), n=5, cutoff=0.5)
+    needle = q.upper() if q.upper().startswith("PIT") else q.lower()
+    prefixed = sorted(k for k in keys if needle and k.startswith(needle))
+    close = prefixed + difflib.get_close_matches(needle, list(keys), n=6, cutoff=0.5)
     seen: list[str] = []
-    for k in close:
+    for k in close[:8]:
         t = keys[k]
         label = f"{t.code} ({t.slug})"
         if label not in seen:

@@ -1,0 +1,75 @@
+"""PIT102 pin-memory: have the DataLoader put batches in pinned (page-locked) host memory."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class PinMemory(Tip):
+    code = "PIT102"
+    slug = "pin-memory"
+    title = "Host batches not pinned when training on a CUDA device"
+    faces = "LDKE"
+    seeds = ("002", "003")
+    truth = (
+        "Pinning only matters when batches are copied to a CUDA device: on a machine without "
+        "an accelerator `pin_memory=True` is ignored (checked here with torch 2.13 CPU: the "
+        "DataLoader warns that no accelerator is found and the batches are not pinned). "
+        "Pinned memory makes the host-to-device copy faster, but the copy only overlaps with "
+        "the training thread when it is also issued with `non_blocking=True` (PIT103): "
+        "pinned + `non_blocking` is what overlaps. Seed 002's \"faster by some small margin\" "
+        "is the faster copy alone."
+    )
+
+    what = """
+        Flags a `DataLoader(...)` built without `pin_memory=True`, only in files where CUDA is
+        implied (the file calls `.cuda()`, builds `torch.device("cuda...")`, uses a string
+        starting with `"cuda"` or touches `torch.cuda.*`). Reported at the call; no autofix.
+        At run time, when the model is on a CUDA device, the doctor checks whether the batches
+        reaching the training step are in pinned memory and how long the step spends copying
+        them to the device; `tune` switches pinning on and off and measures your training.
+    """
+    why = """
+        The GPU's DMA engine can only read page-locked host memory. A copy from ordinary
+        (pageable) memory is done in two hops: the CUDA driver first copies the data into a
+        pinned staging buffer, then transfers it, and the calling thread waits for it. With
+        `pin_memory=True` the DataLoader copies each batch into pinned memory (in a background
+        thread when `num_workers > 0`), so the host-to-device transfer is a single DMA that
+        can run asynchronously when requested with `non_blocking=True`.
+    """
+    example = """
+        ```python
+        device = torch.device("cuda")
+        loader = DataLoader(dataset, batch_size=64, num_workers=4)   # pageable batches
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)                        # staged, blocking copy
+            ...
+        ```
+    """
+    use_instead = """
+        ```python
+        loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
+        for x, y in loader:
+            x = x.to(device, non_blocking=True)   # PIT103: the overlap needs both
+            y = y.to(device, non_blocking=True)
+            ...
+        ```
+        Let the loader pin, with workers: calling `tensor.pin_memory()` yourself right before
+        the copy is usually no faster than a plain `.to(device)`, because pinning is itself a
+        blocking host copy done in the training thread.
+    """
+    when_not = """
+        Without a CUDA device there is nothing to pin for: PyTorch ignores the flag with a
+        warning (CPU-only training gains nothing). When the dataset already lives on the GPU
+        there are no host-to-device copies. Pinned memory is page-locked, so it cannot be
+        swapped out: many workers with large batches and a deep `prefetch_factor` take that
+        RAM away from the rest of the system. When the copies are a small share of the step
+        (small batches, a large model), the gain is small: the doctor reports the measured
+        copy time before recommending it.
+    """
+    references = (
+        "PyTorch docs, CUDA semantics — Use pinned memory buffers: https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers",
+        "PyTorch docs, torch.utils.data — Memory Pinning: https://pytorch.org/docs/stable/data.html#memory-pinning",
+        "PyTorch tutorial, A guide on good usage of non_blocking and pin_memory() in PyTorch: https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
+        "Seed 002 (Pinned Memory), seed 003 (num_workers > 0 and pin_memory=True)",
+    )

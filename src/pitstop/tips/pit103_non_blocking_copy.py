@@ -1,0 +1,77 @@
+"""PIT103 non-blocking-copy: copy batches to the GPU with non_blocking=True (from pinned memory)."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class NonBlockingCopy(Tip):
+    code = "PIT103"
+    slug = "non-blocking-copy"
+    title = "Batches copied to the device with a blocking .to(device) / .cuda()"
+    faces = "LDE"
+    seeds = ("001", "003")
+    truth = (
+        "`non_blocking=True` makes a host-to-device copy asynchronous only when the source "
+        "is in pinned memory (PIT102); a non_blocking copy from pageable memory is still "
+        "synchronous. Seed 003's comment that `model(data)` is a sync point that \"has to "
+        "wait for data\" is wrong: the forward kernels are queued on the same CUDA stream "
+        "after the copy, the stream runs them in order, and the CPU thread does not wait. "
+        "Seed 001's \"when it's applicable\" hides the one unsafe direction: a non_blocking "
+        "device-to-host copy must not be read before a synchronization."
+    )
+
+    what = """
+        Flags, inside a loop over a loader, `.to(...)` or `.cuda()` applied to the loop's
+        target names (`for x, y in loader:` then `x.to(device)`) without `non_blocking=True`,
+        only in files where CUDA is implied. Reported at the call; the safe autofix adds
+        `non_blocking=True` (safe because later kernels on the same stream are ordered after
+        the copy, and from pageable memory the copy simply stays synchronous). At run time the
+        doctor measures how long the training thread blocks in each batch's host-to-device
+        copies.
+    """
+    why = """
+        CUDA work is asynchronous: the CPU queues kernels and runs ahead while the GPU works.
+        A blocking copy returns only when the data has arrived, and the copy itself waits
+        behind every kernel already queued on the stream. So the CPU stalls until the GPU has
+        drained its queue, and then the GPU idles while the CPU prepares and queues the next
+        forward pass. With `non_blocking=True` from pinned memory the copy is queued like a
+        kernel and the call returns at once; the CPU keeps queueing work.
+    """
+    example = """
+        ```python
+        loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
+        for x, y in loader:
+            x, y = x.cuda(), y.cuda()        # CPU waits for each copy
+            loss = loss_fn(model(x), y)
+            ...
+        ```
+    """
+    use_instead = """
+        ```python
+        loader = DataLoader(dataset, batch_size=64, num_workers=4, pin_memory=True)
+        for x, y in loader:
+            x = x.to(device, non_blocking=True)
+            y = y.to(device, non_blocking=True)
+            loss = loss_fn(model(x), y)      # queued after the copies, same stream
+            ...
+        ```
+        The other direction is not safe by default: `t.to("cpu", non_blocking=True)` returns
+        before the data has arrived, so read the host tensor only after
+        `torch.cuda.synchronize()` or an event's `synchronize()`.
+    """
+    when_not = """
+        Without pinned memory (PIT102) the copy stays synchronous: the flag changes nothing
+        (and does no harm). On CPU-only training there is no copy: `.to("cpu")` returns the
+        same tensor. On a single stream the GPU still runs the copy and the kernels one after
+        the other; what is gained is that the CPU is not stalled. Overlapping the copy with the
+        previous step's compute needs a prefetch on a side stream. If the step reads the batch
+        on the host right away (`.item()`, `.tolist()`, PIT201) the wait just moves there.
+    """
+    references = (
+        "PyTorch tutorial, A guide on good usage of non_blocking and pin_memory() in PyTorch: https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
+        "PyTorch docs, CUDA semantics — Use pinned memory buffers: https://pytorch.org/docs/stable/notes/cuda.html#use-pinned-memory-buffers",
+        "PyTorch docs, torch.Tensor.to: https://pytorch.org/docs/stable/generated/torch.Tensor.to.html",
+        "CUDA Runtime API — API synchronization behavior: https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html",
+        "Seed 001 (Asynchronous data transfer), seed 003 (asynchronous CPU-GPU transfer)",
+    )

@@ -1,0 +1,69 @@
+"""PIT105 from-numpy: wrap NumPy arrays with torch.from_numpy instead of copying them."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class FromNumpy(Tip):
+    code = "PIT105"
+    slug = "from-numpy"
+    title = "torch.tensor(ndarray) copies the array; torch.from_numpy shares its memory"
+    faces = "LB"
+    seeds = ("001",)
+    truth = (
+        "`torch.from_numpy` (and `torch.as_tensor` on a CPU array of a supported dtype) share "
+        "memory with the array: writes to one show in the other (checked here). Seed 001 "
+        "presents this as a speed-up only; the sharing is both the gain and the risk. Seed 001's "
+        "`torch.as_tensor(others)` for Python lists and tuples always copies: there is no "
+        "buffer to share. Measured here (2-core Xeon, torch 2.13 CPU, 64 MiB float32 array, "
+        "median of 40 calls): `torch.tensor` ~45 ms, `torch.from_numpy` ~1.5 µs, whatever "
+        "the size."
+    )
+
+    what = """
+        Flags `torch.tensor(x)` where `x` is a call chain rooted in NumPy (`np.*(...)`,
+        `np.*(...).astype(...)`), or a name bound in the same scope to one, or to
+        `<t>.numpy()`. Reported at the call. The fix, `torch.from_numpy(x)`, is offered as
+        unsafe: the tensor then shares memory with the array, so a later write to either one
+        changes both. `pitstop bench PIT105` times both on this machine.
+    """
+    why = """
+        `torch.tensor(data)` always copies its input (its documentation says so). For a NumPy
+        array that already holds the data, `torch.from_numpy` wraps the same buffer: constant
+        time and no second allocation, where the copy costs time and memory in proportion to
+        the array. In a dataset's `__getitem__` the copy is paid for every sample.
+    """
+    example = """
+        ```python
+        def __getitem__(self, i):
+            img = np.load(self.paths[i]).astype(np.float32)
+            return torch.tensor(img)          # a second copy of the same pixels
+        ```
+    """
+    use_instead = """
+        ```python
+        def __getitem__(self, i):
+            img = np.load(self.paths[i]).astype(np.float32)
+            return torch.from_numpy(img)      # wraps img's buffer, no copy
+        ```
+        `torch.as_tensor(x)` also shares an array's memory when no dtype or device change is
+        asked for, and accepts lists (copied). Keep `torch.tensor(x)` (or `.clone()`) where
+        you need an independent copy.
+    """
+    when_not = """
+        When the array is modified after the conversion (a buffer refilled every iteration,
+        in-place augmentation), sharing is a bug: earlier tensors would change with it; keep
+        the copy. A dtype change copies anyway: NumPy defaults to float64, and
+        `torch.from_numpy(a).float()` allocates a new tensor just like `torch.tensor`.
+        Non-writable arrays make `from_numpy` warn that writing to the tensor is undefined,
+        and arrays with negative strides (`a[:, ::-1]`) are rejected with a ValueError
+        (checked here). For small arrays the copy is a negligible share of a step. Moving to
+        the GPU copies in any case: sharing only saves the host-side copy.
+    """
+    references = (
+        "PyTorch docs, torch.from_numpy: https://pytorch.org/docs/stable/generated/torch.from_numpy.html",
+        "PyTorch docs, torch.as_tensor: https://pytorch.org/docs/stable/generated/torch.as_tensor.html",
+        "PyTorch docs, torch.tensor (always copies data): https://pytorch.org/docs/stable/generated/torch.tensor.html",
+        "Seed 001 (From array to torch tensor)",
+    )

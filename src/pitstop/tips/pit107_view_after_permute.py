@@ -1,0 +1,65 @@
+"""PIT107 view-after-permute: use .reshape after .permute/.transpose, not .view or .contiguous().view."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class ViewAfterPermute(Tip):
+    code = "PIT107"
+    slug = "view-after-permute"
+    title = ".view() right after .permute()/.transpose() fails or needs a .contiguous() copy"
+    faces = "L"
+    seeds = ("000",)
+    truth = (
+        "`.contiguous()` copies when the tensor is not contiguous (and returns the tensor "
+        "itself when it is, checked here), so seed 000's \"creates a new tensor\" holds only "
+        "in the first case. A copy is a copy: do it once (at data preparation), not in every "
+        "step. `.reshape` returns a view when the strides allow it and copies only when they "
+        "do not, so it does the right thing after a permute."
+    )
+
+    what = """
+        Flags `.permute(…)`, `.transpose(…)`, `.t()`, `.T` or `.mT` immediately followed by
+        `.view(…)`, reported at the `.view` call. The fix, `.reshape(…)`, is offered as unsafe:
+        `reshape` returns a copy where `view` would have raised, so code that writes into the
+        result expecting to modify the original tensor would silently stop doing so in those
+        cases.
+    """
+    why = """
+        `.view` never copies: it only reinterprets the strides, so the new shape must be
+        compatible with the memory order. After a permute or transpose the memory order no
+        longer follows the logical order, and merging the swapped dimensions raises
+        `RuntimeError: view size is not compatible with input tensor's size and stride (at
+        least one dimension spans across two contiguous subspaces). Use .reshape(...)
+        instead.` (checked here). The usual patch, `.contiguous().view(...)`, works but
+        spells out a copy; `.reshape(...)` copies only when it has to.
+    """
+    example = """
+        ```python
+        # attn: (B, H, T, D) -> (B, T, H * D)
+        out = attn.transpose(1, 2).view(B, T, H * D)  # RuntimeError: view size is not compatible
+        ```
+    """
+    use_instead = """
+        ```python
+        out = attn.transpose(1, 2).reshape(B, T, H * D)   # a view if possible, else one copy
+        ```
+        Where a layout has to be materialized for many later uses (a tensor reused every
+        epoch), call `.contiguous()` once, outside the training loop, and keep the result.
+    """
+    when_not = """
+        `reshape` removes the crash and the boilerplate, not the copy: when the merged
+        dimensions are not contiguous (the attention example above) it copies on every call,
+        exactly like `.contiguous().view(...)`. When the `.view` does not merge permuted
+        dimensions (it only splits one, say) it already works without a copy and `reshape`
+        returns the same view. `.T` on tensors that are not 2-D is deprecated (PyTorch warns);
+        use `.mT` or `.permute`.
+    """
+    references = (
+        "PyTorch docs, torch.Tensor.view: https://pytorch.org/docs/stable/generated/torch.Tensor.view.html",
+        "PyTorch docs, torch.reshape: https://pytorch.org/docs/stable/generated/torch.reshape.html",
+        "PyTorch docs, Tensor Views: https://pytorch.org/docs/stable/tensor_view.html",
+        "PyTorch docs, torch.Tensor.contiguous: https://pytorch.org/docs/stable/generated/torch.Tensor.contiguous.html",
+        "Seed 000 (General Speed-Up Tricks: tensor.contiguous())",
+    )

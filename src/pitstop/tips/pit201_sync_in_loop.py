@@ -1,0 +1,77 @@
+"""PIT201 sync-in-loop: reading device tensors on the host every step stalls the GPU queue."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class SyncInLoop(Tip):
+    code = "PIT201"
+    slug = "sync-in-loop"
+    title = "Device tensor read on the host (.item(), .cpu(), ...) in every training step"
+    faces = "LDE"
+    seeds = ("000", "002")
+    truth = (
+        "The cost is the synchronization, not the bytes moved: reading a CUDA tensor on the "
+        "host makes the CPU wait until every queued kernel has finished (seed 002 blames the "
+        "transfer). Seed 000's \"`.sum()` is not calling the GPU\" is wrong: `.sum()` launches "
+        "a GPU kernel; it just does not make the CPU wait. Accumulate on the device "
+        "(`correct += (pred == y).sum()`) and read every N steps; the engine logs that way. "
+        "Seed 002's gradient-accumulation snippet calls `loss.item()` every micro-step."
+    )
+
+    what = """
+        Flags `.item()`, `.cpu()`, `.numpy()` and `.tolist()` inside a training loop (a
+        `for`/`while` whose body calls `.backward(...)` or an optimizer's `.step()`), unless
+        they sit under an interval guard: an `if` whose test contains `%`, such as
+        `if step % 100 == 0:`. Reported at the call; no autofix. While training runs, the
+        doctor counts the host-device synchronizations per step (including `float(t)`,
+        `print(t)` and Python branches on device values) and the time the CPU waits in them.
+    """
+    why = """
+        CUDA kernels run asynchronously: the CPU queues work and runs ahead of the GPU, which
+        keeps the GPU busy while Python prepares the next kernels. A host read needs the value
+        now, so the CPU blocks until the GPU has finished everything queued before it; then
+        the GPU sits idle while the CPU runs Python and queues the next step. One read per
+        step throws that overlap away on every step.
+    """
+    example = """
+        ```python
+        for step, (x, y) in enumerate(loader):
+            out = model(x)
+            loss = loss_fn(out, y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            running_loss += loss.item()                    # waits for the GPU
+            correct += (out.argmax(1) == y).sum().item()   # and again
+        ```
+    """
+    use_instead = """
+        ```python
+        running_loss = torch.zeros((), device=device)
+        correct = torch.zeros((), device=device, dtype=torch.long)
+        for step, (x, y) in enumerate(loader):
+            ...
+            running_loss += loss.detach()                  # stays on the device (PIT202)
+            correct += (out.argmax(1) == y).sum()          # a kernel, no wait
+            if step % 100 == 0:                            # one sync per 100 steps
+                print(f"loss {running_loss.item() / (step + 1):.4f}")
+        ```
+        While debugging, `torch.cuda.set_sync_debug_mode("warn")` warns at every
+        synchronizing call.
+    """
+    when_not = """
+        On CPU tensors these calls synchronize nothing (CPU ops run eagerly): in CPU-only
+        training the finding is harmless. The lint cannot see a tensor's device, so host
+        tensors converted inside the loop are flagged too. A read the step really needs (a
+        data-dependent branch, stopping on NaN) must sync; do it every N steps if you can.
+        In a long step (a large model) one sync at its end loses little overlap: the doctor
+        reports the measured wait before recommending a change.
+    """
+    references = (
+        "PyTorch Performance Tuning Guide — Avoid unnecessary CPU-GPU synchronization: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+        "PyTorch docs, CUDA semantics — Asynchronous execution: https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
+        "PyTorch docs, torch.cuda.set_sync_debug_mode: https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html",
+        "Seed 000 (.item(), .numpy(), .cpu() cause synchronization), seed 002 (Avoid CPU to GPU transfers or vice-versa)",
+    )

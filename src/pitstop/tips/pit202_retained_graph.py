@@ -1,0 +1,78 @@
+"""PIT202 retained-graph: accumulating the loss tensor itself keeps every step's graph alive."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class RetainedGraph(Tip):
+    code = "PIT202"
+    slug = "retained-graph"
+    title = "losses.append(loss) / total += loss keeps every step's autograd graph alive"
+    faces = "LD"
+    seeds = ("002",)
+    truth = (
+        "Keep `loss.detach()` (no sync, stays on the device) or `loss.item()` (seed 002's fix: "
+        "a host sync every step, PIT201). How much stays alive depends on `backward()`: "
+        "after `loss.backward()` autograd has already freed the step's saved activations, so "
+        "an appended loss keeps its graph nodes (small, but one more set every step, and "
+        "`total += loss` chains them all together). A loss that is never backwarded, or one "
+        "backwarded with `retain_graph=True`, keeps every activation of its step alive: "
+        "measured here (torch 2.13 CPU, MLP 512-2048-2048-10, batch 256, 50 steps without "
+        "`backward()`, resident memory with glibc set to return freed memory) grew 4.0 MiB per "
+        "step (402 -> 603 MiB) with `append(loss)` and not at all with `append(loss.detach())`."
+    )
+
+    what = """
+        Flags, in a training loop, the tensor that `.backward()` is called on (`loss`) being
+        accumulated as is: `xs.append(loss)`, `total += loss` or `total = total + loss`.
+        Reported at the append or the assignment; the autofix, `loss.detach()`, is offered as
+        unsafe (the accumulated values no longer carry `grad_fn`, which changes code that
+        inspects them or differentiates through them). While training runs, the doctor
+        watches memory from step to step and flags growth that persists across steps.
+    """
+    why = """
+        `loss` is the root of its step's autograd graph, and every node of that graph is
+        reachable from it. A list of losses, or a running total built with `+=` (itself an
+        operation recorded by autograd), holds a reference to every step's graph, so none of
+        it can be freed. `backward()` releases the saved activations but leaves the nodes;
+        without `backward()` on that tensor (a validation loop with grad enabled) or with
+        `retain_graph=True`, the activations stay too, and memory grows until it runs out.
+    """
+    example = """
+        ```python
+        losses = []
+        for x, y in loader:
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(loss)                 # keeps this step's graph alive
+        ```
+    """
+    use_instead = """
+        ```python
+        losses = []
+        for x, y in loader:
+            ...
+            losses.append(loss.detach())        # the value only, on the device, no sync
+        epoch_loss = torch.stack(losses).mean().item()   # one sync per epoch
+        ```
+        `loss.item()` also drops the graph, but waits for the GPU every step (PIT201).
+    """
+    when_not = """
+        When the accumulated tensor is meant to be differentiated (several losses summed,
+        then one `backward()` on the total), the graphs must stay alive until that backward:
+        that is not this bug. In a loop that calls `backward()` on every loss, what leaks per
+        step is graph bookkeeping, not activations: for an MLP 512-2048-2048-10 at batch 256,
+        3000 steps with `backward()` grew resident memory 8.3 KiB/step with `append(loss)`
+        against 7.1 KiB/step with `append(loss.detach())`, a difference near the noise. It
+        shows over long runs or large graphs; the doctor reports the measured growth. On CPU
+        tensors `.item()` costs no sync, so there `.item()` and `.detach()` are equally good.
+    """
+    references = (
+        "PyTorch docs, FAQ — My model reports \"cuda runtime error(2): out of memory\" (accumulating history across the training loop): https://pytorch.org/docs/stable/notes/faq.html#my-model-reports-cuda-runtime-error-2-out-of-memory",
+        "PyTorch docs, Autograd mechanics — Saved tensors: https://pytorch.org/docs/stable/notes/autograd.html#saved-tensors",
+        "PyTorch docs, torch.Tensor.detach: https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html",
+        "Seed 002 (Common mistakes: Retained graphs)",
+    )

@@ -1,0 +1,77 @@
+"""PIT203 sync-calls-in-loop: torch.cuda.synchronize()/empty_cache() every training step."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class SyncCallsInLoop(Tip):
+    code = "PIT203"
+    slug = "sync-calls-in-loop"
+    title = "torch.cuda.synchronize() / torch.cuda.empty_cache() called every training step"
+    faces = "LD"
+    seeds = ("000",)
+    truth = (
+        "Seed 000 is wrong about `torch.cuda.empty_cache()`: it does not clear tensors (the "
+        "memory of a tensor that is no longer referenced already goes back to PyTorch's "
+        "cache and is reused), and calling it \"before sending anything to the GPU\" achieves "
+        "nothing. It only hands unused cached blocks back to the driver; the docs say it does "
+        "not increase the memory available to PyTorch. In a loop it only slows the caching "
+        "allocator down; it frees nothing that PyTorch would not reuse. "
+        "`torch.cuda.synchronize()` is for timing; every step it removes the CPU/GPU overlap."
+    )
+
+    what = """
+        Flags `torch.cuda.empty_cache()` and `torch.cuda.synchronize()` inside a training loop
+        (a `for`/`while` whose body calls `.backward(...)` or an optimizer's `.step()`), unless
+        they sit under an interval guard: an `if` whose test contains `%`, such as
+        `if step % 100 == 0:`. Reported at the call; no autofix. While training runs, the
+        doctor counts these calls per step and measures the time the step spends in them.
+    """
+    why = """
+        `synchronize()` blocks the CPU until every queued kernel has finished: the GPU then
+        idles while the CPU queues the next step's work, on every step. `empty_cache()`
+        returns the allocator's free blocks to the driver; the next step needs the same memory
+        and must get it from the driver again. PyTorch's caching allocator exists to avoid
+        exactly that: it frees memory without device synchronizations and reuses blocks
+        without asking the driver.
+    """
+    example = """
+        ```python
+        for x, y in loader:
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            torch.cuda.synchronize()   # waits for the GPU every step
+            torch.cuda.empty_cache()   # hands back memory the next step re-allocates
+        ```
+    """
+    use_instead = """
+        ```python
+        for step, (x, y) in enumerate(loader):
+            ...                        # forward, backward, step: no sync calls
+            if step % 100 == 0:        # time (or log) every N steps only
+                torch.cuda.synchronize()
+                print(step, time.perf_counter() - t0)
+        ```
+        To watch memory, read `torch.cuda.memory_allocated()` / `max_memory_allocated()`
+        (PIT405) instead of emptying the cache. Against fragmentation, try the allocator's
+        `expandable_segments:True` setting (environment variable `PYTORCH_ALLOC_CONF`, formerly
+        `PYTORCH_CUDA_ALLOC_CONF`; see the CUDA semantics notes on memory management).
+    """
+    when_not = """
+        Under an interval guard the cost is paid rarely, and the lint does not flag it.
+        `synchronize()` is needed to time GPU work with a host clock (CUDA events with
+        `elapsed_time` are the alternative) and before reading the result of a
+        `non_blocking` device-to-host copy (PIT103). `empty_cache()` is useful once, not per step: when memory must go to
+        something other than PyTorch's allocator (another process on the same GPU, a library
+        with its own allocator), and, per the docs, it may reduce fragmentation in some cases.
+    """
+    references = (
+        "PyTorch docs, torch.cuda.empty_cache: https://pytorch.org/docs/stable/generated/torch.cuda.empty_cache.html",
+        "PyTorch docs, CUDA semantics — Memory management: https://pytorch.org/docs/stable/notes/cuda.html#memory-management",
+        "PyTorch docs, torch.cuda.synchronize: https://pytorch.org/docs/stable/generated/torch.cuda.synchronize.html",
+        "PyTorch docs, CUDA semantics — Asynchronous execution (timing with CUDA events): https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
+        "Seed 000 (Cache Clearing And Memory Management; empty_cache \"before sending anything to the GPU\")",
+    )

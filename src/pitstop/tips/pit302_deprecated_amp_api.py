@@ -1,0 +1,88 @@
+"""PIT302 deprecated-amp-api: spell autocast and GradScaler through torch.amp, drop apex amp."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class DeprecatedAmpApi(Tip):
+    code = "PIT302"
+    slug = "deprecated-amp-api"
+    title = "torch.cuda.amp / torch.cpu.amp / apex.amp instead of torch.amp"
+    faces = "L"
+    seeds = ("003", "004")
+    truth = (
+        "Seed 003's `torch.cuda.amp.autocast` / `torch.cuda.amp.GradScaler` still work but are "
+        "deprecated: in torch 2.13 each emits a FutureWarning asking for "
+        "`torch.amp.autocast('cuda', ...)` / `torch.amp.GradScaler('cuda', ...)` (and "
+        "`torch.amp.autocast('cpu', ...)` for `torch.cpu.amp.autocast`). Seed 004's apex amp is "
+        "obsolete: its author recommended native AMP over it once that landed in PyTorch "
+        "(NVIDIA/apex#818), and `apex.amp` was removed from NVIDIA apex in May 2025 "
+        "(NVIDIA/apex#1896). Seed 004's `pip install ... amp` line does not install apex either: "
+        "apex is built from its GitHub source."
+    )
+
+    what = """
+        Flags calls of `torch.cuda.amp.autocast`, `torch.cpu.amp.autocast` and
+        `torch.cuda.amp.GradScaler` and imports of them (`from torch.cuda.amp import autocast,
+        GradScaler`), plus imports of `apex.amp` and calls of `amp.initialize`. Names are
+        resolved through imports and aliases; the finding is reported at the call or import.
+        Calls get a safe autofix to `torch.amp.autocast("cuda", …)` and
+        `torch.amp.GradScaler("cuda", …)`; imports and apex code get no automatic fix (apex
+        needs the rewrite shown below).
+    """
+    why = """
+        Not a speed problem but a maintenance one. The device-specific classes are thin
+        deprecated wrappers over `torch.amp`: the installed torch (2.13) warns when they are
+        used, and a deprecated spelling can be removed in a later release. apex amp was a
+        separate package, built from source against your torch, that patched torch functions
+        (`amp.initialize` with an `opt_level`); native AMP replaced it, and current apex no
+        longer ships it, so `from apex import amp` fails on a fresh install.
+
+        The rewrite keeps the numbers identical: `torch.amp.autocast("cuda")` without `dtype`
+        means float16, exactly like `torch.cuda.amp.autocast()` (checked in torch 2.13:
+        `torch.get_autocast_dtype("cuda")` is `torch.float16`; for `"cpu"` it is bfloat16).
+        When migrating by hand, keep `enabled=` as a keyword: the second positional parameter
+        of `torch.amp.autocast` is `dtype`, not `enabled`.
+    """
+    example = """
+        ```python
+        from torch.cuda.amp import autocast, GradScaler
+
+        scaler = GradScaler()
+        with autocast():
+            loss = loss_fn(model(x), y)
+        ```
+        or, with apex (seed 004):
+        ```python
+        from apex import amp
+
+        model, optimizer = amp.initialize(model, optimizer, opt_level="O1")
+        with amp.scale_loss(loss, optimizer) as scaled_loss:
+            scaled_loss.backward()
+        ```
+    """
+    use_instead = """
+        ```python
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.amp.autocast("cuda", dtype=torch.float16):   # torch.autocast is the same
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        ```
+        With `dtype=torch.bfloat16` drop the scaler altogether (PIT301, PIT306).
+    """
+    when_not = """
+        It changes no result and no speed: the old and new spellings run the same code. The
+        point is forward compatibility and a clean log. Code that must still run on PyTorch
+        releases older than `torch.amp.GradScaler` can keep the old spelling and silence the
+        rule with `# noqa: PIT302`.
+    """
+    references = (
+        "PyTorch docs, Automatic Mixed Precision package — torch.amp: https://pytorch.org/docs/stable/amp.html",
+        "PyTorch docs, Automatic Mixed Precision examples: https://pytorch.org/docs/stable/notes/amp_examples.html",
+        "NVIDIA/apex issue #818, \"torch.cuda.amp > apex amp\" (apex amp's author): https://github.com/NVIDIA/apex/issues/818",
+        "NVIDIA/apex pull request #1896, \"remove old features: amp, ddp, and rnn\" (May 2025): https://github.com/NVIDIA/apex/pull/1896",
+        "Seed 003 (Mixed Precision package: torch.cuda.amp), seed 004 (mixed precision with apex amp)",
+    )

@@ -1,0 +1,70 @@
+"""PIT303 clip-without-unscale: unscale the gradients before clipping them under a GradScaler."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class ClipWithoutUnscale(Tip):
+    code = "PIT303"
+    slug = "clip-without-unscale"
+    title = "Gradient clipping after scaler.scale(loss).backward() without scaler.unscale_() first"
+    faces = "LE"
+    seeds = ("003",)
+    truth = (
+        "Seed 003 is right, and the bug is silent: without `scaler.unscale_(optimizer)` the clip "
+        "compares `max_norm` with gradients multiplied by the loss scale. Measured here on a "
+        "`Linear(64, 1)` with `torch.amp.GradScaler(\"cpu\")` (initial scale 65536), SGD lr 0.1 "
+        "and `clip_grad_norm_(max_norm=1.0)`: with `unscale_` the clip saw the true norm 4.15 and "
+        "the weight moved by 0.1; without it the clip saw 2.7e5 and the weight moved by 1.5e-6, "
+        "65536x less, with no error and no warning."
+    )
+
+    what = """
+        Flags, within one function, `<scaler>.scale(…).backward()` followed by
+        `torch.nn.utils.clip_grad_norm_` or `clip_grad_value_` with no `<scaler>.unscale_(…)`
+        call between them. The finding is reported at the clip call; there is no autofix
+        (`unscale_` takes the optimizer that owns the clipped parameters).
+    """
+    why = """
+        `GradScaler` multiplies the loss by its scale factor (65536 at the start, then halved
+        on overflow and doubled after a run of clean steps), so every `.grad` is multiplied by
+        the same factor until `scaler.step` divides it out. `max_norm` and `clip_value` are in
+        true-gradient units: against scaled gradients the norm almost always exceeds
+        `max_norm`, every step gets clipped to `max_norm / scale` in true units, and the
+        effective learning rate shrinks by the scale factor and jumps whenever the scale
+        changes. `scaler.unscale_(optimizer)` divides the gradients in place first; the
+        following `scaler.step` knows they are already unscaled and does not divide again,
+        and it still skips the step if `unscale_` found inf/NaN.
+    """
+    example = """
+        ```python
+        scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)  # scaled grads!
+        scaler.step(optimizer)
+        scaler.update()
+        ```
+    """
+    use_instead = """
+        ```python
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)                      # once per optimizer per step
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1.0)
+        scaler.step(optimizer)                          # does not unscale twice
+        scaler.update()
+        ```
+        With gradient accumulation, call `unscale_` only after the last micro-batch, right
+        before clipping and stepping.
+    """
+    when_not = """
+        Nothing to fix without a GradScaler: bf16 autocast and fp32 training have unscaled
+        gradients already, and a `GradScaler(enabled=False)` scales by nothing. Clipping
+        itself is a choice of the training recipe, not a speed-up; this tip only makes it
+        clip what you asked for.
+    """
+    references = (
+        "PyTorch docs, Automatic Mixed Precision examples — Working with Unscaled Gradients (gradient clipping): https://pytorch.org/docs/stable/notes/amp_examples.html",
+        "PyTorch docs, torch.amp.GradScaler.unscale_: https://pytorch.org/docs/stable/amp.html",
+        "PyTorch docs, torch.nn.utils.clip_grad_norm_: https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html",
+        "Seed 003 (Gradient Clipping: unscale_ before clip_grad_norm_)",
+    )

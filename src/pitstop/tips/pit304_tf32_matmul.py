@@ -1,0 +1,69 @@
+"""PIT304 tf32-matmul: let fp32 matmuls use TF32 tensor cores on NVIDIA Ampere and later."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class Tf32Matmul(Tip):
+    code = "PIT304"
+    slug = "tf32-matmul"
+    title = "fp32 matmuls on an Ampere+ GPU without TF32 (set_float32_matmul_precision('high'))"
+    faces = "DKE"
+    seeds = ()
+    truth = (
+        "Beyond the seeds. On NVIDIA Ampere and later GPUs PyTorch already runs fp32 "
+        "*convolutions* in TF32 (`torch.backends.cudnn.allow_tf32` defaults to True) but fp32 "
+        "*matmuls* in full fp32 (`torch.get_float32_matmul_precision()` is \"highest\"; the "
+        "matmul default has been off since PyTorch 1.12); both defaults checked in torch 2.13. "
+        "`torch.set_float32_matmul_precision(\"high\")` turns TF32 on for matmuls. It is cheap, "
+        "not free: the PyTorch CUDA notes measure a 10240x10240 matmul ~7x faster on an A100 "
+        "with a relative error about two orders of magnitude larger than fp32. No GPU was "
+        "available to measure it here."
+    )
+
+    what = """
+        At run time on an NVIDIA GPU of the Ampere generation or later (compute capability
+        8.0+), the doctor checks the float32 matmul precision setting and whether the step's
+        matmuls run in fp32 (outside autocast). `tune` switches
+        `torch.set_float32_matmul_precision("high")` on and off on your own training and
+        compares step time and loss.
+    """
+    why = """
+        TF32 is a tensor-core math mode: inputs keep fp32's 8-bit exponent (same range) but
+        are rounded to a 10-bit mantissa, and products are accumulated in fp32. Tensor cores
+        process it at a much higher rate than the fp32 units, so `nn.Linear`, `matmul`,
+        `cdist`, `tensordot` and other matmul users get faster with no code change.
+        Tensors stay `torch.float32`; only the internal arithmetic of the matmul changes.
+    """
+    example = """
+        ```python
+        model = Transformer().cuda()          # fp32, no autocast
+        for x, y in loader:
+            loss = loss_fn(model(x.cuda()), y.cuda())   # matmuls in full fp32
+            ...
+        ```
+    """
+    use_instead = """
+        ```python
+        torch.set_float32_matmul_precision("high")   # once, at start-up: TF32 matmuls
+        ```
+        In torch 2.13 this sets `torch.backends.cuda.matmul.fp32_precision` to `"tf32"`
+        (checked); `torch.backends.cuda.matmul.allow_tf32 = True` is the older spelling of
+        the same switch. Under bf16/fp16 autocast (PIT301) the autocast matmuls are already
+        16-bit; TF32 then only affects the ops left in fp32.
+    """
+    when_not = """
+        No effect on GPUs before Ampere (no TF32 units) or on the CPU: on this 2-core Xeon a
+        2048x2048 fp32 matmul gave bit-identical results and the same time with "high" and
+        "highest" (172 ms vs 174 ms, best of 15). No gain when the step is already in bf16/fp16
+        autocast or is not matmul-bound (data loading, small layers, Python overhead).
+        Numerically sensitive work (ill-conditioned solves, some scientific models, tests
+        comparing against fp32 references) should keep "highest".
+    """
+    references = (
+        "PyTorch docs, CUDA semantics — TensorFloat-32 (TF32) on Ampere (and later) devices: https://pytorch.org/docs/stable/notes/cuda.html",
+        "PyTorch docs, torch.set_float32_matmul_precision: https://pytorch.org/docs/stable/generated/torch.set_float32_matmul_precision.html",
+        "NVIDIA blog, TensorFloat-32 in the A100 GPU: https://blogs.nvidia.com/blog/2020/05/14/tensorfloat-32-precision-format/",
+        "Beyond the seeds",
+    )

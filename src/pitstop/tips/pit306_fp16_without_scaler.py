@@ -1,0 +1,78 @@
+"""PIT306 fp16-without-scaler: fp16 autocast training needs a GradScaler (bf16 does not)."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class Fp16WithoutScaler(Tip):
+    code = "PIT306"
+    slug = "fp16-without-scaler"
+    title = "fp16 autocast training without a GradScaler: small gradients underflow to zero"
+    faces = "LD"
+    seeds = ("001", "003")
+    truth = (
+        "fp16's largest value is 65504 and its smallest normal 6.1e-5 (torch.finfo); below that, "
+        "subnormals lose precision down to 2^-24 (about 6e-8), and smaller values become zero. "
+        "Checked here: `torch.tensor(1e-8).half()` is 0.0 while bfloat16 keeps 1.0e-8, because "
+        "bf16 has fp32's exponent range (smallest normal 1.2e-38). Seeds 001 and 003 pair fp16 autocast "
+        "with a GradScaler, as they should; with bf16 the scaler is unnecessary. Note that "
+        "`torch.amp.autocast(\"cuda\")` without `dtype` means fp16 (checked in torch 2.13)."
+    )
+
+    what = """
+        Flags a file that enters CUDA autocast in fp16 (an explicit `dtype=torch.float16` or
+        `torch.half`, no `dtype` on device `"cuda"`, or `torch.cuda.amp.autocast()`), calls
+        `.backward()`, and never constructs a GradScaler. The finding is reported at the
+        autocast call; there is no autofix. At run time the doctor checks whether the forward
+        pass runs under fp16 autocast while the loss is not scaled, and looks at the
+        gradients for the symptom: values that are zero or not finite.
+    """
+    why = """
+        Under fp16 autocast, the gradients that flow backward through fp16 ops are fp16 too
+        (backward runs in the forward's dtypes). Gradient values too small for fp16 become
+        zero ("underflow"), and the updates of the parameters behind them are lost, silently.
+        `GradScaler` multiplies the loss by a large factor (65536 at the start) so those values
+        stay representable, divides the gradients back before the optimizer step, skips steps
+        whose gradients overflowed to inf/NaN, and adapts the factor as training goes.
+    """
+    example = """
+        ```python
+        with torch.autocast(device_type="cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        loss.backward()          # fp16 gradients, no loss scaling
+        optimizer.step()
+        ```
+    """
+    use_instead = """
+        bf16 where the hardware has it (Ampere+ GPUs, recent Xeons): same range as fp32, no
+        scaler:
+        ```python
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        ```
+        fp16 (e.g. GPUs before Ampere, which have no bf16 tensor cores) with a scaler:
+        ```python
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.autocast(device_type="cuda", dtype=torch.float16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        ```
+    """
+    when_not = """
+        Not needed for bf16 autocast (the rule does not fire there), for fp16 inference (no
+        backward), or when the whole training already runs under a framework that scales
+        the loss for you. An fp16 model whose gradients happen to stay in range trains fine
+        without a scaler, but nothing tells you when they stop doing so. The scaler itself
+        costs a little per step (an inf/NaN check over the gradients); it is not a speed-up.
+    """
+    references = (
+        "PyTorch docs, Automatic Mixed Precision package — Gradient Scaling: https://pytorch.org/docs/stable/amp.html",
+        "PyTorch docs, Automatic Mixed Precision examples: https://pytorch.org/docs/stable/notes/amp_examples.html",
+        "Micikevicius et al., Mixed Precision Training (loss scaling), ICLR 2018: https://arxiv.org/abs/1710.03740",
+        "Seed 001 (GradScaler in its mixed-precision example), seed 003 (torch.cuda.amp with GradScaler)",
+    )

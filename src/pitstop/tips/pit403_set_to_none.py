@@ -1,0 +1,67 @@
+"""PIT403 set-to-none: reset gradients to None instead of writing zeros into them."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class SetToNone(Tip):
+    code = "PIT403"
+    slug = "set-to-none"
+    title = "zero_grad(set_to_none=False) or p.grad.zero_() writes zeros instead of dropping the grads"
+    faces = "LE"
+    seeds = ("000", "001", "003")
+    truth = (
+        "`zero_grad()` has defaulted to `set_to_none=True` since PyTorch 2.0, for both "
+        "`Optimizer.zero_grad` and `Module.zero_grad` (signatures checked in torch 2.13). So "
+        "seed 001's explicit `set_to_none=True` is redundant today, and seed 003's \"slow\" "
+        "`model.zero_grad()` already does what its recommended `param.grad = None` loop does. "
+        "Only an explicit `set_to_none=False` or manual zeroing still pays. Measured here: "
+        "zeroing the gradients of 25.2M parameters (96 MiB, six 2048x2048 Linear layers, one "
+        "thread) took 15.4 ms per call, against 0.1 ms with `set_to_none=True`."
+    )
+
+    what = """
+        Flags `.zero_grad(set_to_none=False)` and manual zeroing: `<x>.grad.zero_()`,
+        `<x>.grad.data.zero_()` and `<x>.grad.fill_(0)`. The finding is reported at the
+        call. The autofix (drop the argument, or `<x>.grad = None`) is marked unsafe because
+        a `None` gradient and a zero gradient are not the same to an optimizer (below).
+    """
+    why = """
+        Zeroing writes every element of every gradient each step, and the next backward then
+        reads those zeros back to add the new gradient into them. With `None`, the backward
+        simply writes the fresh gradient, and the gradient memory is released between
+        `zero_grad()` and the next backward, so it is not held during the forward pass. In
+        the words of the `zero_grad` docs: "This will in general have lower memory
+        footprint, and can modestly improve performance."
+    """
+    example = """
+        ```python
+        optimizer.zero_grad(set_to_none=False)
+        # or
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.zero_()
+        ```
+    """
+    use_instead = """
+        ```python
+        optimizer.zero_grad()      # set_to_none=True is the default since PyTorch 2.0
+        # or, by hand
+        for p in model.parameters():
+            p.grad = None
+        ```
+    """
+    when_not = """
+        The gain is modest: milliseconds per step (15 ms for 96 MiB of gradients here), which
+        matters for small, fast steps and vanishes in large ones. Keep zeros when the code
+        depends on them: optimizers skip a parameter whose `.grad` is `None` but still step
+        one with a zero gradient (momentum and weight decay keep moving it), and code that
+        reads `p.grad` after `zero_grad()` (in-place `p.grad.add_(...)`, gradient norms over
+        all parameters) fails on `None`. That is why the fix is not applied silently.
+    """
+    references = (
+        "PyTorch docs, torch.optim.Optimizer.zero_grad: https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.zero_grad.html",
+        "PyTorch Performance Tuning Guide — Use parameter.grad = None instead of model.zero_grad(): https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+        "Seed 001 (Reset the gradients to None), seed 003 (write-only gradient reset: param.grad = None); seed 000 is listed for this tip in TIPS.md but gives no gradient-reset advice of its own",
+    )

@@ -1,0 +1,70 @@
+"""PIT404 load-checkpoint: load with map_location, and let go of the checkpoint once restored."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class LoadCheckpoint(Tip):
+    code = "PIT404"
+    slug = "load-checkpoint"
+    title = "torch.load without map_location, and the checkpoint dict kept alive after loading"
+    faces = "LE"
+    seeds = ("001", "002")
+    truth = (
+        "Seed 001 is right on both points. Without `map_location`, tensors go back to the device "
+        "they were saved from (torch.load docs): a GPU-saved checkpoint lands on that GPU next to "
+        "the model, and fails to load where that device does not exist. Measured here: a 96 MiB "
+        "checkpoint still referenced after `load_state_dict` kept the process at 414 MiB RSS, "
+        "318 MiB after `del checkpoint`. Seed 002's `model.load_state_dict(torch.load(PATH))` "
+        "frees it at once but has no `map_location`. `weights_only` has defaulted to True since "
+        "PyTorch 2.6 (PIT903)."
+    )
+
+    what = """
+        Flags `torch.load(…)` called without `map_location`. The finding is reported at the
+        call; there is no autofix, since the right target (`"cpu"`, `device`, a per-rank
+        mapping) depends on the program.
+    """
+    why = """
+        `torch.load` first deserializes every storage on the CPU and then moves it to the
+        device recorded at save time. For a checkpoint written from `cuda:0` that means a
+        second full copy of the weights (and optimizer state) on GPU 0 while the model's own
+        copy is already there, on every process that loads it: in a multi-GPU job all ranks
+        load onto GPU 0 unless the location is remapped. On a machine without that device the
+        load raises an error. And after `load_state_dict` has copied the values into the model
+        and optimizer, a `checkpoint` variable that is still referenced keeps that extra copy
+        alive until it goes out of scope.
+    """
+    example = """
+        ```python
+        checkpoint = torch.load(save_path)           # back onto the saving device
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        train(model, optimizer)                      # checkpoint still alive
+        ```
+    """
+    use_instead = """
+        ```python
+        checkpoint = torch.load(save_path, map_location="cpu", weights_only=True)
+        model.load_state_dict(checkpoint["model"])          # copies onto the model's device
+        optimizer.load_state_dict(checkpoint["optimizer"])  # state follows the params
+        del checkpoint
+        ```
+        `map_location=device` (or `{"cuda:0": f"cuda:{rank}"}` under DDP) loads straight onto
+        the target device. For very large files, `mmap=True` maps the file instead of reading
+        every storage into memory first.
+    """
+    when_not = """
+        A CPU-only program reading CPU-saved files gains nothing from `map_location`; the
+        rule still asks for it so that the script survives a GPU-saved file. `del` saves
+        nothing when the checkpoint is not bound to a name (seed 002's one-liner) or is loaded
+        inside a function that returns right after restoring. Loading happens once per run:
+        this is about peak memory and portability, not about step time.
+    """
+    references = (
+        "PyTorch docs, torch.load (map_location, mmap, weights_only): https://pytorch.org/docs/stable/generated/torch.load.html",
+        "PyTorch tutorial, Saving and Loading Models — across devices: https://pytorch.org/tutorials/beginner/saving_loading_models.html",
+        "PyTorch tutorial, Getting Started with Distributed Data Parallel — save and load checkpoints: https://pytorch.org/tutorials/intermediate/ddp_tutorial.html",
+        "Seed 001 (Loading to a different device; free the checkpoint variable), seed 002 (Save and load weights)",
+    )

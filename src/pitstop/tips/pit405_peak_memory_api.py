@@ -1,0 +1,81 @@
+"""PIT405 peak-memory-api: measure memory per phase with the current peak-statistics API."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class PeakMemoryApi(Tip):
+    code = "PIT405"
+    slug = "peak-memory-api"
+    title = "Measure memory per phase with memory_allocated / max_memory_allocated / reset_peak_memory_stats"
+    faces = "LDE"
+    seeds = ("000", "001")
+    truth = (
+        "Seed 000's `torch.cuda.reset_max_memory_allocated()` is deprecated, like "
+        "`reset_max_memory_cached()`: in torch 2.13 both emit a FutureWarning and call "
+        "`torch.cuda.reset_peak_memory_stats()`, which resets all peak statistics, not just one "
+        "counter. Seed 001's `torch.cuda.memory_allocated()` counts only memory occupied by "
+        "tensors: it is usually less than nvidia-smi shows, which also includes the caching "
+        "allocator's reserve (`memory_reserved()`) and the CUDA context. torch 2.13 also has "
+        "device-agnostic `torch.accelerator.memory_allocated / max_memory_allocated / "
+        "reset_peak_memory_stats`."
+    )
+
+    what = """
+        Flags calls of `torch.cuda.reset_max_memory_allocated` and
+        `torch.cuda.reset_max_memory_cached`, with a safe autofix to
+        `torch.cuda.reset_peak_memory_stats` (what the old functions call anyway). At run
+        time the doctor measures allocated memory and its peak separately for the forward
+        pass, the backward pass and the optimizer step, resetting the peak between phases,
+        so a memory problem is attributed to the phase that causes it.
+    """
+    why = """
+        One number at the end of a step (or nvidia-smi) does not say what to change. The
+        forward pass's peak grows with the saved activations (PIT401), the backward adds the
+        gradients, and the first optimizer step adds the optimizer state (PIT402).
+        `max_memory_allocated()` reports the highest tensor memory since the last
+        `reset_peak_memory_stats()`, so resetting at each phase boundary gives a peak per
+        phase; `memory_allocated()` gives what is still held when a phase ends.
+    """
+    example = """
+        ```python
+        torch.cuda.reset_max_memory_allocated()      # deprecated
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        print(torch.cuda.max_memory_allocated())     # one peak for everything
+        ```
+    """
+    use_instead = """
+        ```python
+        def peak_since_reset():
+            return torch.cuda.max_memory_allocated() / 2**20   # MiB
+
+        torch.cuda.reset_peak_memory_stats()
+        loss = loss_fn(model(x), y)
+        fwd = peak_since_reset()
+        torch.cuda.reset_peak_memory_stats()
+        loss.backward()
+        bwd = peak_since_reset()
+        torch.cuda.reset_peak_memory_stats()
+        optimizer.step()
+        opt = peak_since_reset()
+        held = torch.cuda.memory_allocated() / 2**20
+        ```
+        For a timeline of every allocation, take a memory snapshot (PIT905).
+    """
+    when_not = """
+        Measuring makes nothing faster; it tells you where memory goes. The counters exist
+        for CUDA (and other accelerators through `torch.accelerator`); on the CPU there is no
+        equivalent in torch 2.13 (`torch.cpu` has no memory counters; checked), and process
+        RSS is only a rough proxy. `memory_allocated` leaves out the allocator's cache and
+        the CUDA context, so it will not match nvidia-smi: look at `memory_reserved()` for
+        the cache.
+    """
+    references = (
+        "PyTorch docs, torch.cuda.reset_peak_memory_stats: https://pytorch.org/docs/stable/generated/torch.cuda.reset_peak_memory_stats.html",
+        "PyTorch docs, torch.cuda.max_memory_allocated: https://pytorch.org/docs/stable/generated/torch.cuda.max_memory_allocated.html",
+        "PyTorch docs, CUDA semantics — Memory management: https://pytorch.org/docs/stable/notes/cuda.html",
+        "PyTorch docs, Understanding CUDA Memory Usage (memory snapshots): https://pytorch.org/docs/stable/torch_cuda_memory.html",
+        "Seed 000 (reset_max_memory_allocated), seed 001 (memory_allocated after each phase)",
+    )

@@ -1,0 +1,72 @@
+"""PIT501 fused-optimizer: update all parameters in one fused kernel, not one tensor at a time."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class FusedOptimizer(Tip):
+    code = "PIT501"
+    slug = "fused-optimizer"
+    title = "Optimizer in for-loop mode, or not fused where fused=True exists"
+    faces = "LDKEB"
+    seeds = ("000",)
+    truth = (
+        "Seed 000 explains `foreach` well, but two details are off today. `foreach` kernels are "
+        "batched elementwise updates over many tensors, not BLAS/cuBLAS linear algebra. And the "
+        "faster choice is now `fused=True` (Adam, AdamW, SGD, Adagrad; CPU and CUDA), which "
+        "PyTorch never picks by default: it defaults to `foreach` only when all parameters are "
+        "on an accelerator such as CUDA, so on CPU the default *is* the for-loop. An AdamW step "
+        "over 200 parameter tensors (100 Linear(256, 256), 6.6M params) measured 2.4x faster "
+        "fused than for-loop here (22.9 ms -> 9.5 ms; one thread, CPU time, 2-core Xeon); "
+        "2.4x-4.6x over the sizes tried with one thread, 2.7x-5.6x with two (wall clock, "
+        "noisier: the machine was shared). `foreach=True` was no faster than the for-loop on "
+        "CPU (0.7x-1.3x). The seed's \"slight numerical differences\" is right: after 20 steps, "
+        "fused and for-loop AdamW weights differed by at most 7.5e-9."
+    )
+
+    what = """
+        Flags a `torch.optim.*` constructor called with a literal `foreach=False` or
+        `fused=False`, reported at that keyword; no fix is offered (the choice can be deliberate,
+        e.g. to reproduce an old run bit for bit). At run time the doctor checks which
+        implementation each optimizer actually runs (for-loop, foreach or fused) and what share of
+        the step time `optimizer.step()` takes; `tune` measures `fused=True` on your own training.
+    """
+    why = """
+        The for-loop implementation updates one parameter tensor at a time: for AdamW that is
+        several elementwise ops per tensor (decay, two moment updates, the denominator, the
+        update), each a separate pass over memory (and on a GPU a separate kernel launch), plus
+        Python overhead per tensor. `foreach` groups each op across all tensors into one
+        multi-tensor call (horizontal fusion). `fused` also merges the ops (vertical fusion): one
+        kernel reads each parameter, its gradient and its two moments once and writes them once.
+        Models with hundreds of parameter tensors spend a visible share of the step there.
+    """
+    example = """
+        ```python
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, foreach=False)
+        # on CPU the default (no foreach/fused argument) is the same for-loop
+        ```
+    """
+    use_instead = """
+        ```python
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, fused=True)
+        ```
+        `fused=True` exists for `Adam`, `AdamW`, `SGD` and `Adagrad` with floating-point
+        parameters on CPU and CUDA. For the other optimizers (`RMSprop`, the seed's example, has
+        `foreach` but no `fused`) leave `foreach` unset: PyTorch uses it on CUDA by itself.
+        `fused=True` and `foreach=True` cannot be combined.
+    """
+    when_not = """
+        When the optimizer step is a small share of the training step (a compute-heavy model
+        with few, large parameter tensors), a 3x faster optimizer step moves the total little.
+        On CPU `foreach=True` buys nothing (0.7x-1.3x of the for-loop
+        here). `foreach` needs about one extra copy of the parameters in peak memory for its
+        intermediates (PyTorch docs). Fused results differ from the for-loop in the last bits,
+        so a bitwise comparison with a run made with the old implementation needs the old
+        implementation; `fused` does not support `differentiable=True`.
+    """
+    references = (
+        "PyTorch docs, torch.optim — Algorithms (for-loop, foreach and fused implementations): https://pytorch.org/docs/stable/optim.html#algorithms",
+        "PyTorch docs, torch.optim.AdamW (`foreach` and `fused` arguments): https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html",
+        "Seed 000 (Torch Optimizer Tricks: RMSProp `foreach`, \"slight numerical differences\")",
+    )

@@ -1,0 +1,74 @@
+"""PIT604 multiple-of-8: layer widths, batch sizes and vocabularies sized for tensor-core tiles."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class MultipleOf8(Tip):
+    code = "PIT604"
+    slug = "multiple-of-8"
+    title = "Layer and batch sizes that are not multiples of 8 (64 for vocabularies)"
+    faces = "LDB"
+    seeds = ("001",)
+    truth = (
+        "It matters on NVIDIA tensor cores in fp16/bf16, which work on tiles whose dimensions "
+        "are multiples of 8 (NVIDIA's and PyTorch's guidance); a multiple of 8 is enough, "
+        "powers of two are not required, and large vocabularies are padded further (nanoGPT "
+        "pads GPT-2's 50257 to 50304, a multiple of 64). On this CPU there is no multiple-of-8 "
+        "cliff: a 1024xK by KxK matmul on one thread ran at 155-165 GFLOP/s in fp32 for every K "
+        "tried (1000, 1017, 1020, 1023, 1024, 1025, 1032); in bf16 (AMX) rates ranged 925-1093 "
+        "GFLOP/s over two runs with no consistent order between multiples of 8 and odd sizes, "
+        "and only K = 1024 was consistently fastest (~1180 GFLOP/s)."
+    )
+
+    what = """
+        Flags `nn.Linear`, `nn.ConvNd` and `nn.Embedding` constructors with an integer literal size
+        of 64 or more that is not divisible by 8, and `nn.Embedding` with a `num_embeddings` of
+        1000 or more that is not divisible by 64; reported at the literal, no fix (the size is a
+        modelling choice). At run time the doctor checks the sizes of the layers and of the batch
+        actually used when training runs on a GPU in fp16/bf16. `pitstop bench PIT604` times a
+        matmul just below, at and just above a multiple of 8 on this machine.
+    """
+    why = """
+        Tensor cores multiply small fixed-size tiles. cuBLAS and cuDNN reach full speed when the
+        matrix dimensions (batch x in_features, in_features x out_features, channel counts) fill
+        those tiles and rows are aligned; otherwise they pad internally or fall back to slower
+        kernels, and part of the hardware idles. A vocabulary of 50257 makes the output
+        projection, often the largest matmul of a language model, run at a ragged size.
+    """
+    example = """
+        ```python
+        model = nn.Sequential(
+            nn.Linear(784, 500),       # 500 is not a multiple of 8
+            nn.ReLU(),
+            nn.Linear(500, 10),
+        )
+        embedding = nn.Embedding(50257, 768)   # vocabulary not a multiple of 64
+        ```
+    """
+    use_instead = """
+        ```python
+        model = nn.Sequential(
+            nn.Linear(784, 512),
+            nn.ReLU(),
+            nn.Linear(512, 10),
+        )
+        embedding = nn.Embedding(50304, 768)   # padded; the extra rows are never indexed
+        ```
+        Fixed sizes of the data (784 input pixels, 10 classes) stay as they are; choose the
+        sizes you are free to choose (hidden widths, batch size, padded vocabulary).
+    """
+    when_not = """
+        On this CPU no consistent gain was measured (1024xK by KxK matmuls: flat in fp32, no
+        consistent pattern in bf16); on GPUs it matters most on the tensor-core path (fp16/bf16,
+        and TF32 for fp32 matmuls). Small layers whose time is dominated by overhead gain
+        nothing measurable. Rounding a hidden width up adds parameters and FLOPs: 500 -> 512
+        costs 2.4% more work, worth it only if the kernel gets faster by more than that.
+    """
+    references = (
+        "PyTorch Performance Tuning Guide — Use mixed precision and AMP (set sizes to multiples of 8): https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+        "NVIDIA Deep Learning Performance, Matrix Multiplication Background (Tensor Core requirements): https://docs.nvidia.com/deeplearning/performance/dl-performance-matrix-multiplication/index.html",
+        "nanoGPT GPTConfig.vocab_size = 50304 (\"padded up to nearest multiple of 64 for efficiency\"): https://github.com/karpathy/nanoGPT/blob/master/model.py",
+        "Seed 001 (9: sizes and batch sizes as multiples of 8)",
+    )

@@ -1,0 +1,77 @@
+"""PIT605 inference-mode: evaluate without autograd, under torch.inference_mode()."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class InferenceMode(Tip):
+    code = "PIT605"
+    slug = "inference-mode"
+    title = "Evaluation without torch.inference_mode(), or with autograd still recording"
+    faces = "LDE"
+    seeds = ("000", "002")
+    truth = (
+        "Seed 000 overstates two points. Tensors made under `inference_mode` are not immutable: "
+        "they can be changed in place inside inference mode; outside it, in-place updates raise "
+        "and autograd refuses to save them for backward (an MSE distillation loss against a "
+        "teacher output computed in inference mode raised here). And `no_grad` does not leave "
+        "\"intermediate tensors that carry gradients\": its results have `requires_grad=False` "
+        "and no graph either; it merely keeps version counters and view tracking, so its "
+        "results can enter autograd later. The speed difference between the two is small: none "
+        "measured here (4x Linear(1024, 1024)+ReLU, batch 512: no_grad 29.70 ms, inference_mode "
+        "29.65 ms; one thread, CPU time, 2-core Xeon). The real waste is leaving autograd on: "
+        "32.3 ms (about 9% slower), and the graph keeps every saved activation alive as long as "
+        "the output lives."
+    )
+
+    what = """
+        Flags an eval function (its name contains `eval`, `valid`, `test`, `predict` or `infer`)
+        decorated with `@torch.no_grad()` or containing `with torch.no_grad():`, reported at the
+        decorator or the `with`; and an eval function that calls a model under neither `no_grad`
+        nor `inference_mode`, reported at the function name. The fix `torch.inference_mode()` is
+        offered as unsafe (its outputs cannot enter autograd later). At run time the doctor checks
+        whether evaluation forward passes run with gradient recording enabled.
+    """
+    why = """
+        With grad mode on, every forward op records a node in the autograd graph and saves the
+        tensors its backward would need; for a forward that is never differentiated that is
+        wasted time and memory held until the outputs are freed. `no_grad` stops the recording.
+        `inference_mode` goes further: it also skips version-counter bumps and view tracking,
+        which is what makes its outputs unusable by autograd afterwards.
+    """
+    example = """
+        ```python
+        @torch.no_grad()
+        def evaluate(model, loader):
+            model.eval()
+            ...
+
+        def predict(model, x):
+            return model(x)          # autograd records the whole forward
+        ```
+    """
+    use_instead = """
+        ```python
+        @torch.inference_mode()
+        def evaluate(model, loader):
+            model.eval()             # inference_mode does not switch to eval mode (PIT803)
+            correct = 0
+            for x, y in loader:
+                correct += (model(x).argmax(1) == y).sum()
+            return correct.item() / len(loader.dataset)
+        ```
+    """
+    when_not = """
+        When the results must later enter autograd, keep `torch.no_grad()` (or `.clone()` the
+        result outside inference mode): for example teacher outputs used as targets in a
+        distillation loss, features cached for a later training step, or tensors updated in
+        place after evaluation. Compared with `no_grad` the gain is small (none measured here);
+        compared with leaving grad on it saves time and, mostly, memory.
+    """
+    references = (
+        "PyTorch docs, torch.inference_mode: https://pytorch.org/docs/stable/generated/torch.autograd.grad_mode.inference_mode.html",
+        "PyTorch docs, Autograd mechanics — Locally disabling gradient computation (grad modes, inference mode): https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation",
+        "PyTorch Performance Tuning Guide — Disable gradient calculation for validation or inference: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
+        "Seeds 000 (`@torch.inference_mode()` for evaluation), 002 (No grad and inference_mode decorators)",
+    )

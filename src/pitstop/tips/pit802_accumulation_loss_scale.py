@@ -1,0 +1,73 @@
+"""PIT802 accumulation-loss-scale: divide each micro-batch loss by the number of micro-steps."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class AccumulationLossScale(Tip):
+    code = "PIT802"
+    slug = "accumulation-loss-scale"
+    title = "Gradient accumulation without dividing the loss by the number of micro-steps"
+    faces = "L"
+    seeds = ("002",)
+    truth = (
+        "Seed 002's accumulation snippet backpropagates each micro-batch's `loss` undivided; its "
+        "`actual_loss = scaled_loss / N_STEPS` divides only the number it logs, not the "
+        "gradient. Checked here: with a mean-reduced loss and k = 4 equal micro-batches, the "
+        "undivided accumulated gradient was exactly 4x the gradient of the full batch, and "
+        "dividing each micro-batch loss by k made them equal. Seed 001's accumulation loop has "
+        "the same omission."
+    )
+
+    what = """
+        Flags a training loop with a conditional `.step()` whose backward'ed loss is never
+        divided: no `loss / k`, no `loss /= k`, and no division inside the expression passed
+        to backward. It reports at the backward call and offers no fix.
+    """
+    why = """
+        Gradients add up across `backward()` calls, so k micro-batches with a mean-reduced loss
+        leave the *sum* of k mean gradients in `.grad`: k times the gradient of the mean over
+        the large batch the accumulation stands for. With SGD that is an effective learning
+        rate k times too high. Adam and AdamW are nearly invariant to a constant gradient
+        scale, but gradient-norm clipping (and L2 weight decay added to the gradient, as in
+        SGD or Adam with `weight_decay`) see the k-times larger gradient, so results still
+        change.
+    """
+    example = """
+        Seed 002's snippet:
+        ```python
+        optimizer.zero_grad()
+        for accumulated_step_i in range(N_STEPS):
+            loss = loss_fn(model(x), y)
+            loss.backward()                  # sums N_STEPS full-size gradients
+        optimizer.step()
+        ```
+    """
+    use_instead = """
+        ```python
+        optimizer.zero_grad()
+        for i, (x, y) in enumerate(loader):
+            loss = loss_fn(model(x), y) / accum   # mean over the accumulated batch
+            loss.backward()
+            if (i + 1) % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        ```
+        Log `loss.detach() * accum` (or the undivided loss) to keep the logged value
+        comparable with an un-accumulated run.
+    """
+    when_not = """
+        If the learning rate was tuned with the summed gradient, dividing changes the effective
+        step size: scale the learning rate by k when you fix it. With `reduction="sum"` the
+        right divisor is the number of samples (or tokens) across the k micro-batches, not k;
+        the same holds when micro-batches differ in size (variable-length sequences), where
+        dividing each mean by k weights samples unequally. A last, shorter group at the end of
+        an epoch is slightly under-weighted by a fixed 1/k.
+    """
+    references = (
+        "PyTorch docs, CUDA Automatic Mixed Precision examples — Gradient accumulation (loss / iters_to_accumulate): https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation",
+        "PyTorch docs, torch.Tensor.backward (gradients accumulate in the leaves): https://pytorch.org/docs/stable/generated/torch.Tensor.backward.html",
+        "Goyal et al., Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour, 2017 (learning rate vs. batch size): https://arxiv.org/abs/1706.02677",
+        "Seed 002 (Gradient accumulation snippet); seed 001 (7, gradient accumulation) has the same omission",
+    )

@@ -1,0 +1,73 @@
+"""PIT803 eval-mode: switch the model to eval() for validation; no_grad does not do it."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class EvalMode(Tip):
+    code = "PIT803"
+    slug = "eval-mode"
+    title = "Validation forward with the model still in training mode (dropout and BatchNorm active)"
+    faces = "LD"
+    seeds = ("000", "002")
+    truth = (
+        "Implied by the seeds rather than stated. Seed 000's `evaluate_model` runs under "
+        "`@torch.inference_mode()` but never calls `model.eval()`: inference mode turns off "
+        "autograd, not dropout or BatchNorm's batch statistics. Seed 002's decorated examples "
+        "do call `model.eval()`. Checked here: a `BatchNorm1d` in training mode updated its "
+        "running mean under `torch.no_grad()`, and `Dropout(0.5)` still zeroed elements under "
+        "`torch.inference_mode()`."
+    )
+
+    what = """
+        Flags an eval function (its name contains `eval`, `valid`, `test`, `predict` or
+        `infer`) that runs under `no_grad`/`inference_mode` and calls a model but never calls
+        `.eval()` nor `.train(False)`. It reports at the function name and offers no fix. At
+        run time the doctor flags forward passes run without gradients while the model is
+        still in training mode (`model.training == True`).
+    """
+    why = """
+        Grad mode and module mode are independent switches. `no_grad`/`inference_mode` only
+        stop autograd from recording; `model.eval()` changes what layers compute. In training
+        mode, Dropout keeps dropping activations, so validation metrics are noisy and
+        pessimistic; BatchNorm normalizes with the statistics of the current validation batch
+        (results then depend on batch size and composition) and updates its running averages
+        with validation data, changing the model you are measuring.
+    """
+    example = """
+        Seed 000's evaluation function:
+        ```python
+        @torch.inference_mode()
+        def evaluate_model(input_data):
+            output = model(input_data)       # dropout and BatchNorm still in train mode
+            return output
+        ```
+    """
+    use_instead = """
+        ```python
+        @torch.inference_mode()
+        def evaluate(model, loader):
+            was_training = model.training
+            model.eval()                     # dropout off, BatchNorm uses running stats
+            correct = 0
+            for x, y in loader:
+                correct += (model(x).argmax(1) == y).sum()
+            model.train(was_training)        # back to training mode afterwards
+            return correct.item() / len(loader.dataset)
+        ```
+    """
+    when_not = """
+        A model without dropout, BatchNorm or other mode-dependent layers computes the same
+        thing in both modes (the call is still free). Some techniques want training mode on
+        purpose, such as Monte Carlo dropout for uncertainty estimates or re-estimating
+        BatchNorm statistics on new data; mark those `# noqa: PIT803`. The mirror bug is
+        forgetting `model.train()` after validation: the rest of training then runs without
+        dropout and with BatchNorm statistics no longer updated.
+    """
+    references = (
+        "PyTorch docs, torch.nn.Module.eval: https://pytorch.org/docs/stable/generated/torch.nn.Module.html#torch.nn.Module.eval",
+        "PyTorch docs, Autograd mechanics — Locally disabling gradient computation (evaluation mode is not a grad mode): https://pytorch.org/docs/stable/notes/autograd.html#locally-disabling-gradient-computation",
+        "PyTorch docs, torch.nn.BatchNorm2d (running statistics in training vs. evaluation): https://pytorch.org/docs/stable/generated/torch.nn.BatchNorm2d.html",
+        "Seed 000 (inference_mode for evaluation), seed 002 (No grad and inference_mode decorators)",
+    )

@@ -1,0 +1,68 @@
+"""PIT902 deterministic-vs-benchmark: cudnn.deterministic and cudnn.benchmark both on contradict."""
+
+from __future__ import annotations
+
+from pitstop.tips._base import Tip
+
+
+class DeterministicVsBenchmark(Tip):
+    code = "PIT902"
+    slug = "deterministic-vs-benchmark"
+    title = "cudnn.deterministic = True together with cudnn.benchmark = True"
+    faces = "LD"
+    seeds = ("002", "003")
+    truth = (
+        "Seed 002 sets the pair the consistent way (deterministic on, benchmark off) and seed "
+        "003 turns benchmark on knowing it gives up determinism. Both on is a contradiction: "
+        "PyTorch's cuDNN convolution code then times only the deterministic algorithms, so you "
+        "pay for deterministic kernels, yet the algorithm that wins the timing can differ from "
+        "run to run and results are not reproducible across runs. The modern reproducibility "
+        "switch is `torch.use_deterministic_algorithms(True)` (PIT901)."
+    )
+
+    what = """
+        Flags one file that sets both `torch.backends.cudnn.deterministic = True` and
+        `torch.backends.cudnn.benchmark = True`. It reports at the benchmark assignment and
+        offers no fix: you have to choose one goal. At run time the doctor checks the flags
+        actually in effect while training runs (another module or library may set them).
+    """
+    why = """
+        The flags answer different questions. `benchmark` times the available convolution
+        algorithms for each new input shape and keeps the fastest; PyTorch's reproducibility
+        notes warn that, because of benchmarking noise, it may select different algorithms on
+        subsequent runs, even on the same machine. `deterministic` restricts cuDNN to
+        deterministic algorithms. With both on, the benchmark searches only among the
+        deterministic ones: each run is internally consistent, but two runs can still use
+        different algorithms and give different results, while the deterministic restriction
+        keeps you from the fastest kernels. You get neither reproducibility nor full speed.
+    """
+    example = """
+        ```python
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = True     # undoes run-to-run reproducibility
+        ```
+    """
+    use_instead = """
+        For reproducible runs:
+        ```python
+        torch.use_deterministic_algorithms(True)  # cuDNN and every other op (PIT901)
+        torch.backends.cudnn.benchmark = False
+        ```
+        For speed, with static input shapes (PIT602):
+        ```python
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.deterministic = False  # the default
+        ```
+    """
+    when_not = """
+        Only cuDNN reads these flags (convolutions on NVIDIA GPUs; ROCm builds pass them on to
+        MIOpen); CPU runs ignore them. If all you need is determinism within one process, for
+        example comparing two forward passes of the same run, the pair does give that; say so
+        with `# noqa: PIT902`.
+    """
+    references = (
+        "PyTorch docs, Reproducibility — CUDA convolution benchmarking and CUDA convolution determinism: https://pytorch.org/docs/stable/notes/randomness.html#cuda-convolution-benchmarking",
+        "PyTorch docs, torch.backends.cudnn: https://pytorch.org/docs/stable/backends.html#torch-backends-cudnn",
+        "PyTorch source, aten/src/ATen/native/cudnn/Conv_v7.cpp (getValidAlgorithms keeps only CUDNN_DETERMINISTIC algorithms when deterministic is set): https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cudnn/Conv_v7.cpp",
+        "Seed 002 (Freeze seeds for reproducibility), seed 003 (cudnn.benchmark gives up determinism)",
+    )
