@@ -27,6 +27,13 @@ _LAZY: dict[str, str] = {
     "capture": "pitstop.helpers.inspect",
     "retain_grads": "pitstop.helpers.inspect",
     "seed_everything": "pitstop.helpers.seed",
+    # engine (face E)
+    "Recipe": "pitstop.engine.recipe",
+    "make_step": "pitstop.engine.step",
+    "fit": "pitstop.engine.loop",
+    "save_checkpoint": "pitstop.engine.checkpoint",
+    "load_checkpoint": "pitstop.engine.checkpoint",
+    "latest_checkpoint": "pitstop.engine.checkpoint",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -1,0 +1,53 @@
+"""The engine (face E): a lean, correct training step and loop that apply a :class:`Recipe`.
+
+Modules: ``recipe`` (the frozen :class:`Recipe`, torch-free), ``precision`` (precision
+plugins), ``prepare`` (channels_last, activation checkpointing, optimizer implementation),
+``step`` (:func:`make_step`), ``loop`` (:func:`fit`), ``data`` (loaders, device moves, CUDA
+prefetcher, micro-batch groups), ``checkpoint`` (atomic, weights-only checkpoints),
+``distributed`` (torch.distributed + DDP under torchrun), ``monitor`` (logging, evaluation),
+``callbacks``.
+
+This package is imported by torch-free code (``pitstop.tune`` parses recipes), so it resolves
+its torch-backed names lazily, like the top-level ``pitstop`` package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY: dict[str, str] = {
+    "Recipe": "pitstop.engine.recipe",
+    "RecipeError": "pitstop.engine.recipe",
+    "make_step": "pitstop.engine.step",
+    "Step": "pitstop.engine.step",
+    "LossError": "pitstop.engine.step",
+    "fit": "pitstop.engine.loop",
+    "Callback": "pitstop.engine.callbacks",
+    "FitState": "pitstop.engine.callbacks",
+    "FitResult": "pitstop.engine.callbacks",
+    "NonFiniteLossError": "pitstop.engine.callbacks",
+    "save_checkpoint": "pitstop.engine.checkpoint",
+    "load_checkpoint": "pitstop.engine.checkpoint",
+    "load_latest": "pitstop.engine.checkpoint",
+    "latest_checkpoint": "pitstop.engine.checkpoint",
+    "CheckpointError": "pitstop.engine.checkpoint",
+    "make_loader": "pitstop.engine.data",
+    "init_distributed": "pitstop.engine.distributed",
+    "switch_optimizer_impl": "pitstop.engine.prepare",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pitstop.engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
