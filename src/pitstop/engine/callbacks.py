@@ -20,13 +20,17 @@ class NonFiniteLossError(FloatingPointError):
 @dataclass
 class FitState:
     """Where training is. ``step``: optimizer steps done; ``epoch``: epochs completed;
-    ``pos``: micro-batches consumed in the current epoch; ``samples``: training samples seen."""
+    ``pos``: micro-batches consumed in the current epoch; ``samples``: training samples seen.
+    ``model`` is the user's module, ``train_model`` what the forward runs (DDP-wrapped and/or
+    compiled), ``runner`` the :class:`~pitstop.engine.step.Step`."""
 
     step: int = 0
     epoch: int = 0
     pos: int = 0
     samples: int = 0
     model: Any = None
+    train_model: Any = None
+    runner: Any = None
     optimizer: Any = None
     scheduler: Any = None
     recipe: Any = None

@@ -70,7 +70,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
     with make_step(model, optimizer, loss_fn, recipe) as step:
         sched = _scheduler(scheduler, optimizer, step.optimizer)
         loader = adapt_loader(train_loader, recipe, device=step.device, dist=info)
-        state = FitState(model=step.model, optimizer=step.optimizer, scheduler=sched, recipe=recipe,
+        step.model.train()
+        state = FitState(model=step.model, train_model=step.train_model, runner=step, optimizer=step.optimizer, scheduler=sched, recipe=recipe,
                          rank=info.rank, world_size=info.world_size)
         result = FitResult(steps=0, epochs=0, samples=0, seconds=0.0, last_loss=None)
         resume_rng = None

@@ -61,7 +61,7 @@ class Recipe:
         (``prefetch_factor``): ``None`` keeps what the given DataLoader has.
         ``non_blocking``: host-to-device copies with ``non_blocking=True``.
     Run
-        ``seed`` (``None``: do not seed), ``deterministic``
+        ``seed`` (``fit`` seeds every RNG with it; ``None``: leave them), ``deterministic``
         (``torch.use_deterministic_algorithms``), ``device`` (``"auto"``: CUDA if present).
     """
 
@@ -80,7 +80,7 @@ class Recipe:
     persistent_workers: bool | None = None
     prefetch: int | None = None
     non_blocking: bool = True
-    seed: int | None = 0
+    seed: int | None = None
     deterministic: bool = False
     device: str = "auto"
 
@@ -209,7 +209,8 @@ class Recipe:
         return path
 
     def to_toml(self) -> str:
-        """A ``[recipe]`` table; ``None`` fields are left out (TOML has no null)."""
+        """A ``[recipe]`` table; ``None`` fields are left out (TOML has no null; every field
+        that may be ``None`` defaults to ``None``, so leaving it out round-trips)."""
         lines = ["[recipe]"]
         for key, value in self.to_dict().items():
             if value is not None:
