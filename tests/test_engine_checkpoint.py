@@ -1,0 +1,104 @@
+"""Checkpoints: atomic writes, latest-good discovery, weights-only loading, RNG round trip."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+from engine_helpers import ce, data, loader, twins
+from pitstop.engine import CheckpointError, Recipe, fit, latest_checkpoint, load_checkpoint, load_latest, save_checkpoint
+from pitstop.engine.checkpoint import checkpoint_path, list_checkpoints, rng_state, set_rng_state
+
+
+def _state(value: float) -> dict:
+    return {"w": torch.full((256, 256), value), "step": int(value)}
+
+
+def test_save_is_atomic_when_the_write_fails_midway(tmp_path, monkeypatch):
+    good = save_checkpoint(_state(1.0), checkpoint_path(tmp_path, 1))
+    target = checkpoint_path(tmp_path, 1)  # overwrite the same name: the old one must survive
+
+    def dying_save(obj, f):
+        f.write(b"PK\x03\x04 half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", dying_save)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(_state(2.0), target)
+    monkeypatch.undo()
+    assert torch.equal(load_checkpoint(good)["w"], torch.full((256, 256), 1.0))
+    assert sorted(os.listdir(tmp_path)) == ["step-000000001.pt"]  # the temp file was removed
+
+
+def test_a_truncated_or_corrupt_newest_file_is_never_picked(tmp_path):
+    save_checkpoint(_state(1.0), checkpoint_path(tmp_path, 1))
+    save_checkpoint(_state(2.0), checkpoint_path(tmp_path, 2))
+    newest = save_checkpoint(_state(3.0), checkpoint_path(tmp_path, 3))
+    full = newest.read_bytes()
+    newest.write_bytes(full[: len(full) // 2])  # truncated mid-write (no atomic rename)
+    with pytest.warns(UserWarning, match=r"step-000000003\.pt: truncated or corrupt"):
+        assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 2)
+    flipped = bytearray(checkpoint_path(tmp_path, 2).read_bytes())
+    with zipfile.ZipFile(checkpoint_path(tmp_path, 2)) as zf:  # flip one byte inside the tensor data
+        info = next(i for i in zf.infolist() if i.filename.endswith("data/0"))
+    offset = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra) + 1000
+    flipped[offset] ^= 0xFF
+    checkpoint_path(tmp_path, 2).write_bytes(bytes(flipped))
+    with pytest.warns(UserWarning) as warned:
+        path, state = load_latest(tmp_path)
+    assert path == checkpoint_path(tmp_path, 1) and state["step"] == 1
+    assert any("CRC" in str(w.message) for w in warned)
+    with pytest.raises(CheckpointError, match=r"step-000000003\.pt: truncated or corrupt"):
+        load_checkpoint(checkpoint_path(tmp_path, 3))
+    assert load_latest(tmp_path / "nothing-here") is None
+
+
+class Exploit:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_a_pickle_that_would_run_code_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "step-000000009.pt"
+    torch.save({"model": {}, "payload": Exploit()}, path)
+    with pytest.raises(CheckpointError, match=r"step-000000009\.pt: refused to load.*weights_only=True"):
+        load_checkpoint(path)
+    assert not (tmp_path / "pwned").exists()
+    with pytest.raises(CheckpointError, match="not a pitstop checkpoint"):
+        torch.save(torch.zeros(2), tmp_path / "t.pt")
+        load_checkpoint(tmp_path / "t.pt")
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "missing.pt")
+    assert pickle.loads(pickle.dumps(1)) == 1  # the test itself never unpickled the exploit
+
+
+def test_rng_states_round_trip_through_a_weights_only_checkpoint(tmp_path):
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    np.random.randn()  # leave a cached gaussian around
+    save_checkpoint({"rng": rng_state()}, tmp_path / "r.pt")
+    expected = (random.random(), np.random.randn(3).tolist(), torch.rand(3).tolist())
+    set_rng_state(load_checkpoint(tmp_path / "r.pt")["rng"])
+    assert (random.random(), np.random.randn(3).tolist(), torch.rand(3).tolist()) == expected
+
+
+def test_fit_checkpoints_hold_everything_and_keep_the_newest(tmp_path):
+    model, opt, _, _ = twins(opt="adam")
+    fit(model, opt, ce, loader(data(64), 8, shuffle=True), recipe=Recipe(seed=0, precision="fp16-mixed"), epochs=1,
+        checkpoint_dir=tmp_path, checkpoint_every=2, keep_checkpoints=2, progress=False,
+        scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 3))
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["step-000000008.pt", "step-000000006.pt"]
+    state = load_checkpoint(checkpoint_path(tmp_path, 8))
+    assert set(state) >= {"model", "optimizer", "step_state", "scheduler", "step", "epoch", "pos", "rng", "epoch_rng",
+                          "recipe"}
+    assert (state["step"], state["epoch"], state["pos"]) == (8, 0, 8)  # written after the last step of epoch 0
+    assert state["step_state"]["precision"]["scaler"]["scale"] > 0
+    assert state["scheduler"]["last_epoch"] == 8
+    assert Recipe.from_dict(state["recipe"]) == Recipe(seed=0, precision="fp16-mixed")
+    assert all(torch.equal(state["model"][k], v) for k, v in model.state_dict().items())
