@@ -258,3 +258,23 @@ def test_fit_reads_losses_once_per_log_interval(monkeypatch):
     assert result.steps == 20
     assert calls == [(5,)] * 4  # one transfer of 5 losses per interval, none per step
     assert [r["step"] for r in result.history] == [5, 10, 15, 20]
+
+
+def test_cudnn_benchmark_is_set_while_the_step_exists():
+    model, opt, _, _ = twins()
+    before = torch.backends.cudnn.benchmark
+    with make_step(model, opt, ce, Recipe(cudnn_benchmark=True)):
+        assert torch.backends.cudnn.benchmark is True
+    assert torch.backends.cudnn.benchmark == before
+
+
+def test_recipe_seed_makes_fit_reproducible():
+    results = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(8, 16), nn.Dropout(0.3), nn.Linear(16, 4))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        torch.manual_seed(99 + len(results))  # the shuffle and dropout depend on Recipe.seed only
+        fit(model, opt, ce, loader(data(64), 8, shuffle=True), recipe=Recipe(seed=7), epochs=1, progress=False)
+        results.append(model)
+    assert max_diff(*results) == 0

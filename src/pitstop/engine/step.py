@@ -115,6 +115,7 @@ class Step:
         self._no_sync = self.ddp.no_sync if self.ddp is not None else None
         self.forward_context = self.precision.forward_context()
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self._skip_nonfinite = recipe.skip_nonfinite
         self._clip = recipe.clip_norm is not None or recipe.clip_value is not None
         self._group_loss: torch.Tensor | None = None
         moves = self.device.type != "cpu" or recipe.channels_last
@@ -142,7 +143,7 @@ class Step:
         else:
             loss = self._forward_backward(batch, weight)
         loss = loss.detach()
-        if self.recipe.skip_nonfinite:
+        if self._skip_nonfinite:
             self._group_loss = loss if self.micro == 0 else self._group_loss + loss
         if boundary:
             self._optimizer_step()
@@ -161,7 +162,7 @@ class Step:
     def _optimizer_step(self) -> None:
         self.micro = 0
         self.steps += 1
-        if self.recipe.skip_nonfinite and not bool(torch.isfinite(self._group_loss)):  # host sync, opt-in
+        if self._skip_nonfinite and not bool(torch.isfinite(self._group_loss)):  # host sync, opt-in
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped += 1
             return

@@ -58,3 +58,4 @@ class DataloaderWorkers(Tip):
         "PyTorch Performance Tuning Guide — Enable async data loading and augmentation: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
         "Seed 002 (Workers in dataloader), seed 003 (num_workers > 0 and pin_memory=True)",
     )
+    engine = "Recipe.num_workers, Recipe.persistent_workers and Recipe.prefetch set the training DataLoader's workers, worker persistence and prefetch_factor (pitstop.engine.make_loader; fit rebuilds a given loader only when a field is set)."

@@ -73,3 +73,4 @@ class PinMemory(Tip):
         "PyTorch tutorial, A guide on good usage of non_blocking and pin_memory() in PyTorch: https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
         "Seed 002 (Pinned Memory), seed 003 (num_workers > 0 and pin_memory=True)",
     )
+    engine = "Recipe.pin_memory pins the loader's host batches (make_loader pins by default when the device is CUDA and never on CPU, where pinning does nothing)."

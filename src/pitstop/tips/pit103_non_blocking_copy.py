@@ -75,3 +75,4 @@ class NonBlockingCopy(Tip):
         "CUDA Runtime API — API synchronization behavior: https://docs.nvidia.com/cuda/cuda-runtime-api/api-sync-behavior.html",
         "Seed 001 (Asynchronous data transfer), seed 003 (asynchronous CPU-GPU transfer)",
     )
+    engine = "Recipe.non_blocking (on by default) copies every batch tensor with non_blocking=True, and on CUDA fit's prefetcher queues the next batch's copy on a side stream while the current step computes."

@@ -73,3 +73,4 @@ class ChannelsLast(Tip):
         "NVIDIA Deep Learning Performance — Convolutional Layers User's Guide (tensor layouts): https://docs.nvidia.com/deeplearning/performance/dl-performance-convolutional/index.html",
         "Seed 000 (General Speed-Up Tricks: channel last)",
     )
+    engine = "Recipe.channels_last converts the model (model.to(memory_format=torch.channels_last)) and every 4-D floating input batch before the step."

@@ -75,3 +75,4 @@ class SyncInLoop(Tip):
         "PyTorch docs, torch.cuda.set_sync_debug_mode: https://pytorch.org/docs/stable/generated/torch.cuda.set_sync_debug_mode.html",
         "Seed 000 (.item(), .numpy(), .cpu() cause synchronization), seed 002 (Avoid CPU to GPU transfers or vice-versa)",
     )
+    engine = "fit keeps each step's loss detached on the device and reads the losses of a whole log interval with one host transfer (log_every steps), where it also checks for inf/NaN; make_step itself never reads a device value."

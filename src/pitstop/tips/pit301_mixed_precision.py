@@ -76,3 +76,4 @@ class MixedPrecision(Tip):
         "Micikevicius et al., Mixed Precision Training, ICLR 2018: https://arxiv.org/abs/1710.03740",
         "Seeds 001 (mixed precision for the forward pass), 002 (auto mixed precision), 003 (torch.cuda.amp), 004 (apex amp)",
     )
+    engine = "Recipe.precision='bf16-mixed' or 'fp16-mixed' runs the forward and the loss under torch.autocast (never the backward), with a torch.amp.GradScaler for fp16 on CUDA and CPU alike."

@@ -68,3 +68,4 @@ class ClipWithoutUnscale(Tip):
         "PyTorch docs, torch.nn.utils.clip_grad_norm_: https://pytorch.org/docs/stable/generated/torch.nn.utils.clip_grad_norm_.html",
         "Seed 003 (Gradient Clipping: unscale_ before clip_grad_norm_)",
     )
+    engine = "With Recipe.clip_norm or Recipe.clip_value under fp16-mixed, make_step calls scaler.unscale_(optimizer) once per optimizer step, after the last micro-batch and before clipping."

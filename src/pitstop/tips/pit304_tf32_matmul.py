@@ -67,3 +67,4 @@ class Tf32Matmul(Tip):
         "NVIDIA blog, TensorFloat-32 in the A100 GPU: https://blogs.nvidia.com/blog/2020/05/14/tensorfloat-32-precision-format/",
         "Beyond the seeds",
     )
+    engine = "Recipe.precision='tf32' sets torch.set_float32_matmul_precision('high') and cudnn.allow_tf32 while the step exists; Step.close() (and the end of fit) puts the previous values back."

@@ -78,3 +78,4 @@ class ActivationCheckpointing(Tip):
         "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016: https://arxiv.org/abs/1604.06174",
         "Seed 002 (Gradient checkpointing), seed 003 (store only the outputs needed in forward; torch.utils.checkpoint)",
     )
+    engine = "Recipe.checkpoint_activations names submodules (fnmatch patterns) whose forward make_step runs under torch.utils.checkpoint.checkpoint(..., use_reentrant=False) while training; state_dict keys are unchanged."

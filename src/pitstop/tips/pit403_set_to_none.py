@@ -65,3 +65,4 @@ class SetToNone(Tip):
         "PyTorch Performance Tuning Guide — Use parameter.grad = None instead of model.zero_grad(): https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
         "Seed 001 (Reset the gradients to None), seed 003 (write-only gradient reset: param.grad = None); seed 000 is listed for this tip in TIPS.md but gives no gradient-reset advice of its own",
     )
+    engine = "make_step calls optimizer.zero_grad(set_to_none=True) after every optimizer step, and only then."

@@ -68,3 +68,4 @@ class LoadCheckpoint(Tip):
         "PyTorch tutorial, Getting Started with Distributed Data Parallel — save and load checkpoints: https://pytorch.org/tutorials/intermediate/ddp_tutorial.html",
         "Seed 001 (Loading to a different device; free the checkpoint variable), seed 002 (Save and load weights)",
     )
+    engine = "fit loads the newest good checkpoint with map_location set to the training device and drops the loaded dict once the model, optimizer, scheduler and scaler hold their copies (pitstop.load_checkpoint)."

@@ -77,3 +77,4 @@ class GradientAccumulation(Tip):
         "Goyal et al., Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour, 2017: https://arxiv.org/abs/1706.02677",
         "Seed 001 (Gradient accumulation), seed 002 (Gradient accumulation), seed 004 (4.2 Gradient Accumulation Example)",
     )
+    engine = "Recipe.accumulate sets the micro-batches per optimizer step: fit weights each loss by its share of the group's samples (1/k for full groups, also right for the epoch's short tail group) and steps once per group; under DDP the non-final micro-batches run in no_sync()."

@@ -70,3 +70,4 @@ class FusedOptimizer(Tip):
         "PyTorch docs, torch.optim.AdamW (`foreach` and `fused` arguments): https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html",
         "Seed 000 (Torch Optimizer Tricks: RMSProp `foreach`, \"slight numerical differences\")",
     )
+    engine = "Recipe.optimizer_impl ('fused', 'foreach', 'for-loop') rebuilds the optimizer with that implementation from its param groups and defaults and carries its state over (pitstop.engine.switch_optimizer_impl)."

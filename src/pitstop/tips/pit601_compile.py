@@ -78,3 +78,4 @@ class Compile(Tip):
         "PyTorch Performance Tuning Guide — Fuse operations: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
         "Seeds 002 (Static graphs: `torch.compile`), 004 (Tensor fusion and kernel fusion)",
     )
+    engine = "Recipe.compile (a torch.compile mode, or None) compiles the model the step runs (after DDP wrapping); checkpoints keep the plain module's state_dict names."

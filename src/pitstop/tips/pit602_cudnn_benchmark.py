@@ -64,3 +64,4 @@ class CudnnBenchmark(Tip):
         "PyTorch notes, Reproducibility — cuDNN convolution benchmarking: https://pytorch.org/docs/stable/notes/randomness.html",
         "Seeds 001 (10: cudnn.benchmark), 002 (cudnn.benchmark), 003 (cuDNN optimization, non-deterministic)",
     )
+    engine = "Recipe.cudnn_benchmark turns torch.backends.cudnn.benchmark on while the step exists (off again at Step.close()), and Recipe refuses it together with deterministic=True."

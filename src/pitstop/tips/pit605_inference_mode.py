@@ -75,3 +75,4 @@ class InferenceMode(Tip):
         "PyTorch Performance Tuning Guide — Disable gradient calculation for validation or inference: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
         "Seeds 000 (`@torch.inference_mode()` for evaluation), 002 (No grad and inference_mode decorators)",
     )
+    engine = "fit evaluates eval_loader under torch.inference_mode() with model.eval(), and puts the model back in train mode afterwards."

@@ -92,3 +92,4 @@ class NoDataparallel(Tip):
         "Li et al., PyTorch Distributed: Experiences on Accelerating Data Parallel Training, VLDB 2020: https://arxiv.org/abs/2006.15704",
         "Seed 002 (Use DistributedDataParallel not DataParallel), seed 003 (DataParallel no, DistributedDataParallel yes)",
     )
+    engine = "After pitstop.engine.init_distributed() in a script launched by torchrun, make_step wraps the model in DistributedDataParallel (gloo on CPU, nccl on CUDA) and only rank 0 writes checkpoints."

@@ -73,3 +73,4 @@ class DdpNoSync(Tip):
         "Li et al., PyTorch Distributed: Experiences on Accelerating Data Parallel Training, VLDB 2020 (gradient accumulation and no_sync): https://arxiv.org/abs/2006.15704",
         "Beyond the seeds; related: PIT406 (gradient accumulation), PIT802 (divide the loss by k)",
     )
+    engine = "Under DDP with Recipe.accumulate > 1, make_step runs the forward and backward of every micro-batch but a group's last inside model.no_sync(), so gradients are all-reduced once per optimizer step."

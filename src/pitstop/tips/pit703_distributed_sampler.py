@@ -74,3 +74,4 @@ class DistributedSamplerTip(Tip):
         "PyTorch docs, torch.utils.data — Iterable-style datasets (sharding across workers): https://pytorch.org/docs/stable/data.html#iterable-style-datasets",
         "Beyond the seeds (seed 002's DDP section implies each GPU gets a portion of the data; the sampler is what does it); related: PIT701",
     )
+    engine = "Under DDP, fit gives a loader without one a DistributedSampler (shuffling as the loader did, seeded with Recipe.seed) and calls sampler.set_epoch(epoch) before every epoch."

@@ -89,3 +89,4 @@ class SeedEverything(Tip):
         "PyTorch pull request #161749, [cuBLAS] update cuBLAS determinism docs, remove workspace requirement checks: https://github.com/pytorch/pytorch/pull/161749",
         "Seed 002 (Freeze seeds for reproducibility)",
     )
+    engine = "Recipe.seed makes fit seed Python, NumPy and torch (pitstop.seed_everything) before training; Recipe.deterministic turns on torch.use_deterministic_algorithms and turns cudnn.benchmark off while the step exists."

@@ -68,3 +68,4 @@ class UnsafeLoad(Tip):
         "safetensors: https://huggingface.co/docs/safetensors",
         "Beyond the seeds; related: PIT404 (map_location), PIT904 (save a state_dict)",
     )
+    engine = "pitstop.load_checkpoint (and fit's resume) loads with weights_only=True only; the engine stores RNG states and the recipe as tensors and plain types so its own checkpoints need nothing else, and a file that would need the full unpickler is refused with CheckpointError."

@@ -96,3 +96,4 @@ class SaveStateDict(Tip):
         "Python docs, os.replace (atomic rename on POSIX): https://docs.python.org/3/library/os.html#os.replace",
         "Seed 001 (3, Loading and save model), seed 002 (Save and load weights)",
     )
+    engine = "fit's checkpoints hold the state_dicts of model, optimizer, scheduler and GradScaler plus step, epoch, position in the epoch, every RNG state and the recipe, written atomically (temp file, fsync, rename, fsync of the directory; pitstop.save_checkpoint)."
