@@ -5,7 +5,7 @@ plugins), ``prepare`` (channels_last, activation checkpointing, optimizer implem
 ``step`` (:func:`make_step`), ``loop`` (:func:`fit`), ``data`` (loaders, device moves, CUDA
 prefetcher, micro-batch groups), ``checkpoint`` (atomic, weights-only checkpoints),
 ``distributed`` (torch.distributed + DDP under torchrun), ``monitor`` (logging, evaluation),
-``callbacks``.
+``callbacks``, ``profile`` (:class:`ProfileSteps`, a profiler window over optimizer steps).
 
 This package is imported by torch-free code (``pitstop.tune`` parses recipes), so it resolves
 its torch-backed names lazily, like the top-level ``pitstop`` package.
@@ -35,6 +35,7 @@ _LAZY: dict[str, str] = {
     "make_loader": "pitstop.engine.data",
     "init_distributed": "pitstop.engine.distributed",
     "switch_optimizer_impl": "pitstop.engine.prepare",
+    "ProfileSteps": "pitstop.engine.profile",
 }
 
 __all__ = list(_LAZY)

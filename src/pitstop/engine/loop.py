@@ -10,7 +10,10 @@ generators); a checkpoint stores them with the position in the epoch and the RNG
 the checkpoint. Resuming restores the epoch-start states, re-creates the loader's iterator
 (same shuffle), skips the batches already used (so in-process data randomness is replayed),
 then restores the checkpoint-time RNG states: the run continues as if never interrupted
-(bitwise on CPU; tested with a seeded shuffling loader and ``num_workers=0``).
+(bitwise on CPU; tested with a seeded shuffling loader and ``num_workers=0``). Limits: on
+CUDA the prefetcher has already drawn the next batch when a checkpoint is taken, so data
+randomness drawn in the training process (``num_workers=0``) is replayed one batch off; with
+``persistent_workers`` the workers' own RNG streams restart on resume.
 """
 
 from __future__ import annotations

@@ -90,3 +90,4 @@ class Profile(Tip):
         "Zachary DeVito, Debugging PyTorch memory use with snapshots: https://zdevito.github.io/2022/08/16/memory-snapshots.html",
         "Seed 002 (Profile your code; Debugging)",
     )
+    engine = "pitstop.engine.ProfileSteps(trace) is a fit callback that runs torch.profiler over a window of whole optimizer steps (wait, warmup, active) and writes a Chrome/Perfetto trace, plus a CUDA memory snapshot on CUDA."
