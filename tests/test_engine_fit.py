@@ -175,3 +175,10 @@ def test_cuda_prefetcher_is_refused_on_cpu_and_skipped_without_cuda():
     items = [(torch.ones(4).pin_memory(), 1.0, True, 4)] * 3
     out = list(CudaPrefetcher(items, torch.device("cuda"), lambda b: b.to("cuda", non_blocking=True)))
     assert all(o[0].is_cuda and o[0].sum().item() == 4 for o in out)
+
+
+def test_an_empty_loader_is_an_error_not_an_endless_loop():
+    model, opt, _, _ = twins()
+    batches = iter(list(loader(data(16), 8)))  # an iterator: exhausted after one epoch
+    with pytest.raises(ValueError, match="yielded no batches in epoch 1"):
+        fit(model, opt, ce, batches, recipe=Recipe(), max_steps=10, progress=False)

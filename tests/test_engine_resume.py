@@ -6,6 +6,7 @@ accumulation with an epoch tail, Adam, StepLR)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,7 +22,7 @@ SCRIPT = FIXTURES / "engine" / "resume_train.py"
 
 def run(ckpt, out, *extra):
     proc = subprocess.run([sys.executable, str(SCRIPT), str(ckpt), str(out), *extra], capture_output=True, text=True,
-                          timeout=240, env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+                          timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return proc
 
 

@@ -56,6 +56,8 @@ def _record_stream(batch: Any, stream: torch.cuda.Stream) -> None:
 
 def batch_size_of(batch: Any) -> int:
     """Samples in a batch: the length of its first tensor (1 if it holds none)."""
+    if type(batch) in (tuple, list) and batch and type(batch[0]) is torch.Tensor and batch[0].ndim:
+        return batch[0].shape[0]  # the common (x, y) batch, without the walk below
     while not isinstance(batch, torch.Tensor):
         if isinstance(batch, (list, tuple)) and batch:
             batch = batch[0]

@@ -74,8 +74,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
         sched = _scheduler(scheduler, optimizer, step.optimizer)
         loader = adapt_loader(train_loader, recipe, device=step.device, dist=info)
         step.model.train()
-        state = FitState(model=step.model, train_model=step.train_model, runner=step, optimizer=step.optimizer, scheduler=sched, recipe=recipe,
-                         rank=info.rank, world_size=info.world_size)
+        state = FitState(model=step.model, train_model=step.train_model, runner=step, optimizer=step.optimizer,
+                         scheduler=sched, recipe=recipe, rank=info.rank, world_size=info.world_size)
         result = FitResult(steps=0, epochs=0, samples=0, seconds=0.0, last_loss=None)
         resume_rng = None
         if checkpoint_dir is not None and resume:
@@ -153,6 +153,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
                     resume_rng = None
                     if hasattr(loader, "__len__") and state.pos >= len(loader):
                         batches = iter(())
+                start_pos = state.pos
                 for batch, weight, boundary, n in device_batches(micro_batches(batches, recipe.accumulate),
                                                                   step.device, recipe):
                     loss = step.run(batch, weight=weight, boundary=boundary)
@@ -176,6 +177,9 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
                         done = True
                         break
                 else:
+                    if state.pos == 0 and start_pos == 0:
+                        raise ValueError(f"fit: train_loader yielded no batches in epoch {state.epoch} "
+                                         "(an exhausted iterator or an empty dataset?)")
                     state.epoch += 1
                     state.pos = 0
                     if eval_loader is not None and not eval_every:
