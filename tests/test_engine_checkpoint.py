@@ -102,3 +102,16 @@ def test_fit_checkpoints_hold_everything_and_keep_the_newest(tmp_path):
     assert state["scheduler"]["last_epoch"] == 8
     assert Recipe.from_dict(state["recipe"]) == Recipe(seed=0, precision="fp16-mixed")
     assert all(torch.equal(state["model"][k], v) for k, v in model.state_dict().items())
+
+
+def test_fit_resumes_from_the_previous_good_checkpoint_when_the_newest_is_corrupt(tmp_path):
+    model, opt, _, _ = twins()
+    fit(model, opt, ce, loader(data(32), 8), recipe=Recipe(seed=0), epochs=1, checkpoint_dir=tmp_path,
+        checkpoint_every=1, progress=False)
+    newest = checkpoint_path(tmp_path, 4)
+    newest.write_bytes(newest.read_bytes()[:100])
+    model, opt, _, _ = twins()
+    with pytest.warns(UserWarning, match=r"step-000000004\.pt: truncated or corrupt.*previous one"):
+        r = fit(model, opt, ce, loader(data(32), 8), recipe=Recipe(seed=0), epochs=1, checkpoint_dir=tmp_path,
+                checkpoint_every=1, progress=False)
+    assert r.resumed_from == checkpoint_path(tmp_path, 3) and r.steps == 4

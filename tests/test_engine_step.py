@@ -278,3 +278,11 @@ def test_recipe_seed_makes_fit_reproducible():
         fit(model, opt, ce, loader(data(64), 8, shuffle=True), recipe=Recipe(seed=7), epochs=1, progress=False)
         results.append(model)
     assert max_diff(*results) == 0
+
+
+def test_a_cuda_recipe_without_cuda_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    model, opt, _, _ = twins()
+    with pytest.raises(RuntimeError, match="Recipe.device='cuda' but CUDA is not available"):
+        make_step(model, opt, ce, Recipe(device="cuda"))
