@@ -73,3 +73,19 @@ class PinMemory(Tip):
         "PyTorch tutorial, A guide on good usage of non_blocking and pin_memory() in PyTorch: https://pytorch.org/tutorials/intermediate/pinmem_nonblock.html",
         "Seed 002 (Pinned Memory), seed 003 (num_workers > 0 and pin_memory=True)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class PinMemoryRule(LintRule, tip="PIT102"):
+    message = "DataLoader without pin_memory=True while the file trains on CUDA: copies from pageable memory cannot overlap compute"
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if not ctx.is_dataloader(node):
+            return
+        a = nodes.arg(node, "pin_memory", 7)
+        if a is None and not nodes.has_star_args(node) or a is not None and nodes.is_false(a.value):
+            self.report(node, when=lambda: ctx.cuda_implied)

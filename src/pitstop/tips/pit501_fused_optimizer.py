@@ -70,3 +70,21 @@ class FusedOptimizer(Tip):
         "PyTorch docs, torch.optim.AdamW (`foreach` and `fused` arguments): https://pytorch.org/docs/stable/generated/torch.optim.AdamW.html",
         "Seed 000 (Torch Optimizer Tricks: RMSProp `foreach`, \"slight numerical differences\")",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class ForLoopOptimizerRule(LintRule, tip="PIT501"):
+    message = "optimizer forced into its per-parameter for-loop; drop foreach=False/fused=False"
+
+    def visit_Call(self, node):
+        q = self.ctx.optimizer_class(node)
+        if q is None:
+            return
+        for key in ("foreach", "fused"):
+            a = nodes.kwarg(node, key)
+            if a is not None and nodes.is_false(a.value):
+                self.report(a, f"{q.rsplit('.', 1)[1]}({key}=False) runs a Python for-loop over the parameters; "
+                               f"drop it (or try fused=True)")

@@ -92,3 +92,17 @@ class NoDataparallel(Tip):
         "Li et al., PyTorch Distributed: Experiences on Accelerating Data Parallel Training, VLDB 2020: https://arxiv.org/abs/2006.15704",
         "Seed 002 (Use DistributedDataParallel not DataParallel), seed 003 (DataParallel no, DistributedDataParallel yes)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule
+
+_DP = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"})
+
+
+class DataParallelRule(LintRule, tip="PIT701"):
+    message = "nn.DataParallel is single-process and slower than DistributedDataParallel even on one machine; use DDP with torchrun"
+
+    def visit_Call(self, node):
+        if self.ctx.call_name(node) in _DP:
+            self.report(node)

@@ -73,3 +73,37 @@ class DdpNoSync(Tip):
         "Li et al., PyTorch Distributed: Experiences on Accelerating Data Parallel Training, VLDB 2020 (gradient accumulation and no_sync): https://arxiv.org/abs/2006.15704",
         "Beyond the seeds; related: PIT406 (gradient accumulation), PIT802 (divide the loss by k)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+DDP = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
+
+
+class DdpNoSyncRule(LintRule, tip="PIT702"):
+    message = "gradient accumulation under DDP without no_sync(): every micro-step all-reduces the gradients"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.ddp = False
+        self.no_sync = False
+        self.backwards = []
+
+    def visit_Attribute(self, node):
+        if node.attr.value == "no_sync":
+            self.no_sync = True
+
+    def visit_Call(self, node):
+        if self.ctx.call_name(node) in DDP:
+            self.ddp = True
+        elif nodes.method(node) == "backward":
+            self.backwards.append((node, self.ctx.site()))
+
+    def finish(self):
+        if not self.ddp or self.no_sync:
+            return
+        for node, site in self.backwards:
+            loop = site.inner_loop()
+            if loop is not None and loop.conditional_step:
+                self.report(node)

@@ -68,3 +68,17 @@ class UnsafeLoad(Tip):
         "safetensors: https://huggingface.co/docs/safetensors",
         "Beyond the seeds; related: PIT404 (map_location), PIT904 (save a state_dict)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class UnsafeLoadRule(LintRule, tip="PIT903"):
+    message = "torch.load(weights_only=False) unpickles arbitrary objects: a crafted checkpoint runs code; keep weights_only=True"
+
+    def visit_Call(self, node):
+        if self.ctx.call_name(node) == "torch.load":
+            a = nodes.kwarg(node, "weights_only")
+            if a is not None and nodes.is_false(a.value):
+                self.report(a)
