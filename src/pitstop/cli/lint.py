@@ -50,6 +50,8 @@ class LintCommand(Command):
         p.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: one per core)")
         p.add_argument("--max-file-size", type=_size, default=None,
                        help="skip larger files with an error (default 2MB; 0: no limit)")
+        p.add_argument("--force-exclude", action="store_true",
+                       help="apply the excludes (.gitignore, build/, venvs) to files named explicitly too (pre-commit)")
         p.add_argument("--show-files", action="store_true", help="list the files that would be linted and exit")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -80,7 +82,7 @@ class LintCommand(Command):
         if args.jobs < 0:
             raise CliError("--jobs must be >= 0")
 
-        found = discover([Path(p) for p in (args.paths or ["."])])
+        found = discover([Path(p) for p in (args.paths or ["."])], force_exclude=args.force_exclude)
         if args.show_files:
             for f in found.files:
                 print(_display(f))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pathspec
 
-__all__ = ["discover", "Discovered", "SKIP_DIRS"]
+__all__ = ["discover", "excluded", "Discovered", "SKIP_DIRS"]
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "__pycache__", "build", ".venv", "venv", ".tox", ".nox",
                        ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "node_modules",
@@ -64,7 +64,15 @@ def _ignored(path: Path, is_dir: bool, specs) -> bool:
     return ignored
 
 
-def discover(paths: list[Path]) -> Discovered:
+def excluded(p: Path) -> bool:
+    """Whether a walk would skip ``p`` (for ``--force-exclude`` on explicitly named files)."""
+    absp = p.absolute()
+    if any(part in SKIP_DIRS for part in absp.parts[:-1]):
+        return True
+    return _ignored(absp, False, _parent_specs(absp))
+
+
+def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
     files: list[Path] = []
     errors: list[tuple[str, str]] = []
     seen: set[Path] = set()
@@ -80,7 +88,8 @@ def discover(paths: list[Path]) -> Discovered:
             errors.append((str(root), _link_error(root)))
             continue
         if root.is_file():
-            add(root)
+            if not (force_exclude and excluded(root)):
+                add(root)
             continue
         if not root.is_dir():
             errors.append((str(root), "cannot read: No such file or directory"))
