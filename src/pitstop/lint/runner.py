@@ -235,10 +235,12 @@ def read_source(path: Path, max_size: int = DEFAULT_MAX_FILE_SIZE) -> tuple[str,
     if nul >= 0:
         raise ParseError(f"binary file (NUL byte at offset {nul})")
     try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as exc:  # no usable coding cookie: the bytes are not UTF-8
+            data.decode("utf-8")
+            raise ParseError(f"bad encoding declaration: {exc.msg}") from None
         return data.decode(encoding), encoding
-    except SyntaxError as exc:
-        raise ParseError(f"bad encoding declaration: {exc.msg}") from None
     except (UnicodeDecodeError, LookupError) as exc:
         where = f" (byte 0x{data[exc.start]:02x} at offset {exc.start})" if isinstance(exc, UnicodeDecodeError) else ""
         raise ParseError(f"not valid {getattr(exc, 'encoding', 'text')}{where}") from None
