@@ -27,6 +27,9 @@ _LAZY: dict[str, str] = {
     "capture": "pitstop.helpers.inspect",
     "retain_grads": "pitstop.helpers.inspect",
     "seed_everything": "pitstop.helpers.seed",
+    # lint (face L; torch-free)
+    "lint_source": "pitstop.lint.runner",
+    "fix_source": "pitstop.lint.runner",
 }
 
 __all__ = ["__version__", *_LAZY]

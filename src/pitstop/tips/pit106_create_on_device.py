@@ -23,7 +23,9 @@ class CreateOnDevice(Tip):
         Flags a tensor factory (`torch.rand`, `randn`, `randint`, `zeros`, `ones`, `empty`,
         `full`, `arange`, `eye`, `linspace`, `tensor`) immediately followed by `.cuda()`,
         `.to("cuda…")`, `.to(device=…)` or `.to(<name containing "device">)`. Reported at the
-        chained call; the safe autofix moves the device into the factory's `device=` argument.
+        chained call; the autofix moves the device into the factory's `device=` argument (safe,
+        except for `rand`/`randn`/`randint`, where it is unsafe: the numbers then come from the
+        device's random generator, not the CPU's).
         `pitstop bench PIT106` compares both forms.
     """
     why = """

@@ -27,9 +27,10 @@ class DeprecatedAmpApi(Tip):
         `torch.cuda.amp.GradScaler` and imports of them (`from torch.cuda.amp import autocast,
         GradScaler`), plus imports of `apex.amp` and calls of `amp.initialize`. Names are
         resolved through imports and aliases; the finding is reported at the call or import.
-        Calls get a safe autofix to `torch.amp.autocast("cuda", …)` and
-        `torch.amp.GradScaler("cuda", …)`; imports and apex code get no automatic fix (apex
-        needs the rewrite shown below).
+        Calls spelled `torch.cuda.amp.…(…)` get a safe autofix to `torch.amp.autocast("cuda", …)`
+        and `torch.amp.GradScaler("cuda", …)` (autocast only with keyword arguments, whose
+        positional order differs); imports, calls through imported names and apex code get no
+        automatic fix (apex needs the rewrite shown below).
     """
     why = """
         Not a speed problem but a maintenance one. The device-specific classes are thin
