@@ -126,7 +126,7 @@ class LintCommand(Command):
                 out.write(reporters.github(findings, errors))
             else:
                 if args.statistics:
-                    out.write(reporters.statistics(findings))
+                    out.write(reporters.statistics(findings, args.unsafe_fixes))
                 else:
                     out.write(reporters.text(findings, args.unsafe_fixes))
                 if not args.quiet:

@@ -50,9 +50,9 @@ def summary(findings: list[Finding], fixed: int, unsafe: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def statistics(findings: list[Finding]) -> str:
+def statistics(findings: list[Finding], unsafe: bool = False) -> str:
     counts = Counter(f.code for f in findings)
-    fixable = {f.code for f in findings if f.fix}
+    fixable = {f.code for f in findings if _fixable(f, unsafe)}
     names = {f.code: f.name for f in findings}
     width = max((len(str(c)) for c in counts.values()), default=1)
     return "".join(f"{n:>{width}}\t{code}\t[{'*' if code in fixable else ' '}] {names[code]}\n"
