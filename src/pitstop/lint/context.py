@@ -21,10 +21,11 @@ import libcst as cst
 from pitstop.lint.frames import OPTIMIZER_NAME, Cond, Loop, Scope, StepSite, WithBlock
 from pitstop.lint.nodes import dotted, last_name, string_value
 
-__all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "MODULE_BASES", "AUTOCASTS", "children", "find",
+__all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "children", "find",
            "loss_names"]
 
 DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+DDP = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
 MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
 AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
                        "torch.amp.autocast_mode.autocast", "torch.cuda.amp.autocast_mode.autocast"})
@@ -429,6 +430,10 @@ class FileContext:
     def with_calls(self) -> list[cst.Call]:
         """Calls of the items of the enclosing ``with`` blocks in the current function."""
         return [c for f in self.function_frames() if isinstance(f, WithBlock) for c in f.calls]
+
+    def is_ddp(self, node: cst.CSTNode | None) -> bool:
+        """A ``DistributedDataParallel(...)`` construction."""
+        return self.call_name(node) in DDP if node is not None else False
 
     def is_dataloader(self, node: cst.CSTNode | None) -> bool:
         return self.call_name(node) in DATALOADER if node is not None else False

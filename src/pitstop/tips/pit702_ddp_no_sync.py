@@ -78,9 +78,6 @@ class DdpNoSync(Tip):
 # --- lint face ---
 from pitstop.lint.rule import LintRule, nodes
 
-DDP = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
-
-
 class DdpNoSyncRule(LintRule, tip="PIT702"):
     message = "gradient accumulation under DDP without no_sync(): every micro-step all-reduces the gradients"
 
@@ -95,7 +92,7 @@ class DdpNoSyncRule(LintRule, tip="PIT702"):
             self.no_sync = True
 
     def visit_Call(self, node):
-        if self.ctx.call_name(node) in DDP:
+        if self.ctx.is_ddp(node):
             self.ddp = True
         elif nodes.method(node) == "backward":
             self.backwards.append((node, self.ctx.site()))

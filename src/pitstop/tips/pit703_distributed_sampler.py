@@ -79,7 +79,6 @@ class DistributedSamplerTip(Tip):
 # --- lint face ---
 from pitstop.lint.rule import LintRule, nodes
 
-_DDP = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
 _SAMPLER = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
 
 
@@ -96,7 +95,7 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
     def visit_Call(self, node):
         ctx = self.ctx
         q = ctx.call_name(node)
-        if q in _DDP:
+        if ctx.is_ddp(node):
             self.ddp = True
         elif q in _SAMPLER:
             self.samplers.append(node)
