@@ -78,7 +78,7 @@ class NonBlockingCopy(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import SAFE, LintRule, cst, nodes
+from pitstop.lint.rule import SAFE, LintRule, nodes
 
 _DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16",
                      "int32", "int64", "long", "int", "short", "uint8", "bool", "complex64", "complex128"})

@@ -72,7 +72,7 @@ class CreateOnDevice(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import SAFE, UNSAFE, LintRule, cst, nodes
+from pitstop.lint.rule import SAFE, UNSAFE, LintRule, nodes
 
 _FACTORIES = frozenset({"rand", "randn", "randint", "zeros", "ones", "empty", "full", "arange", "eye",
                         "linspace", "tensor"})

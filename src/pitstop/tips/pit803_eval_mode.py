@@ -74,7 +74,7 @@ class EvalMode(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, cst, nodes
+from pitstop.lint.rule import LintRule, nodes
 
 
 class EvalModeRule(LintRule, tip="PIT803"):
