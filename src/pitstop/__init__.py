@@ -34,6 +34,9 @@ _LAZY: dict[str, str] = {
     "save_checkpoint": "pitstop.engine.checkpoint",
     "load_checkpoint": "pitstop.engine.checkpoint",
     "latest_checkpoint": "pitstop.engine.checkpoint",
+    # lint (face L; torch-free)
+    "lint_source": "pitstop.lint.runner",
+    "fix_source": "pitstop.lint.runner",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -59,3 +59,19 @@ class DataloaderWorkers(Tip):
         "Seed 002 (Workers in dataloader), seed 003 (num_workers > 0 and pin_memory=True)",
     )
     engine = "Recipe.num_workers, Recipe.persistent_workers and Recipe.prefetch set the training DataLoader's workers, worker persistence and prefetch_factor (pitstop.engine.make_loader; fit rebuilds a given loader only when a field is set)."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class NumWorkersRule(LintRule, tip="PIT101"):
+    message = "DataLoader loads batches in the training process (num_workers=0); set num_workers"
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if not ctx.is_dataloader(node):
+            return
+        a = nodes.arg(node, "num_workers", 5)
+        if a is None and not nodes.has_star_args(node) or a is not None and nodes.int_value(a.value) == 0:
+            self.report(node)

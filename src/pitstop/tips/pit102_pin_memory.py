@@ -74,3 +74,19 @@ class PinMemory(Tip):
         "Seed 002 (Pinned Memory), seed 003 (num_workers > 0 and pin_memory=True)",
     )
     engine = "Recipe.pin_memory pins the loader's host batches (make_loader pins by default when the device is CUDA and never on CPU, where pinning does nothing)."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class PinMemoryRule(LintRule, tip="PIT102"):
+    message = "DataLoader without pin_memory=True while the file trains on CUDA: copies from pageable memory cannot overlap compute"
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if not ctx.is_dataloader(node):
+            return
+        a = nodes.arg(node, "pin_memory", 7)
+        if a is None and not nodes.has_star_args(node) or a is not None and nodes.is_false(a.value):
+            self.report(node, when=lambda: ctx.cuda_implied)

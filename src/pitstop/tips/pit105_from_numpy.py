@@ -67,3 +67,41 @@ class FromNumpy(Tip):
         "PyTorch docs, torch.tensor (always copies data): https://pytorch.org/docs/stable/generated/torch.tensor.html",
         "Seed 001 (From array to torch tensor)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
+
+
+class FromNumpyRule(LintRule, tip="PIT105"):
+    message = "torch.tensor() copies the numpy array; torch.from_numpy() shares its memory (no copy)"
+    fix = UNSAFE
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if ctx.call_name(node) != "torch.tensor":
+            return
+        pos = nodes.positional(node)
+        if not pos or not self._numpy(pos[0].value, by_name=True):
+            return
+        fix = None
+        if len(node.args) == 1 and isinstance(node.func, cst.Attribute):
+            fix = ctx.fix(UNSAFE, "Use torch.from_numpy (the tensor shares memory with the array)",
+                          (node.func.attr, "from_numpy"))
+        self.report(node, fix=fix)
+
+    def _numpy(self, x, by_name):
+        ctx = self.ctx
+        if isinstance(x, cst.Name) and by_name:
+            value = ctx.value_of(x.value, same_scope=True)
+            if nodes.method(value) == "numpy" and not value.args:
+                return True
+            return value is not None and self._numpy(value, by_name=False)
+        while isinstance(x, cst.Call):
+            q = ctx.call_name(x)
+            if q is not None:
+                return q.startswith("numpy.")
+            if not isinstance(x.func, cst.Attribute):
+                return False
+            x = x.func.value
+        return False

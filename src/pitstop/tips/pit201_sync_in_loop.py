@@ -76,3 +76,21 @@ class SyncInLoop(Tip):
         "Seed 000 (.item(), .numpy(), .cpu() cause synchronization), seed 002 (Avoid CPU to GPU transfers or vice-versa)",
     )
     engine = "fit keeps each step's loss detached on the device and reads the losses of a whole log interval with one host transfer (log_every steps), where it also checks for inf/NaN; make_step itself never reads a device value."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+_SYNCS = frozenset({"item", "cpu", "numpy", "tolist"})
+
+
+class SyncInLoopRule(LintRule, tip="PIT201"):
+    message = "host read in the training loop makes the CPU wait for the device every step; accumulate on the device and read every N steps"
+
+    def visit_Call(self, node):
+        name = nodes.method(node)
+        if name not in _SYNCS or nodes.method(nodes.receiver(node)) in _SYNCS:
+            return  # x.cpu().numpy() is one sync: reported once, at .cpu()
+        site = self.ctx.site()
+        self.report(node, f".{name}() in the training loop makes the CPU wait for the device every step; "
+                          "accumulate on the device and read every N steps", when=site.per_step)

@@ -76,3 +76,44 @@ class RetainedGraph(Tip):
         "PyTorch docs, torch.Tensor.detach: https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html",
         "Seed 002 (Common mistakes: Retained graphs)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
+
+
+class RetainedGraphRule(LintRule, tip="PIT202"):
+    message = "the loss is accumulated with its autograd graph: every step's graph stays alive"
+    fix = UNSAFE
+
+    def visit_Call(self, node):
+        if nodes.method(node) == "append" and len(node.args) == 1 and isinstance(node.args[0].value, cst.Name):
+            self._candidate(node, node.args[0].value)
+
+    def visit_AugAssign(self, node):
+        if isinstance(node.operator, cst.AddAssign) and isinstance(node.value, cst.Name):
+            self._candidate(node, node.value)
+
+    def visit_Assign(self, node):
+        value = node.value
+        if len(node.targets) != 1 or not isinstance(value, cst.BinaryOperation) or not isinstance(value.operator, cst.Add):
+            return
+        target = nodes.dotted(node.targets[0].target)
+        if target is None:
+            return
+        if nodes.dotted(value.left) == target and isinstance(value.right, cst.Name):
+            self._candidate(node, value.right)
+        elif nodes.dotted(value.right) == target and isinstance(value.left, cst.Name):
+            self._candidate(node, value.left)
+
+    def _candidate(self, node, name_node):
+        site = self.ctx.site()
+        name = name_node.value
+
+        def backwarded():
+            loop = site.inner_loop()
+            return loop is not None and any(name in self.ctx.loss_names(recv) for _, recv in loop.backward_calls)
+
+        fix = self.ctx.fix(UNSAFE, f"Accumulate {name}.detach()", (name_node, f"{name}.detach()"))
+        self.report(node, f"`{name}` is accumulated with its autograd graph, which stays alive every step; "
+                          f"use {name}.detach() (or {name}.item() every N steps)", fix=fix, when=backwarded)

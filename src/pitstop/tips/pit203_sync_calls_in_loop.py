@@ -75,3 +75,21 @@ class SyncCallsInLoop(Tip):
         "PyTorch docs, CUDA semantics — Asynchronous execution (timing with CUDA events): https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
         "Seed 000 (Cache Clearing And Memory Management; empty_cache \"before sending anything to the GPU\")",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule
+
+_CALLS = frozenset({"torch.cuda.empty_cache", "torch.cuda.synchronize", "torch.cuda.memory.empty_cache"})
+
+
+class SyncCallsInLoopRule(LintRule, tip="PIT203"):
+    message = "called every training step: synchronize() stalls the CPU, empty_cache() defeats the caching allocator"
+
+    def visit_Call(self, node):
+        q = self.ctx.call_name(node)
+        if q in _CALLS:
+            site = self.ctx.site()
+            self.report(node, f"{q}() every training step: " + (
+                "it stalls the CPU until the device is idle" if q.endswith("synchronize")
+                else "it slows the caching allocator and frees nothing PyTorch would not reuse"), when=site.per_step)

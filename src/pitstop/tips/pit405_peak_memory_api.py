@@ -79,3 +79,24 @@ class PeakMemoryApi(Tip):
         "PyTorch docs, Understanding CUDA Memory Usage (memory snapshots): https://pytorch.org/docs/stable/torch_cuda_memory.html",
         "Seed 000 (reset_max_memory_allocated), seed 001 (memory_allocated after each phase)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import SAFE, LintRule, cst
+
+_OLD = frozenset({"torch.cuda.reset_max_memory_allocated", "torch.cuda.reset_max_memory_cached",
+                  "torch.cuda.memory.reset_max_memory_allocated", "torch.cuda.memory.reset_max_memory_cached"})
+
+
+class PeakMemoryApiRule(LintRule, tip="PIT405"):
+    message = "deprecated memory API; use torch.cuda.reset_peak_memory_stats()"
+    fix = SAFE
+
+    def visit_Call(self, node):
+        q = self.ctx.call_name(node)
+        if q not in _OLD:
+            return
+        fix = None
+        if isinstance(node.func, cst.Attribute):
+            fix = self.ctx.fix(SAFE, "Use reset_peak_memory_stats", (node.func.attr, "reset_peak_memory_stats"))
+        self.report(node, f"{q.rsplit('.', 1)[1]}() is deprecated; use torch.cuda.reset_peak_memory_stats()", fix=fix)

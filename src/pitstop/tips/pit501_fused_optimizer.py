@@ -71,3 +71,21 @@ class FusedOptimizer(Tip):
         "Seed 000 (Torch Optimizer Tricks: RMSProp `foreach`, \"slight numerical differences\")",
     )
     engine = "Recipe.optimizer_impl ('fused', 'foreach', 'for-loop') rebuilds the optimizer with that implementation from its param groups and defaults and carries its state over (pitstop.engine.switch_optimizer_impl)."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class ForLoopOptimizerRule(LintRule, tip="PIT501"):
+    message = "optimizer forced into its per-parameter for-loop; drop foreach=False/fused=False"
+
+    def visit_Call(self, node):
+        q = self.ctx.optimizer_class(node)
+        if q is None:
+            return
+        for key in ("foreach", "fused"):
+            a = nodes.kwarg(node, key)
+            if a is not None and nodes.is_false(a.value):
+                self.report(a, f"{q.rsplit('.', 1)[1]}({key}=False) runs a Python for-loop over the parameters; "
+                               f"drop it (or try fused=True)")

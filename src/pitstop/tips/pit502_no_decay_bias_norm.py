@@ -72,3 +72,28 @@ class NoDecayBiasNorm(Tip):
         "nanoGPT `configure_optimizers` (2-D parameters decay; biases and layernorms don't): https://github.com/karpathy/nanoGPT/blob/master/model.py",
         "Seed 002 (Remove bias weight decay)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class DecayOnBiasRule(LintRule, tip="PIT502"):
+    message = "weight decay applied to every parameter, biases and norm weights included; pass two parameter groups (pitstop.param_groups)"
+
+    def visit_Call(self, node):
+        q = self.ctx.optimizer_class(node)
+        if q is None:
+            return
+        params = nodes.arg(node, "params", 0)
+        if params is None or nodes.method(params.value) != "parameters":
+            return
+        wd = nodes.kwarg(node, "weight_decay")
+        value = nodes.number_value(wd.value) if wd is not None else None
+        if q.endswith(".AdamW"):
+            if wd is not None and value == 0:
+                return
+            self.report(node, "AdamW decays every parameter (default weight_decay=0.01), biases and norm weights "
+                              "included; pass two parameter groups (pitstop.param_groups)")
+        elif value:
+            self.report(node)

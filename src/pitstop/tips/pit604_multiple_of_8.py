@@ -72,3 +72,36 @@ class MultipleOf8(Tip):
         "nanoGPT GPTConfig.vocab_size = 50304 (\"padded up to nearest multiple of 64 for efficiency\"): https://github.com/karpathy/nanoGPT/blob/master/model.py",
         "Seed 001 (9: sizes and batch sizes as multiples of 8)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+_SIZES = {
+    "torch.nn.Linear": (("in_features", 0), ("out_features", 1)),
+    "torch.nn.Conv1d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.Conv2d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.Conv3d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.Embedding": (("num_embeddings", 0), ("embedding_dim", 1)),
+}
+
+
+class MultipleOf8Rule(LintRule, tip="PIT604"):
+    message = "layer size not a multiple of 8: tensor cores pad or fall back to slower kernels"
+
+    def visit_Call(self, node):
+        q = self.ctx.call_name(node)
+        spec = _SIZES.get(q)
+        if spec is None:
+            return
+        layer = q.rsplit(".", 1)[1]
+        for name, index in spec:
+            a = nodes.arg(node, name, index)
+            v = nodes.int_value(a.value) if a is not None else None
+            if v is None:
+                continue
+            if name == "num_embeddings" and v >= 1000 and v % 64:
+                self.report(a.value, f"{layer} vocabulary of {v} is not a multiple of 64; pad it to {-(-v // 64) * 64}")
+            elif v >= 64 and v % 8:
+                self.report(a.value, f"{layer} {name}={v} is not a multiple of 8; tensor cores want "
+                                     f"{v // 8 * 8} or {-(-v // 8) * 8}")

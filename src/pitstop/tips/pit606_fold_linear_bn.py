@@ -79,3 +79,21 @@ class FoldLinearBn(Tip):
         "PyTorch tutorial, (beta) Building a Convolution/Batch Norm fuser in FX: https://pytorch.org/tutorials/intermediate/fx_conv_bn_fuser.html",
         "Seed 004 (3.1 Tensor Fusion and Kernel Fusion, 4.1 Tensor Fusion Example)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule
+
+
+class AdjacentLinearRule(LintRule, tip="PIT606"):
+    message = "two Linear layers with nothing between them compose to one linear map; add a non-linearity or fold them"
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if ctx.call_name(node) != "torch.nn.Sequential":
+            return
+        for a, b in zip(node.args, node.args[1:]):
+            if a.star or b.star or a.keyword or b.keyword:
+                continue
+            if ctx.call_name(a.value) == "torch.nn.Linear" and ctx.call_name(b.value) == "torch.nn.Linear":
+                self.report(b.value)

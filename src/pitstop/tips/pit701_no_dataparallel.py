@@ -93,3 +93,17 @@ class NoDataparallel(Tip):
         "Seed 002 (Use DistributedDataParallel not DataParallel), seed 003 (DataParallel no, DistributedDataParallel yes)",
     )
     engine = "After pitstop.engine.init_distributed() in a script launched by torchrun, make_step wraps the model in DistributedDataParallel (gloo on CPU, nccl on CUDA) and only rank 0 writes checkpoints."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule
+
+_DP = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"})
+
+
+class DataParallelRule(LintRule, tip="PIT701"):
+    message = "nn.DataParallel is single-process and slower than DistributedDataParallel even on one machine; use DDP with torchrun"
+
+    def visit_Call(self, node):
+        if self.ctx.call_name(node) in _DP:
+            self.report(node)

@@ -75,3 +75,42 @@ class DistributedSamplerTip(Tip):
         "Beyond the seeds (seed 002's DDP section implies each GPU gets a portion of the data; the sampler is what does it); related: PIT701",
     )
     engine = "Under DDP, fit gives a loader without one a DistributedSampler (shuffling as the loader did, seeded with Recipe.seed) and calls sampler.set_epoch(epoch) before every epoch."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+_SAMPLER = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
+
+
+class DistributedSamplerRule(LintRule, tip="PIT703"):
+    message = "DataLoader under DDP without a sampler: every rank reads the whole dataset; use a DistributedSampler"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.ddp = False
+        self.set_epoch = False
+        self.loaders = []
+        self.samplers = []
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        q = ctx.call_name(node)
+        if ctx.is_ddp(node):
+            self.ddp = True
+        elif q in _SAMPLER:
+            self.samplers.append(node)
+        elif ctx.is_dataloader(node):
+            if (nodes.arg(node, "sampler", 3) is None and nodes.arg(node, "batch_sampler", 4) is None
+                    and not nodes.has_star_args(node)):
+                self.loaders.append(node)
+        elif nodes.method(node) == "set_epoch":
+            self.set_epoch = True
+
+    def finish(self):
+        if self.ddp:
+            for node in self.loaders:
+                self.report(node)
+        if not self.set_epoch:
+            for node in self.samplers:
+                self.report(node, "DistributedSampler without sampler.set_epoch(epoch): every epoch sees the same order")

@@ -66,3 +66,31 @@ class DeterministicVsBenchmark(Tip):
         "PyTorch source, aten/src/ATen/native/cudnn/Conv_v7.cpp (getValidAlgorithms keeps only CUDNN_DETERMINISTIC algorithms when deterministic is set): https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cudnn/Conv_v7.cpp",
         "Seed 002 (Freeze seeds for reproducibility), seed 003 (cudnn.benchmark gives up determinism)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class DeterministicVsBenchmarkRule(LintRule, tip="PIT902"):
+    message = "cudnn.benchmark = True contradicts cudnn.deterministic = True set in the same file: benchmark picks kernels by timing"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.deterministic = False
+        self.benchmarks = []
+
+    def visit_Assign(self, node):
+        if not nodes.is_true(node.value):
+            return
+        for t in node.targets:
+            q = self.ctx.qualname(t.target)
+            if q == "torch.backends.cudnn.deterministic":
+                self.deterministic = True
+            elif q == "torch.backends.cudnn.benchmark":
+                self.benchmarks.append(node)
+
+    def finish(self):
+        if self.deterministic:
+            for node in self.benchmarks:
+                self.report(node)
