@@ -159,6 +159,7 @@ class Measurement:
             "rate_unit": self.rate_unit(),
             "info": self.info,
             "note": self.note,
+            "samples": list(self.samples),
         }
 
 
@@ -226,16 +227,15 @@ class Benchmark(Face, face="B"):
     compiles: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kw: Any) -> None:
+        if kw.get("tip"):  # validate before Face registers it: a broken benchmark never lands in the registry
+            name = f"{cls.__module__}.{cls.__qualname__}"
+            if not isinstance(getattr(cls, "claim", None), Claim):
+                raise TypeError(f"{name}: a benchmark needs a `claim = Claim(...)`")
+            if not getattr(cls, "title", "").strip():
+                raise TypeError(f"{name}: a benchmark needs a one-line `title`")
+            if cls.run is Benchmark.run:
+                raise TypeError(f"{name}: a benchmark must implement run(self, ctx)")
         super().__init_subclass__(**kw)
-        if not cls.tip:
-            return
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        if not isinstance(getattr(cls, "claim", None), Claim):
-            raise TypeError(f"{name}: a benchmark needs a `claim = Claim(...)`")
-        if not getattr(cls, "title", "").strip():
-            raise TypeError(f"{name}: a benchmark needs a one-line `title`")
-        if cls.run is Benchmark.run:
-            raise TypeError(f"{name}: a benchmark must implement run(self, ctx)")
 
     def run(self, ctx: Any) -> Outcome:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -12,7 +12,8 @@ from pitstop.bench.base import Measurement
 from pitstop.bench.verdict import CONFIRMED, NOT_HERE, REFUTED
 from pitstop.report import bar_chart, dumps, fmt_bytes, fmt_seconds, html_page
 
-__all__ = ["print_text", "to_json", "to_markdown", "to_html", "fmt_ratio", "display_value", "machine_line"]
+__all__ = ["print_text", "to_json", "to_markdown", "to_html", "json_schema", "fmt_ratio", "display_value",
+           "machine_line", "busy_note"]
 
 _STYLE = {CONFIRMED: "green", NOT_HERE: "yellow", REFUTED: "red"}
 _esc = html.escape
@@ -55,7 +56,7 @@ def display_value(m: Measurement) -> tuple[float, str]:
 def fmt_value(m: Measurement) -> str:
     s = m.summary
     if m.unit == "s":
-        return fmt_seconds(s.median)
+        return f"{s.median * 1e6:.2f} us" if s.median < 1e-5 else fmt_seconds(s.median)
     if m.unit == "B":
         return fmt_bytes(s.median)
     return f"{s.median:.4g} {m.unit}"
@@ -82,43 +83,56 @@ def machine_line(report: Any) -> str:
             f"torch {d['torch']} ({d['cpu_capability']}){gpu}; device {d['device']}, {report.mode} mode")
 
 
+def busy_note(report: Any) -> str | None:
+    """A warning when other processes kept the machine busy at the start (timings are noisier)."""
+    start = (report.load_average or {}).get("start")
+    cores = report.device.get("cpu_count") or 1
+    if start and start[0] > 0.5 * cores:
+        return (f"the machine was busy: load average {start[0]:.2f} on {cores} cores at the start; timings are "
+                f"noisy, re-run on a quiet machine for stable numbers")
+    return None
+
+
 # -- terminal -------------------------------------------------------------------------
 
 def print_text(report: Any, console: Any) -> None:
+    from rich.markup import escape as x
     from rich.table import Table
 
-    console.print(f"pitstop bench: {machine_line(report)}")
+    console.print(f"pitstop bench: {x(machine_line(report))}")
+    if busy_note(report):
+        console.print(f"[yellow]warning: {x(busy_note(report) or '')}[/yellow]")
     table = Table(title="Claims", title_justify="left")
     for col in ("code", "seed claims", "measured", "claimed", "verdict"):
         table.add_column(col, overflow="fold")
     for r in report.results:
         style = _STYLE.get(r.verdict, "dim")
-        table.add_row(r.code, f"{r.claim.seed}: {r.claim.text}", fmt_ratio(r), fmt_claimed(r.claim),
+        table.add_row(r.code, x(f"{r.claim.seed}: {r.claim.text}"), x(fmt_ratio(r)), fmt_claimed(r.claim),
                       f"[{style}]{r.verdict}[/{style}]")
     console.print(table)
     for r in report.results:
-        console.print(f"\n[bold]{r.code}[/bold] {r.title}")
+        console.print(f"\n[bold]{r.code}[/bold] {x(r.title)}")
         if r.workload:
-            console.print(f"  workload: {r.workload}")
+            console.print(f"  workload: {x(r.workload)}")
         if r.claim.ratio_of and r.ratio is not None:
-            console.print(f"  ratio = {r.claim.ratio_of}: {fmt_ratio(r)}")
+            console.print(f"  ratio = {x(r.claim.ratio_of)}: {x(fmt_ratio(r))}")
         if r.measurements:
             t = Table(show_edge=False, pad_edge=False, box=None)
             for col in ("variant", "median", "IQR/median", "n", "rate"):
                 t.add_column(col)
             for m in r.measurements:
-                t.add_row(("  " + m.name) + (" (info)" if m.info else ""), fmt_value(m), fmt_spread(m),
+                t.add_row(x("  " + m.name) + (" (info)" if m.info else ""), fmt_value(m), fmt_spread(m),
                           str(m.summary.n), fmt_rate(m))
             console.print(t)
         for c in r.comparisons:
             q = c["ratio"]
-            console.print(f"  also: {c['label']}: {q['value']:.2f}x [{q['low']:.2f}-{q['high']:.2f}]")
+            console.print(x(f"  also: {c['label']}: {q['value']:.2f}x [{q['low']:.2f}-{q['high']:.2f}]"))
         for name, ok in r.checks.items():
-            console.print(f"  check: {name}: {'yes' if ok else '[red]NO[/red]'}")
+            console.print(f"  check: {x(name)}: {'yes' if ok else '[red]NO[/red]'}")
         for note in r.notes:
-            console.print(f"  note: {note}")
+            console.print(f"  note: {x(note)}")
         style = _STYLE.get(r.verdict, "dim")
-        console.print(f"  [{style}]{r.verdict}[/{style}]: {r.reason}")
+        console.print(f"  [{style}]{r.verdict}[/{style}]: {x(r.reason)}")
     errors = [r.code for r in report.results if r.error]
     tail = f"; errors in {', '.join(errors)}" if errors else ""
     console.print(f"\n{len(report.results)} benchmark(s) in {report.seconds:.1f} s{tail}")
@@ -128,6 +142,14 @@ def print_text(report: Any, console: Any) -> None:
 
 def to_json(report: Any) -> str:
     return dumps(report.to_dict())
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``pitstop bench --format json`` (shipped as ``bench/schema.json``)."""
+    import json
+    from importlib.resources import files
+
+    return json.loads(files("pitstop.bench").joinpath("schema.json").read_text(encoding="utf-8"))
 
 
 def _md(text: str) -> str:
@@ -145,6 +167,8 @@ def to_markdown(report: Any, command: str = "") -> str:
     ]
     if command:
         lines.append(f"- Command: `{command}`")
+    if busy_note(report):
+        lines.append(f"- Warning: {busy_note(report)}")
     lines += ["", "| code | seed claims | measured | claimed | verdict | why |", "|---|---|---|---|---|---|"]
     for r in report.results:
         lines.append(f"| {r.code} | {_md(r.claim.seed + ': ' + r.claim.text)} | {_md(fmt_ratio(r))} | "
@@ -218,4 +242,5 @@ def to_html(report: Any) -> str:
                       for r in report.results], ["code", "seed claims", "measured", "claimed", "verdict"])
     sections = [("Machine", machine), ("Claims", summary)]
     sections += [(f"{r.code} {r.title}", _result_html(r)) for r in report.results]
-    return html_page("pitstop bench", sections, subtitle=machine_line(report))
+    subtitle = machine_line(report) + (f". Warning: {busy_note(report)}." if busy_note(report) else "")
+    return html_page("pitstop bench", sections, subtitle=subtitle)

@@ -49,17 +49,19 @@ _MAX_SAMPLES_PER_ROUND = 10
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """Parsed once at the CLI edge and passed down. ``device=None`` picks cuda if present;
-    ``threads=None`` keeps torch's intra-op thread count."""
+    """Parsed once at the CLI edge and passed down. ``device=None`` picks cuda if present.
+    ``threads`` is the intra-op thread count while measuring: 1 by default, like
+    ``torch.utils.benchmark.Timer``, because single-threaded ratios are far more stable on a
+    shared machine; pass the core count to see multi-threaded speed."""
 
     mode: str = "full"
     device: str | None = None
-    threads: int | None = None
+    threads: int = 1
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"unknown mode {self.mode!r}; choose from {', '.join(MODES)}")
-        if self.threads is not None and self.threads < 1:
+        if self.threads < 1:
             raise ValueError(f"threads must be >= 1, got {self.threads}")
 
 
@@ -74,12 +76,10 @@ def _chunk_means(xs: list[float], k: int) -> list[float]:
 class BenchContext:
     """What a benchmark's ``run(ctx)`` gets: the device, the mode, and timing helpers."""
 
-    def __init__(self, device: str, mode: str = "full", threads: int | None = None):
-        import torch
-
+    def __init__(self, device: str, mode: str = "full", threads: int = 1):
         self.device = device
         self.mode = MODES[mode]
-        self.threads = threads or torch.get_num_threads()
+        self.threads = threads
 
     # -- sizes -----------------------------------------------------------------------
     @property

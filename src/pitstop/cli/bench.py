@@ -19,10 +19,13 @@ class BenchCommand(Command):
         parser.add_argument("--quick", action="store_true",
                             help="small sizes and few repeats: all benchmarks in about a minute (noisier)")
         parser.add_argument("--device", choices=("cpu", "cuda"), help="force a device (default: cuda if available)")
-        parser.add_argument("--threads", type=int, metavar="N",
-                            help="torch intra-op threads while timing (default: torch's own setting)")
+        parser.add_argument("--threads", type=int, metavar="N", default=1,
+                            help="torch intra-op threads while measuring (default 1, like torch.utils.benchmark: "
+                                 "stable ratios on a busy machine; give the core count for multi-threaded speed)")
         parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
         parser.add_argument("--html", type=Path, metavar="PATH", help="also write a self-contained HTML report")
+        parser.add_argument("--json", type=Path, metavar="PATH", dest="json_path",
+                            help="also write the JSON report (with every sample) to PATH")
         parser.add_argument("--list", action="store_true", help="list the benchmarks and their claims, run nothing")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -38,15 +41,17 @@ class BenchCommand(Command):
                 gpu = " [GPU only]" if cls.gpu_only else ""
                 print(f"{cls.tip}  {cls.title}{gpu}\n        seed {c.seed}: {c.text}")
             return EXIT_OK
-        if args.threads is not None and args.threads < 1:
+        if args.threads < 1:
             raise CliError(f"--threads must be >= 1, got {args.threads}")
-        if args.html is not None:
-            if args.html.is_dir():
-                raise CliError(f"--html {args.html}: is a directory; give a file name")
+        for opt, path in (("--html", args.html), ("--json", args.json_path)):
+            if path is None:
+                continue
+            if path.is_dir():
+                raise CliError(f"{opt} {path}: is a directory; give a file name")
             try:  # fail before measuring, not after
-                args.html.parent.mkdir(parents=True, exist_ok=True)
+                path.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise CliError(f"--html {args.html}: {exc.strerror or exc}") from None
+                raise CliError(f"{opt} {path}: {exc.strerror or exc}") from None
 
         from pitstop.bench.device import pick_device
         from pitstop.bench.timing import BenchConfig
@@ -69,14 +74,16 @@ class BenchCommand(Command):
             from pitstop.report import make_console
 
             render.print_text(report, make_console(width=140))
-        if args.html is not None:
-            try:
-                tmp = args.html.with_name(args.html.name + ".tmp")
-                tmp.write_text(render.to_html(report), encoding="utf-8")
-                tmp.replace(args.html)
+        for opt, path, text in (("--html", args.html, render.to_html), ("--json", args.json_path, render.to_json)):
+            if path is None:
+                continue
+            try:  # atomic: a reader never sees half a report
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text(text(report) + ("" if text is render.to_html else "\n"), encoding="utf-8")
+                tmp.replace(path)
             except OSError as exc:
-                raise CliError(f"--html {args.html}: {exc.strerror or exc}") from None
-            print(f"HTML report: {args.html}", file=sys.stderr)
+                raise CliError(f"{opt} {path}: {exc.strerror or exc}") from None
+            print(f"{opt[2:].upper()} report: {path}", file=sys.stderr)
         return EXIT_FINDINGS if any(r.error for r in report.results) else EXIT_OK
 
     @staticmethod

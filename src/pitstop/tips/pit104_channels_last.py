@@ -83,8 +83,7 @@ class ChannelsLastBench(Benchmark, tip="PIT104"):
     title = "Conv net training step and inference forward: NCHW vs channels_last"
     claim = Claim(
         seed="000",
-        text="sticking to the [batch, H, W, Channels] (channel last) could make [it] faster (checked here as "
-             "PyTorch's channels_last memory format for a conv net)",
+        text="sticking to the `[batch, H, W, Channels]` (channel last) could make data loading faster",
         baseline="NCHW step",
         candidate="channels_last step",
         ratio_of="median time of a training step (forward + backward) NCHW / channels_last",
@@ -132,4 +131,6 @@ class ChannelsLastBench(Benchmark, tip="PIT104"):
                     out.is_contiguous(memory_format=torch.channels_last)},
             comparisons=[Comparison("NCHW forward (eval)", "channels_last forward (eval)",
                                     "inference forward NCHW / channels_last")],
+            notes=["The seed's sentence is about the NumPy layout albumentations works in; what PyTorch offers "
+                   "for channel-last speed is the channels_last memory format of conv nets, measured here."],
         )
