@@ -129,3 +129,30 @@ def test_measurement_rates_and_validation():
     with pytest.raises(ValueError):
         Measurement("w", (1.0,), work=0.0)
     assert math.isnan(Measurement("x", (1.0,)).rate() or math.nan)
+
+
+def test_rounds_that_disagree_are_not_a_clear_win():
+    from pitstop.bench.intervals import round_ratio_interval
+
+    # Within each round the samples are tight, but the rounds disagree (load bursts):
+    # round 0: candidate 1.6x faster, round 1: 0.8x, round 2: 1.3x.
+    base, cand = [], []
+    for r, speedup in enumerate((1.6, 0.8, 1.3)):
+        base += [(r, 1.0 + 0.001 * i) for i in range(20)]
+        cand += [(r, (1.0 + 0.001 * i) / speedup) for i in range(20)]
+    naive = stats.ratio_interval([v for _, v in base], [v for _, v in cand], confidence=0.95)
+    by_round = round_ratio_interval(base, cand, confidence=0.95)
+    assert naive.low > 1.05   # the sample bootstrap would call this a clear win...
+    assert by_round.low < 1.0 < by_round.high  # ...the round bootstrap sees the disagreement
+    assert judge_speedup(by_round, None).verdict == NOT_HERE
+
+
+def test_rounds_that_agree_keep_a_tight_interval():
+    from pitstop.bench.intervals import round_ratio_interval
+
+    base = [(r, 1.0 + 0.01 * ((r + i) % 3)) for r in range(5) for i in range(6)]
+    cand = [(r, v / 2) for r, v in base]
+    r = round_ratio_interval(base, cand)
+    assert r.ratio == pytest.approx(2.0) and 1.9 < r.low <= r.high < 2.1
+    one_round = round_ratio_interval([(0, 1.0), (0, 1.1)], [(0, 0.5), (0, 0.55)])  # falls back to samples
+    assert one_round.ratio == pytest.approx(2.0)

@@ -103,7 +103,8 @@ class Measurement:
     ``work`` is the amount of work per call (FLOPs, samples, parameter bytes): ratios of
     variants doing different work compare per-unit values, and reports show a rate
     (``work / median`` for timings, ``median / work`` for values). ``info`` marks a
-    measurement that is reported but never compared (e.g. compile time).
+    measurement that is reported but never compared (e.g. compile time). ``rounds`` holds
+    the timing round of each sample (empty when the samples were not taken in rounds).
     """
 
     name: str
@@ -113,11 +114,16 @@ class Measurement:
     work_unit: str = ""
     note: str = ""
     info: bool = False
+    rounds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.samples:
             raise ValueError(f"measurement {self.name!r} has no samples")
         object.__setattr__(self, "samples", tuple(float(s) for s in self.samples))
+        object.__setattr__(self, "rounds", tuple(int(r) for r in self.rounds))
+        if self.rounds and len(self.rounds) != len(self.samples):
+            raise ValueError(f"measurement {self.name!r}: {len(self.rounds)} round indices for "
+                             f"{len(self.samples)} samples")
         if self.work is not None and not self.work > 0:
             raise ValueError(f"measurement {self.name!r}: work must be > 0, got {self.work!r}")
 
@@ -160,6 +166,7 @@ class Measurement:
             "info": self.info,
             "note": self.note,
             "samples": list(self.samples),
+            "rounds": list(self.rounds),
         }
 
 

@@ -2,8 +2,8 @@
 
 The runner never imports a tip: it asks the registry for ``implementations("B")`` after
 ``pitstop.tips.load_all()``. For each benchmark it builds the context, calls ``run``,
-computes the claim's ratio (``pitstop.stats.ratio_interval``: bootstrap interval of the
-ratio of medians) and the verdict (``pitstop.bench.verdict``), and records the device.
+computes the claim's ratio with a bootstrap interval of the ratio of medians (over whole
+timing rounds, ``pitstop.bench.intervals``; over samples, ``pitstop.stats``, otherwise) and the verdict (``pitstop.bench.verdict``), and records the device.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from pitstop import registry, stats
 from pitstop.bench.base import Benchmark, BenchSkip, Claim, Measurement, Outcome
+from pitstop.bench.intervals import round_ratio_interval
 from pitstop.bench.verdict import CONFIDENCE, SKIPPED, Verdict, judge
 
 __all__ = ["BenchResult", "BenchReport", "UnknownBenchmarkError", "available", "select", "run_one", "run_all"]
@@ -139,19 +140,29 @@ def _ratio_dict(r: stats.RatioInterval | None) -> dict[str, float] | None:
     return {"value": r.ratio, "low": r.low, "high": r.high, "confidence": r.confidence}
 
 
-def _pooled(by_name: dict[str, Measurement], names: Sequence[str]) -> list[float]:
+def _pooled(by_name: dict[str, Measurement], names: Sequence[str]) -> list[tuple[int, float]]:
+    """(round, value per unit of work) of the named measurements, pooled; round -1 for all
+    samples when some measurement was not taken in rounds (the interval then ignores rounds)."""
     missing = [n for n in names if n not in by_name]
     if missing:
         raise KeyError(f"the outcome has no measurement named {', '.join(map(repr, missing))} "
                        f"(it has {', '.join(map(repr, by_name))})")
-    out: list[float] = []
+    out: list[tuple[int, float]] = []
     for n in names:
-        out += by_name[n].per_work()
+        m = by_name[n]
+        out += list(zip(m.rounds or [-1] * len(m.samples), m.per_work()))
     return out
 
 
+def _values(pairs: list[tuple[int, float]]) -> list[float]:
+    return [v for _, v in pairs]
+
+
 def _interval(by_name: dict[str, Measurement], base: Sequence[str], cand: Sequence[str]) -> stats.RatioInterval:
-    return stats.ratio_interval(_pooled(by_name, base), _pooled(by_name, cand), confidence=CONFIDENCE)
+    b, c = _pooled(by_name, base), _pooled(by_name, cand)
+    if any(r < 0 for r, _ in b + c):
+        return stats.ratio_interval(_values(b), _values(c), confidence=CONFIDENCE)
+    return round_ratio_interval(b, c, confidence=CONFIDENCE)
 
 
 def _evaluate(cls: type[Benchmark], outcome: Outcome) -> tuple[stats.RatioInterval, Verdict, list[dict[str, Any]]]:
@@ -159,9 +170,9 @@ def _evaluate(cls: type[Benchmark], outcome: Outcome) -> tuple[stats.RatioInterv
     by_name = outcome.by_name()
     if claim.kind == "exact":
         cand = claim.candidate_names
-        value = stats.quantile(_pooled(by_name, cand), 0.5)
+        value = stats.quantile(_values(_pooled(by_name, cand)), 0.5)
         ratio = stats.RatioInterval(value, value, value, 1.0)
-        values = {n: stats.quantile(_pooled(by_name, [n]), 0.5) for n in claim.expected}
+        values = {n: stats.quantile(_values(_pooled(by_name, [n])), 0.5) for n in claim.expected}
         values[" + ".join(cand)] = value
         claims = {**claim.expected, " + ".join(cand): claim.ratio}
         verdict = judge("exact", claim.ratio, ratio, checks=outcome.checks, exact_values=values,

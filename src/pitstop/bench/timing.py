@@ -4,8 +4,8 @@ Each variant is warmed up, then timed in rounds; in every round each variant get
 ``Timer.blocked_autorange`` (the Timer picks the block size, synchronizes the accelerator
 around each block and sets the thread count), and the order of the variants rotates from
 round to round, so a burst of load from another process hits every variant rather than
-one. The per-call time of every block is a sample; medians, IQRs and the bootstrap ratio
-interval (``pitstop.stats``) are computed from those samples by the runner.
+one. The per-call time of every block is a sample, tagged with its round; the runner computes
+medians, IQRs and a ratio interval that resamples whole rounds (``pitstop.bench.intervals``).
 """
 
 from __future__ import annotations
@@ -122,6 +122,7 @@ class BenchContext:
                 variants[name]()
         self.sync()
         samples: dict[str, list[float]] = {n: [] for n in names}
+        rounds: dict[str, list[int]] = {n: [] for n in names}
         t0 = time.perf_counter()
         r = 0
         while r < self.mode.rounds or (min(map(len, samples.values())) < self.mode.min_samples
@@ -131,12 +132,14 @@ class BenchContext:
             for name in names[k:] + names[:k]:
                 timer = Timer(stmt="fn()", globals={"fn": variants[name]}, num_threads=self.threads, label=name)
                 m = timer.blocked_autorange(min_run_time=self.mode.min_run_time)
-                samples[name].extend(_chunk_means(list(m.times), _MAX_SAMPLES_PER_ROUND))
+                chunk = _chunk_means(list(m.times), _MAX_SAMPLES_PER_ROUND)
+                samples[name].extend(chunk)
+                rounds[name].extend([r - 1] * len(chunk))
         out = []
         for name in names:
             w = work.get(name) if isinstance(work, Mapping) else work
             out.append(Measurement(name, tuple(samples[name]), unit="s", work=w, work_unit=work_unit if w else "",
-                                   note=(notes or {}).get(name, "")))
+                                   note=(notes or {}).get(name, ""), rounds=tuple(rounds[name])))
         return out
 
     def first_call(self, fn: Callable[[], Any]) -> float:

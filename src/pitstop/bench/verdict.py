@@ -1,7 +1,8 @@
 """Verdicts: does the measurement on this machine confirm the seed's claim? (torch-free)
 
 The rule, exactly (``r`` = measured ratio of medians, ``[lo, hi]`` its 95% bootstrap
-interval, ``c`` = the claimed factor, ``m`` = 5% noise margin):
+interval, resampling whole timing rounds so that a burst of load counts once
+(``pitstop.bench.intervals``), ``c`` = the claimed factor, ``m`` = 5% noise margin):
 
 Speed-up claims (ratio = median time of the baseline / median time of the candidate):
 
