@@ -94,6 +94,8 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
     )
 
     def run(self, ctx):
+        import contextlib
+
         import torch
         from torch.nn import functional as F
 
@@ -111,7 +113,8 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
 
         def step(dtype, xb=x, yb=y):
             model.zero_grad(set_to_none=True)
-            with torch.autocast(ctx.device, dtype=dtype or torch.float32, enabled=dtype is not None):
+            cast = torch.autocast(ctx.device, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+            with cast:
                 loss = F.cross_entropy(model(xb), yb)  # forward and loss under autocast
             loss.backward()                           # backward outside (PIT305)
 
