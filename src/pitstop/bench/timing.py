@@ -11,6 +11,7 @@ medians, IQRs and a ratio interval that resamples whole rounds (``pitstop.bench.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -157,9 +158,11 @@ class BenchContext:
         that fails here (no C++ toolchain, unsupported platform) skips the benchmark."""
         import torch
 
-        compiled = torch.compile(fn, **kw)
         try:
-            seconds = self.first_call(lambda: call(compiled))
+            with warnings.catch_warnings():  # Dynamo's own use of a deprecated torch.jit API, not the user's
+                warnings.filterwarnings("ignore", message=".*torch.jit.script_method.*", category=DeprecationWarning)
+                compiled = torch.compile(fn, **kw)
+                seconds = self.first_call(lambda: call(compiled))
         except Exception as exc:  # noqa: BLE001 - any backend failure means "cannot compile here"
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise BenchSkip(f"torch.compile failed on this machine ({type(exc).__name__}: {first})") from exc
