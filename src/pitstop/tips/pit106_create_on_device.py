@@ -118,3 +118,40 @@ class CreateOnDeviceRule(LintRule, tip="PIT106"):
             fix = ctx.fix(applicability, f"Create it on the device: device={device}",
                           (node, nodes.with_kwarg(inner, "device", device)))
         self.report(node, fix=fix)
+
+
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Comparison, Outcome  # noqa: E402
+
+
+class CreateOnDeviceBench(Benchmark, tip="PIT106"):
+    title = "New tensor on the GPU: torch.rand(n).cuda() vs torch.rand(n, device='cuda')"
+    gpu_only = True
+    gpu_why = ("On a CPU run `.to('cpu')` returns the same tensor: there is no host allocation or copy to save, "
+               "so nothing to compare.")
+    claim = Claim(
+        seed="002",
+        text='t = tensor.rand(2, 2).cuda()  # bad; t = tensor.rand(2, 2, device="cuda")  # good',
+        baseline="torch.rand(n).cuda()",
+        candidate="torch.rand(n, device='cuda')",
+        ratio_of="median time create-then-move / create on the device",
+    )
+
+    def run(self, ctx):
+        import torch
+
+        n = ctx.size(tiny=1 << 16, quick=1 << 20, full=1 << 24)
+        variants = {
+            "torch.rand(n).cuda()": lambda: torch.rand(n).cuda(),
+            "torch.rand(n, device='cuda')": lambda: torch.rand(n, device="cuda"),
+            "torch.zeros(n).to('cuda')": lambda: torch.zeros(n).to("cuda"),
+            "torch.zeros(n, device='cuda')": lambda: torch.zeros(n, device="cuda"),
+        }
+        measured = ctx.time(variants)
+        return Outcome(
+            workload=f"{n:,} float32 values ({4 * n / 2**20:.0f} MiB) created per call on "
+                     f"{torch.cuda.get_device_name()}; the Timer synchronizes the GPU around each block",
+            measurements=measured,
+            comparisons=[Comparison("torch.zeros(n).to('cuda')", "torch.zeros(n, device='cuda')",
+                                    "torch.zeros then .to('cuda') vs device='cuda'")],
+        )

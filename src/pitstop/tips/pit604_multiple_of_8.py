@@ -105,3 +105,53 @@ class MultipleOf8Rule(LintRule, tip="PIT604"):
             elif v >= 64 and v % 8:
                 self.report(a.value, f"{layer} {name}={v} is not a multiple of 8; tensor cores want "
                                      f"{v // 8 * 8} or {-(-v // 8) * 8}")
+
+
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Comparison, Outcome  # noqa: E402
+
+_BENCH_K = (1016, 1023, 1024, 1025, 1032)
+
+
+class MultipleOf8Bench(Benchmark, tip="PIT604"):
+    title = "Matmul throughput (M x K times K x K) at K around 1024: multiples of 8 vs not"
+    claim = Claim(
+        seed="001",
+        text="set the sizes of all different architectural designs and batch sizes as the multiples of 8 ... "
+             "to maximize the computation efficiency of GPU",
+        baseline=tuple(f"16-bit K={k}" for k in _BENCH_K if k % 8),
+        candidate=tuple(f"16-bit K={k}" for k in _BENCH_K if k % 8 == 0),
+        ratio_of="time per FLOP at K not a multiple of 8 (1023, 1025) / at multiples of 8 (1016, 1024, 1032), "
+                 "samples pooled, in 16-bit",
+    )
+
+    def run(self, ctx):
+        import torch
+
+        m = ctx.size(tiny=32, quick=256, full=1024)
+        half = torch.bfloat16
+        if ctx.cuda and not torch.cuda.is_bf16_supported():
+            half = torch.float16
+        dtypes = {"16-bit": half, "fp32": torch.float32}
+        variants, work = {}, {}
+        for label, dtype in dtypes.items():
+            for k in _BENCH_K:
+                a = torch.randn(m, k, device=ctx.device, dtype=dtype)
+                b = torch.randn(k, k, device=ctx.device, dtype=dtype)
+                name = f"{label} K={k}"
+                variants[name] = lambda a=a, b=b: torch.mm(a, b)
+                work[name] = 2.0 * m * k * k
+        measured = ctx.time(variants, work=work, work_unit="FLOP")
+        odd = [k for k in _BENCH_K if k % 8]
+        even = [k for k in _BENCH_K if k % 8 == 0]
+        fp32 = Comparison(tuple(f"fp32 K={k}" for k in odd), tuple(f"fp32 K={k}" for k in even),
+                          "the same in fp32 (time per FLOP, not multiple of 8 / multiple of 8)")
+        name16 = {torch.bfloat16: "bf16", torch.float16: "fp16"}[half]
+        return Outcome(
+            workload=f"torch.mm of ({m} x K) by (K x K) on {ctx.device} for K in {', '.join(map(str, _BENCH_K))}; "
+                     f"16-bit = {name16}; rates normalize the slightly different FLOP counts",
+            measurements=measured,
+            comparisons=[fp32, Comparison("16-bit K=1023", "16-bit K=1024", "16-bit K=1023 vs K=1024")],
+            notes=["The seed's rule is about NVIDIA tensor cores in fp16/bf16; CPU matmul libraries tile "
+                   "differently, so a CPU result says nothing about a GPU (run `pitstop bench PIT604` there)."],
+        )
