@@ -27,6 +27,8 @@ _LAZY: dict[str, str] = {
     "capture": "pitstop.helpers.inspect",
     "retain_grads": "pitstop.helpers.inspect",
     "seed_everything": "pitstop.helpers.seed",
+    # doctor (face D): pitstop.doctor(step_fn, ...); the package itself is callable
+    "doctor": "pitstop.doctor",
 }
 
 __all__ = ["__version__", *_LAZY]

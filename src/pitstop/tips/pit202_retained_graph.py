@@ -76,3 +76,36 @@ class RetainedGraph(Tip):
         "PyTorch docs, torch.Tensor.detach: https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html",
         "Seed 002 (Common mistakes: Retained graphs)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, mib  # noqa: E402
+
+
+class RetainedGraphCheck(Check, tip="PIT202"):
+    looks_at = "autograd nodes and loss tensors kept alive from step to step"
+
+    def check(self, obs, th):
+        g = obs.graph
+        if "nodes_last" not in g or "nodes_first" not in g:
+            return
+        steps = max(g["step_last"] - g["step_first"], 1)
+        growth = (g["nodes_last"] - g["nodes_first"]) / steps
+        live = g.get("live_losses", 0)
+        if growth < th.graph_growth_nodes and live < 2:
+            return
+        parts = []
+        if live >= 2:
+            parts.append(f"{live} of the {g.get('losses_tracked', live)} earlier steps' loss tensors are still alive")
+        parts.append(f"the live autograd graph grew from {g['nodes_first']} to {g['nodes_last']} nodes in "
+                     f"{steps} steps ({growth:+.1f} per step)")
+        per_step = obs.memory.get("growth_per_step")
+        nbytes = int(per_step) if obs.on_cuda and per_step and per_step > 0 else None
+        if nbytes:
+            parts.append(f"allocated memory grows {mib(nbytes)} per step")
+        yield self.finding(
+            th, title="Autograd graphs retained across steps (memory grows every step)",
+            evidence="; ".join(parts) + ": something keeps each step's loss with its graph "
+                     "(losses.append(loss), total += loss).",
+            fix="keep loss.detach() (no sync) or loss.item() every N steps", kind="memory",
+            nbytes=nbytes, severity="medium")

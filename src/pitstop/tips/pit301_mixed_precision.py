@@ -76,3 +76,26 @@ class MixedPrecision(Tip):
         "Micikevicius et al., Mixed Precision Training, ICLR 2018: https://arxiv.org/abs/1710.03740",
         "Seeds 001 (mixed precision for the forward pass), 002 (auto mixed precision), 003 (torch.cuda.amp), 004 (apex amp)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, pct  # noqa: E402
+
+
+class MixedPrecisionCheck(Check, tip="PIT301"):
+    looks_at = "autocast state of training forwards, with a bf16-vs-fp32 probe"
+
+    def check(self, obs, th):
+        probe = obs.probes.get("precision") or {}
+        speedup = probe.get("speedup")
+        if speedup is None or speedup < th.probe_speedup:
+            return
+        share = obs.compute_share * (1 - 1 / speedup)
+        dtype = probe.get("dtype", "bfloat16")
+        yield self.finding(
+            th, title=f"Training runs in fp32; {dtype} autocast is faster on this machine",
+            evidence=f"no autocast in {obs.forwards.get('train', 0)} training forwards; probe: {probe['what']} is "
+                     f"{speedup:.2f}x faster under {dtype} autocast; forward+backward are {pct(obs.compute_share)} of the step.",
+            fix=f"with torch.autocast(device_type, dtype=torch.{dtype}): around the forward and the loss"
+                + (" (fp16 also needs torch.amp.GradScaler)" if dtype == "float16" else ""),
+            share=share, seconds=share * obs.step_time["mean"])

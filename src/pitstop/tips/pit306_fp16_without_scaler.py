@@ -76,3 +76,23 @@ class Fp16WithoutScaler(Tip):
         "Micikevicius et al., Mixed Precision Training (loss scaling), ICLR 2018: https://arxiv.org/abs/1710.03740",
         "Seed 001 (GradScaler in its mixed-precision example), seed 003 (torch.cuda.amp with GradScaler)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class Fp16WithoutScalerCheck(Check, tip="PIT306"):
+    looks_at = "fp16 autocast in training forwards without GradScaler.scale"
+
+    def check(self, obs, th):
+        fp16 = obs.forwards.get("autocast", {}).get("float16", 0)
+        if not fp16 or obs.scaler_calls:
+            return
+        yield self.finding(
+            th, title="fp16 autocast without a GradScaler",
+            evidence=f"{fp16} training forwards ran under float16 autocast and GradScaler.scale was never "
+                     "called: small gradients underflow to zero in fp16.",
+            fix="scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); scaler.step(opt); scaler.update() "
+                "-- or bf16 autocast, which needs no scaler",
+            kind="correctness", severity="high")

@@ -78,3 +78,28 @@ class Compile(Tip):
         "PyTorch Performance Tuning Guide — Fuse operations: https://pytorch.org/tutorials/recipes/recipes/tuning_guide.html",
         "Seeds 002 (Static graphs: `torch.compile`), 004 (Tensor fusion and kernel fusion)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class CompileCheck(Check, tip="PIT601"):
+    looks_at = "torch.compile'd models and their graph breaks"
+
+    def skip_reason(self, obs):
+        if not obs.compile.get("compiled"):
+            return ("the model is not compiled; compiling takes tens of seconds on a small CPU, so the doctor "
+                    "does not try it: `pitstop tune` measures torch.compile on your training")
+        return super().skip_reason(obs)
+
+    def check(self, obs, th):
+        breaks = obs.compile.get("graph_breaks")
+        if breaks:
+            yield self.finding(
+                th, title="torch.compile graph breaks",
+                evidence=f"{breaks} graph breaks while the compiled model ran: each one splits the graph and "
+                         "falls back to eager Python between the pieces.",
+                fix='find them with TORCH_LOGS="graph_breaks" python train.py and remove them '
+                    "(prints, .item(), data-dependent control flow in forward)",
+                severity="medium")

@@ -69,3 +69,21 @@ class ConvBiasBeforeBn(Tip):
         "Ioffe & Szegedy, Batch Normalization, ICML 2015 (section 3.2: the bias \"can be ignored\"): https://arxiv.org/abs/1502.03167",
         "Seed 003 (no bias in a convolution before batch normalization)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class ConvBiasBeforeBNCheck(Check, tip="PIT603"):
+    looks_at = "convolutions with a bias whose output goes straight into BatchNorm"
+
+    def check(self, obs, th):
+        pairs = [p for m in obs.models for p in m.get("conv_bias_bn", [])]
+        if pairs:
+            listing = ", ".join(f"{a} -> {b}" for a, b in pairs[:6])
+            yield self.finding(
+                th, title="Convolution bias right before BatchNorm is wasted",
+                evidence=f"{len(pairs)} Conv->BatchNorm pairs with a conv bias ({listing}): BatchNorm subtracts "
+                         "the batch mean, which cancels the bias; its parameters, gradients and updates are wasted.",
+                fix="nn.Conv2d(..., bias=False) before BatchNorm", severity="low")

@@ -79,3 +79,22 @@ class FoldLinearBn(Tip):
         "PyTorch tutorial, (beta) Building a Convolution/Batch Norm fuser in FX: https://pytorch.org/tutorials/intermediate/fx_conv_bn_fuser.html",
         "Seed 004 (3.1 Tensor Fusion and Kernel Fusion, 4.1 Tensor Fusion Example)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class AdjacentLinearCheck(Check, tip="PIT606"):
+    looks_at = "Linear layers feeding another Linear with nothing between (data flow of one training forward)"
+
+    def check(self, obs, th):
+        pairs = [p for m in obs.models for p in m.get("linear_linear", [])]
+        if pairs:
+            listing = ", ".join(f"{p['pair'][0]} -> {p['pair'][1]} ({p['saved_macs']:,} of {p['macs']:,} "
+                                "multiply-adds per row)" for p in pairs[:4])
+            yield self.finding(
+                th, title="Two Linear layers with no non-linearity between them",
+                evidence=f"{listing}: the pair is one linear map; folded, it costs fewer multiply-adds.",
+                fix="add the missing activation, or fold the pair (pitstop.fuse_for_inference) for inference",
+                severity="low")

@@ -92,3 +92,20 @@ class NoDataparallel(Tip):
         "Li et al., PyTorch Distributed: Experiences on Accelerating Data Parallel Training, VLDB 2020: https://arxiv.org/abs/2006.15704",
         "Seed 002 (Use DistributedDataParallel not DataParallel), seed 003 (DataParallel no, DistributedDataParallel yes)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DataParallelCheck(Check, tip="PIT701"):
+    looks_at = "models wrapped in nn.DataParallel"
+
+    def check(self, obs, th):
+        for m in obs.models:
+            if m.get("dataparallel"):
+                yield self.finding(
+                    th, title="nn.DataParallel drives the GPUs from one process",
+                    evidence=f"the trained model is {m['class']} (nn.DataParallel): one Python process scatters "
+                             "inputs and gathers outputs every step, bound by the GIL.",
+                    fix="DistributedDataParallel, one process per GPU, launched with torchrun", severity="medium")

@@ -74,3 +74,22 @@ class DistributedSamplerTip(Tip):
         "PyTorch docs, torch.utils.data — Iterable-style datasets (sharding across workers): https://pytorch.org/docs/stable/data.html#iterable-style-datasets",
         "Beyond the seeds (seed 002's DDP section implies each GPU gets a portion of the data; the sampler is what does it); related: PIT701",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DistributedSamplerCheck(Check, tip="PIT703"):
+    looks_at = "DistributedDataParallel training without a DistributedSampler"
+
+    def check(self, obs, th):
+        if not any(m.get("ddp") for m in obs.models):
+            return
+        plain = [d for d in obs.train_loaders() if not d.get("distributed_sampler")]
+        if plain:
+            yield self.finding(
+                th, title="DDP without a DistributedSampler: every rank trains on the same data",
+                evidence=f"the model is DistributedDataParallel but the training DataLoader uses {plain[0]['sampler']}.",
+                fix="DataLoader(ds, sampler=DistributedSampler(ds), ...) and sampler.set_epoch(epoch) every epoch",
+                kind="correctness", severity="high", where=[d["where"] for d in plain if d.get("where")])

@@ -1,0 +1,512 @@
+"""The in-process instrumentation: step boundaries, phase timing, losses, syncs, memory.
+
+Installed before the user's script runs (by the child bootstrap) or around a step function
+(:func:`pitstop.doctor`). Nothing depends on names in the user's code:
+
+- step boundaries: ``torch.optim.optimizer.register_optimizer_step_pre/post_hook`` (global);
+  the first optimizer that steps is the *primary* one and its steps are the steps;
+- data wait: ``_BaseDataLoaderIter.__next__`` timed; forward: global module forward hooks on
+  the outermost module call; backward: ``torch.autograd.backward`` (what ``loss.backward()``
+  calls) timed, its tensor kept detached as the step's loss; optimizer: pre to post hook;
+- syncs (``syncs.py``), activations (saved-tensor hooks), memory samples and graph census
+  (``memory.py``), one profiled step and an optional trace (``profiled.py``).
+
+``mode="light"`` installs only the optimizer hooks and the backward/GradScaler wrappers:
+wall time per step and the loss, for A/B trials.
+"""
+
+from __future__ import annotations
+
+import time
+import weakref
+from collections import Counter
+from typing import Any
+
+import torch
+
+from pitstop.doctor import memory as mem
+from pitstop.doctor.patching import Patches, user_site
+from pitstop.doctor.spec import StepRecord
+
+__all__ = ["Instrumentation", "StopDoctor"]
+
+perf = time.perf_counter
+
+
+class StopDoctor(BaseException):
+    """Raised from the optimizer step hook once the planned steps are measured. A
+    BaseException, so that a script's ``except Exception`` does not swallow it."""
+
+
+class _Step:
+    __slots__ = ("phases", "losses", "backward_calls", "syncs", "sync_s", "cuda", "batch_size", "h2d")
+
+    def __init__(self) -> None:
+        self.phases: Counter[str] = Counter()
+        self.losses: list[torch.Tensor] = []
+        self.backward_calls = 0
+        self.syncs: Counter[tuple[str, str]] = Counter()
+        self.sync_s: Counter[tuple[str, str]] = Counter()
+        self.cuda: Counter[tuple[str, str]] = Counter()
+        self.batch_size: int | None = None
+        self.h2d: Counter[str] = Counter()
+
+
+def _first_tensor(obj: Any, depth: int = 0) -> torch.Tensor | None:
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if depth > 3:
+        return None
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            t = _first_tensor(o, depth + 1)
+            if t is not None:
+                return t
+    return None
+
+
+def _function(bound):
+    """A plain function around a bound method, so that it binds ``self`` when set on a class."""
+    def method(*args, **kwargs):
+        return bound(*args, **kwargs)
+    method.__wrapped__ = bound
+    return method
+
+
+class Instrumentation:
+    def __init__(self, steps: int, warmup: int = 0, *, mode: str = "full", trace_dir: str | None = None,
+                 trace_steps: int = 3, stop: bool = True) -> None:
+        self.full = mode == "full"
+        self.plan = ["warmup"] * warmup + ["observed"] * steps
+        if self.full:
+            self.plan.append("profiled")
+        if trace_dir and self.full:
+            self.plan += ["traced"] * trace_steps
+        self.warmup, self.steps, self.stop, self.trace_dir = warmup, steps, stop, trace_dir
+        self.records: list[StepRecord] = []
+        self.loss_tensors: list[list[torch.Tensor]] = []
+        self.cur = _Step()
+        self.passive = True
+        self.finished = False
+        self.primary: Any = None
+        self.optimizers: dict[int, Any] = {}
+        self.models: dict[int, dict[str, Any]] = {}  # id -> {"ref", "forwards": Counter, ...}
+        self.loaders: dict[int, dict[str, Any]] = {}
+        self.forwards: Counter[str] = Counter()
+        self.forward_where: dict[str, str] = {}
+        self.autocast: Counter[str] = Counter()
+        self.input_shapes: Counter[str] = Counter()
+        self.sync_sites: dict[tuple[str, str], list[float]] = {}   # -> [calls, steps, seconds]
+        self.cuda_sites: dict[tuple[str, str], list[float]] = {}
+        self.h2d: Counter[str] = Counter()
+        self.backward_total = 0
+        self.scaler_calls = 0
+        self.batch_size: int | None = None
+        self.last_train_args: dict[int, tuple] = {}
+        self.graph: dict[str, Any] = {}
+        self.loss_refs: list[weakref.ref] = []
+        self.grad_bytes: int | None = None
+        self.activations: list[int] = []
+        self.trace_path: str | None = None
+        self.profile_result: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self._patches = Patches()
+        self._handles: list[Any] = []
+        self._scaled: dict[int, torch.Tensor] = {}
+        self._depth = 0
+        self._top: tuple[float, bool] = (0.0, True)
+        self._in_data = 0
+        self._in_opt = 0
+        self._in_backward = False
+        self._opt_t0: dict[int, float] = {}
+        self._acts: dict[tuple[int, int], int] = {}
+        self._param_keys: set[tuple[int, int]] = set()
+        self._saved_hooks: Any = None
+        self._sync_debug_off: Any = None
+        self._profiler: Any = None
+        self._flow: Any = None
+        self._tracer: Any = None
+        self._observed = 0
+        self._cuda = torch.cuda.is_available()
+        self.phase_peaks: dict[str, int] = {}
+        self.run_peak = 0
+        self.step_start = perf()
+
+    # -- plan ------------------------------------------------------------------------
+    @property
+    def index(self) -> int:
+        return len(self.records)
+
+    def kind(self, i: int | None = None) -> str | None:
+        i = self.index if i is None else i
+        return self.plan[i] if i < len(self.plan) else None
+
+    @property
+    def observed_done(self) -> int:
+        return self._observed
+
+    # -- install / uninstall -------------------------------------------------------------
+    def install(self) -> Instrumentation:
+        from torch.optim import optimizer as optim_mod
+
+        self._handles.append(optim_mod.register_optimizer_step_pre_hook(self._opt_pre))
+        self._handles.append(optim_mod.register_optimizer_step_post_hook(self._opt_post))
+        self._orig_backward = self._patches.set(torch.autograd, "backward", self._backward)
+        self._orig_scale = self._patches.set(torch.amp.GradScaler, "scale", _function(self._scale))
+        if self.full:
+            self._install_full()
+        self.passive = False
+        self.step_start = perf()
+        return self
+
+    def _install_full(self) -> None:
+        from torch.nn.modules import module as module_mod
+        from torch.utils.data import DataLoader
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        from pitstop.doctor.syncs import install_sync_patches
+
+        self._handles.append(module_mod.register_module_forward_pre_hook(self._fwd_pre))
+        self._handles.append(module_mod.register_module_forward_hook(self._fwd_post, always_call=True))
+        self._orig_dl_iter = self._patches.set(DataLoader, "__iter__", _function(self._dl_iter))
+        self._orig_next = self._patches.set(_BaseDataLoaderIter, "__next__", _function(self._dl_next))
+        self._sync_debug_off = install_sync_patches(self._patches, self._on_sync, self._on_cuda_call)
+        if torch.cuda.is_available():
+            self._orig_to = self._patches.set(torch.Tensor, "to", _function(self._tensor_to))
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._saved_hooks.__enter__()
+
+    def uninstall(self) -> None:
+        self.passive = True
+        for obj in (self._profiler, self._tracer):
+            if obj is not None and obj.active:
+                try:
+                    obj.stop()
+                except Exception as exc:  # keep going: the report matters more
+                    self.notes.append(f"profiler stop failed: {exc}")
+        if self._tracer is not None:
+            self.trace_path = self._tracer.path
+        if self._saved_hooks is not None:
+            try:
+                self._saved_hooks.__exit__(None, None, None)
+            except Exception:
+                pass
+            self._saved_hooks = None
+        if self._sync_debug_off is not None:
+            self._sync_debug_off()
+            self._sync_debug_off = None
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        self._patches.restore()
+
+    # -- optimizer hooks: the step boundaries ----------------------------------------
+    def _opt_pre(self, opt, args, kwargs) -> None:
+        if self.finished and self.stop:
+            raise StopDoctor()
+        if self.passive:
+            return
+        if self.primary is None:
+            self.primary = opt
+        self.optimizers.setdefault(id(opt), opt)
+        self._in_opt += 1
+        if self.full and opt is self.primary and self.kind() == "observed" and self.observed_done == self.steps - 1:
+            self.grad_bytes = mem.grad_bytes(p for g in opt.param_groups for p in g["params"])
+        if self._cuda:
+            self._cuda_phase("optimizer", True)
+        self._opt_t0[id(opt)] = perf()
+
+    def _opt_post(self, opt, args, kwargs) -> None:
+        if self.passive:
+            return
+        if self._cuda:
+            self._cuda_phase("optimizer", False)
+        self._in_opt = max(0, self._in_opt - 1)
+        self.cur.phases["optimizer"] += perf() - self._opt_t0.pop(id(opt), perf())
+        if opt is self.primary:
+            self._end_step()
+
+    def _end_step(self) -> None:
+        now = perf()
+        kind = self.kind() or "extra"
+        cur = self.cur
+        rec = StepRecord(index=self.index, kind=kind, wall=now - self.step_start, phases=dict(cur.phases),
+                         backward_calls=cur.backward_calls, batch_size=cur.batch_size)
+        if self.full:
+            rec.memory = self._memory_now()
+        self.records.append(rec)
+        self.loss_tensors.append(cur.losses)
+        self._scaled.clear()
+        if kind == "observed":
+            self._observed += 1
+            self._fold_sites(cur)
+            if self.full and self._acts:
+                self.activations.append(sum(self._acts.values()))
+        self._acts = {}
+        self.cur = _Step()
+        self.step_start = perf()
+        if self.full:
+            self._transitions(kind)
+        if self.index >= len(self.plan):
+            self.finished = True
+            if self.stop:
+                raise StopDoctor()
+            self.passive = True
+
+    def _transitions(self, ended: str) -> None:
+        t0 = perf()
+        observed = self.observed_done
+        if ended == "observed" and observed in (1, self.steps):
+            key = "first" if observed == 1 else "last"
+            self.graph[f"nodes_{key}"] = mem.graph_nodes()
+            self.graph[f"step_{key}"] = self.index
+            if key == "last":
+                prior = self.loss_refs[:-1]
+                self.graph["live_losses"] = sum(1 for r in prior if r() is not None)
+                self.graph["losses_tracked"] = len(prior)
+        nxt = self.kind()
+        if ended == "profiled" and self._profiler is not None:
+            self._stop_profiled()
+        if nxt == "profiled":
+            self._start_profiled()
+        if nxt == "traced" and self._tracer is None:
+            from pitstop.doctor.profiled import Tracer
+
+            self._tracer = Tracer(self.trace_dir)
+            self._tracer.start()
+        if ended == "traced" and nxt != "traced" and self._tracer is not None:
+            self.trace_path = self._tracer.stop()
+        self.step_start += perf() - t0  # bookkeeping of rare events is not the script's time
+
+    def _start_profiled(self) -> None:
+        from pitstop.doctor.profiled import DataFlow, StepProfiler
+
+        names: dict[int, str] = {}
+        for info in self.models.values():
+            model = info["ref"]()
+            if model is not None:
+                names.update({id(m): n or type(m).__name__ for n, m in model.named_modules()})
+        self._flow = DataFlow(names)
+        if any(info.get("compiled") for info in self.models.values()):
+            self.notes.append("FLOPs and kernel dtypes not counted: the model is torch.compile'd")
+            return
+        try:
+            self._profiler = StepProfiler()
+            self._profiler.start()
+        except Exception as exc:
+            self.notes.append(f"FLOP counting unavailable: {exc}")
+            self._profiler = None
+
+    def _stop_profiled(self) -> None:
+        prof, self._profiler = self._profiler, None
+        prof.stop()
+        self.profile_result = {"flops": prof.total_flops, "kernels": prof.census.to_dict()}
+
+    def _memory_now(self) -> int | None:
+        if self._cuda and torch.cuda.is_initialized():
+            return int(torch.cuda.memory_allocated())
+        return mem.rss_bytes()
+
+    def _fold_sites(self, cur: _Step) -> None:
+        for key, n in cur.syncs.items():
+            entry = self.sync_sites.setdefault(key, [0, 0, 0.0])
+            entry[0] += n
+            entry[1] += 1
+            entry[2] += cur.sync_s[key]
+        for key, n in cur.cuda.items():
+            entry = self.cuda_sites.setdefault(key, [0, 0, 0.0])
+            entry[0] += n
+            entry[1] += 1
+        self.h2d.update(cur.h2d)
+
+    # -- backward and losses ---------------------------------------------------------------
+    def _backward(self, tensors, *args, **kwargs):
+        if self.passive:
+            return self._orig_backward(tensors, *args, **kwargs)
+        t = tensors if isinstance(tensors, torch.Tensor) else _first_tensor(tensors)
+        if t is not None:
+            base = self._scaled.pop(id(t), t)
+            v = base.detach()
+            self.cur.losses.append(v.reshape(()) if v.numel() == 1 else v.float().sum())
+            if self.full:
+                self.loss_refs.append(weakref.ref(t))
+        self._in_backward = True
+        if self._cuda:
+            self._cuda_phase("backward", True)
+        t0 = perf()
+        try:
+            return self._orig_backward(tensors, *args, **kwargs)
+        finally:
+            if self._cuda:
+                self._cuda_phase("backward", False)
+            self._in_backward = False
+            self.cur.phases["backward"] += perf() - t0
+            self.cur.backward_calls += 1
+            self.backward_total += 1
+
+    def _scale(self, scaler, outputs):
+        out = self._orig_scale(scaler, outputs)
+        if not self.passive:
+            self.scaler_calls += 1
+            if isinstance(out, torch.Tensor) and isinstance(outputs, torch.Tensor):
+                self._scaled[id(out)] = outputs
+        return out
+
+    # -- forward ----------------------------------------------------------------------
+    def _fwd_pre(self, module, args) -> None:
+        if self.passive:
+            return
+        self._depth += 1
+        grad = torch.is_grad_enabled()
+        if self._depth == 1:
+            if grad and self._cuda:
+                self._cuda_phase("forward", True)
+            self._top = (perf(), grad)
+            if not self._in_backward:
+                self._note_forward(module, args, grad)
+        if self._flow is not None and grad and self.kind() == "profiled":
+            self._flow.pre(module, args)
+
+    def _fwd_post(self, module, args, output) -> None:
+        if self.passive:
+            return
+        if self._flow is not None and self._top[1] and self.kind() == "profiled":
+            self._flow.post(module, output)
+        if self._depth == 1 and not self._in_backward:
+            self.cur.phases["forward" if self._top[1] else "eval"] += perf() - self._top[0]
+            if self._top[1] and self._cuda:
+                self._cuda_phase("forward", False)
+        self._depth = max(0, self._depth - 1)
+
+    def _note_forward(self, module, args, grad: bool) -> None:
+        info = self.models.get(id(module))
+        if info is None:
+            info = self.models[id(module)] = self._model_info(module)
+        if grad:
+            kind = "train" if module.training else "eval_with_grad"
+        else:
+            kind = "eval_inference_mode" if torch.is_inference_mode_enabled() else "eval_no_grad"
+            if module.training:
+                self._count_forward("nograd_train_mode")
+                info["forwards"]["nograd_train_mode"] += 1
+        self._count_forward(kind)
+        info["forwards"][kind] += 1
+        if kind != "train":
+            return
+        dev = info["device"]
+        ac = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
+        self.autocast[str(ac).replace("torch.", "") if ac is not None else "none"] += 1
+        x = _first_tensor(args)
+        if x is not None:
+            if x.dim() > 0 and self.cur.batch_size is None:
+                self.cur.batch_size = int(x.shape[0])
+                self.batch_size = self.batch_size or self.cur.batch_size
+            if self.kind() == "observed":
+                self.input_shapes["x".join(map(str, x.shape))] += 1
+        self.last_train_args[id(module)] = args
+        if not info.get("keys_done"):
+            self._param_keys.update(k for p in module.parameters() if (k := mem.storage_key(p)) is not None)
+            info["keys_done"] = True
+
+    def _count_forward(self, kind: str) -> None:
+        self.forwards[kind] += 1
+        if kind not in self.forward_where:
+            self.forward_where[kind] = user_site(3, through_torch=True) or "?"
+
+    def _model_info(self, module) -> dict[str, Any]:
+        p = next(module.parameters(), None)
+        device = p.device.type if p is not None else "cpu"
+        compiled = type(module).__name__ == "OptimizedModule" or hasattr(module, "_orig_mod")
+        # a strong reference: the script's frames are gone by the time the report is built
+        return {"ref": (lambda m=module: m), "forwards": Counter(), "device": device if device in ("cpu", "cuda") else "cpu",
+                "compiled": compiled}
+
+    # -- data ----------------------------------------------------------------------------
+    def _dl_iter(self, loader):
+        it = self._orig_dl_iter(loader)
+        if not self.passive:
+            info = self.loaders.get(id(loader))
+            if info is None:
+                from torch.utils.data.distributed import DistributedSampler
+
+                sampler = getattr(loader, "sampler", None)
+                bs = getattr(loader, "batch_sampler", None)
+                info = self.loaders[id(loader)] = {
+                    "role": "eval", "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+                    "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
+                    "batch_size": loader.batch_size, "sampler": type(sampler).__name__,
+                    "distributed_sampler": isinstance(sampler, DistributedSampler)
+                    or isinstance(getattr(bs, "sampler", None), DistributedSampler),
+                    "where": user_site(2, through_torch=True)}
+            if torch.is_grad_enabled():
+                info["role"] = "train"
+        return it
+
+    def _dl_next(self, it):
+        if self.passive:
+            return self._orig_next(it)
+        t0 = perf()
+        self._in_data += 1
+        try:
+            return self._orig_next(it)
+        finally:
+            self._in_data -= 1
+            self.cur.phases["data" if torch.is_grad_enabled() else "eval"] += perf() - t0
+
+    # -- syncs, copies, activations -----------------------------------------------------------
+    def _on_sync(self, kind: str, site: str, seconds: float) -> None:
+        if self.passive or self._in_data or self._in_opt:
+            return
+        self.cur.syncs[(site, kind)] += 1
+        self.cur.sync_s[(site, kind)] += seconds
+        self.cur.phases["sync"] += seconds
+
+    def _on_cuda_call(self, kind: str, site: str, seconds: float) -> None:
+        if self.passive or self._in_opt:
+            return
+        self.cur.cuda[(site, kind)] += 1
+        if kind == "cuda.synchronize":
+            self._on_sync(kind, site, seconds)
+
+    def _tensor_to(self, t, *args, **kwargs):
+        t0 = perf()
+        out = self._orig_to(t, *args, **kwargs)
+        if not self.passive and out is not t and t.device.type == "cpu" and out.device.type == "cuda":
+            self.cur.h2d["non_blocking" if kwargs.get("non_blocking") else "blocking"] += 1
+            self.cur.h2d["seconds"] += perf() - t0
+        return out
+
+    def _cuda_phase(self, phase: str, start: bool) -> None:
+        """On CUDA: the allocator's peak within each phase (reset at its start; no sync)."""
+        if not (self._cuda and self.full and torch.cuda.is_initialized()) or self.kind() != "observed":
+            return
+        if start:
+            self.run_peak = max(self.run_peak, torch.cuda.max_memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            peak = torch.cuda.max_memory_allocated()
+            self.run_peak = max(self.run_peak, peak)
+            self.phase_peaks[phase] = max(self.phase_peaks.get(phase, 0), peak)
+
+    def _pack(self, t):
+        if not self.passive and not self._in_backward:  # (autograd packs with grad mode off)
+            key = mem.storage_key(t)
+            if key is not None and key not in self._param_keys and key not in self._acts:
+                try:
+                    self._acts[key] = t.untyped_storage().nbytes()
+                except Exception:
+                    pass
+        return t
+
+    # -- end of run --------------------------------------------------------------------------
+    def read_losses(self) -> None:
+        """Copy the kept loss tensors to the host once (the only sync the losses cost)."""
+        for rec, tensors in zip(self.records, self.loss_tensors):
+            if tensors:
+                try:
+                    rec.loss = float(sum(float(t.float()) for t in tensors))
+                except Exception:
+                    rec.loss = None
+        self.loss_tensors = [[] for _ in self.loss_tensors]
