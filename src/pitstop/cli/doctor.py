@@ -15,6 +15,25 @@ from pathlib import Path
 from pitstop.cli import CliError, Command
 
 
+def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
+    """Everything after the first ``--`` belongs to the script, whatever it looks like, and
+    the doctor's own options may stand before or after SCRIPT (argparse alone refuses
+    ``SCRIPT --steps 3 -- ARGS`` once the positional slots are filled)."""
+    original = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        tail: list[str] = []
+        if "--" in args:
+            i = args.index("--")
+            args, tail = args[:i], args[i + 1:]
+        ns, extras = original(args, namespace)
+        ns.script_args = [*(ns.script_args or []), *tail]
+        return ns, extras
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
 class DoctorCommand(Command):
     name = "doctor"
     help = "Run a training script (default: the bundled naive CNN) and report where time and memory go."
@@ -34,6 +53,7 @@ class DoctorCommand(Command):
         parser.add_argument("--trace", metavar="DIR", help="also write a torch.profiler Chrome/Perfetto trace of a few steps")
         parser.add_argument("--no-probes", action="store_true", help="skip the ~1 s hardware probes per tip")
         parser.add_argument("--seed", type=int, default=0, help="seed python/numpy/torch before the script (default 0)")
+        _split_at_double_dash(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from pitstop.doctor.diagnose import diagnose
@@ -41,11 +61,6 @@ class DoctorCommand(Command):
         from pitstop.doctor.spec import RunSpec
         from pitstop.examples import DEFAULT_SCRIPT
 
-        raw = sys.argv[1:]
-        if args.script is not None and "--" in raw and args.script not in raw[:raw.index("--")]:
-            # `pitstop doctor -- ARGS`: no script given; argparse took the first ARG for it
-            args.script_args = [args.script, *args.script_args]
-            args.script = None
         if args.module and args.script:
             # with -m, the first positional is the first script argument
             args.script_args = [args.script, *args.script_args]

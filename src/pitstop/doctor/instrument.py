@@ -129,6 +129,8 @@ class Instrumentation:
         self._flow: Any = None
         self._tracer: Any = None
         self._observed = 0
+        #: observed steps after which the live autograd graph is counted (first, middle, last)
+        self._census_at = {1, (steps + 1) // 2, steps}
         self._cuda = torch.cuda.is_available()
         self.phase_peaks: dict[str, int] = {}
         self.run_peak = 0
@@ -258,11 +260,10 @@ class Instrumentation:
     def _transitions(self, ended: str) -> None:
         t0 = perf()
         observed = self.observed_done
-        if ended == "observed" and observed in (1, self.steps):
-            key = "first" if observed == 1 else "last"
-            self.graph[f"nodes_{key}"] = mem.graph_nodes()
-            self.graph[f"step_{key}"] = self.index
-            if key == "last":
+        if ended == "observed" and observed in self._census_at:
+            self.graph.setdefault("nodes", []).append(mem.graph_nodes())
+            self.graph.setdefault("steps", []).append(self.index)
+            if observed == self.steps:
                 prior = self.loss_refs[:-1]
                 self.graph["live_losses"] = sum(1 for r in prior if r() is not None)
                 self.graph["losses_tracked"] = len(prior)
@@ -491,6 +492,9 @@ class Instrumentation:
             self.phase_peaks[phase] = max(self.phase_peaks.get(phase, 0), peak)
 
     def _pack(self, t):
+        """Count the bytes autograd saves; return a detached alias (same storage, no copy).
+        Returning ``t`` itself would make a saved *output* reference its own ``grad_fn``: a
+        cycle that leaks every graph that is never back-propagated (eval with grad on)."""
         if not self.passive and not self._in_backward:  # (autograd packs with grad mode off)
             key = mem.storage_key(t)
             if key is not None and key not in self._param_keys and key not in self._acts:
@@ -498,7 +502,7 @@ class Instrumentation:
                     self._acts[key] = t.untyped_storage().nbytes()
                 except Exception:
                     pass
-        return t
+        return t.detach()
 
     # -- end of run --------------------------------------------------------------------------
     def read_losses(self) -> None:

@@ -92,6 +92,7 @@ def graph_nodes(limit: int = 500_000) -> int:
 
     import torch
 
+    gc.collect()  # garbage awaiting collection is not retained
     with warnings.catch_warnings():  # isinstance() on deprecated module objects warns
         warnings.simplefilter("ignore")
         roots = [o.grad_fn for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.grad_fn is not None]

@@ -86,9 +86,10 @@ class Observations:
     #: ``tf32_cudnn``, ``float32_matmul_precision``, ``deterministic_algorithms``,
     #: ``num_threads``.
     settings: dict[str, Any] = field(default_factory=dict)
-    #: retained autograd graphs: ``nodes_first`` / ``nodes_last`` (autograd nodes reachable
-    #: from live tensors at the end of the first and last observed step), ``steps_between``,
-    #: ``live_losses`` (loss tensors of earlier steps still alive), ``losses_tracked``.
+    #: retained autograd graphs: ``nodes`` (autograd nodes reachable from live tensors,
+    #: after ``gc.collect()``, at the end of the first, middle and last observed step) and
+    #: ``steps`` (their step indices), ``live_losses`` (loss tensors of earlier steps still
+    #: alive at the last observed step), ``losses_tracked``.
     graph: dict[str, Any] = field(default_factory=dict)
     #: host-to-device copies per observed step on CUDA: ``blocking``, ``non_blocking``.
     h2d: dict[str, Any] = field(default_factory=dict)

@@ -87,18 +87,18 @@ class RetainedGraphCheck(Check, tip="PIT202"):
 
     def check(self, obs, th):
         g = obs.graph
-        if "nodes_last" not in g or "nodes_first" not in g:
-            return
-        steps = max(g["step_last"] - g["step_first"], 1)
-        growth = (g["nodes_last"] - g["nodes_first"]) / steps
+        nodes, steps = g.get("nodes") or [], g.get("steps") or []
         live = g.get("live_losses", 0)
-        if growth < th.graph_growth_nodes and live < 2:
+        growing = len(nodes) >= 2 and all(b > a for a, b in zip(nodes, nodes[1:]))
+        growth = (nodes[-1] - nodes[0]) / max(steps[-1] - steps[0], 1) if len(nodes) >= 2 else 0.0
+        if not (growing and growth >= th.graph_growth_nodes) and live < 2:
             return
         parts = []
         if live >= 2:
             parts.append(f"{live} of the {g.get('losses_tracked', live)} earlier steps' loss tensors are still alive")
-        parts.append(f"the live autograd graph grew from {g['nodes_first']} to {g['nodes_last']} nodes in "
-                     f"{steps} steps ({growth:+.1f} per step)")
+        if len(nodes) >= 2:
+            parts.append(f"the live autograd graph went {' -> '.join(map(str, nodes))} nodes over steps "
+                         f"{steps[0]}..{steps[-1]} ({growth:+.1f} per step)")
         per_step = obs.memory.get("growth_per_step")
         nbytes = int(per_step) if obs.on_cuda and per_step and per_step > 0 else None
         if nbytes:
