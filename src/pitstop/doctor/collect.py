@@ -124,7 +124,15 @@ def _settings() -> dict[str, Any]:
             "tf32_matmul": bool(b.cuda.matmul.allow_tf32), "tf32_cudnn": bool(b.cudnn.allow_tf32),
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "num_threads": torch.get_num_threads()}
+            "num_threads": torch.get_num_threads(), "world_size": _world_size()}
+
+
+def _world_size() -> int | None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return None
 
 
 def _steps_stats(inst: Instrumentation) -> tuple[dict[str, float], dict[str, float]]:

@@ -42,7 +42,7 @@ def doctor_html(diag) -> str:
         mfu = f"{100 * fl['mfu']:.1f}%" if fl.get("mfu") is not None else "n/a"
         summary.append(["FLOPs", f"{fl['per_step'] / 1e9:.2f} GFLOP/step, {fl['achieved_per_s'] / 1e9:.1f} GFLOP/s, "
                                  f"MFU {mfu} ({_esc(fl['peak_source'])})"])
-    sections.append(("Summary", _table(["", ""], summary)))
+    sections.append(("Summary", _table(["measure", "value"], summary)))
     if d["traceback"]:
         sections.append(("The script failed", f"<pre>{_esc(d['traceback'])}</pre>"))
 

@@ -25,9 +25,8 @@ class PinMemory(Tip):
         Flags a `DataLoader(...)` built without `pin_memory=True`, only in files where CUDA is
         implied (the file calls `.cuda()`, builds `torch.device("cuda...")`, uses a string
         starting with `"cuda"` or touches `torch.cuda.*`). Reported at the call; no autofix.
-        At run time, when the model is on a CUDA device, the doctor checks whether the batches
-        reaching the training step are in pinned memory and how long the step spends copying
-        them to the device; `tune` switches pinning on and off and measures your training.
+        At run time, when the model is on a CUDA device, the doctor checks whether the training
+        DataLoader pins its batches and how long the step spends copying them to the device; `tune` switches pinning on and off and measures your training.
     """
     why = """
         The GPU's DMA engine can only read page-locked host memory. A copy from ordinary

@@ -29,7 +29,8 @@ class RetainedGraph(Tip):
         Reported at the append or the assignment; the autofix, `loss.detach()`, is offered as
         unsafe (the accumulated values no longer carry `grad_fn`, which changes code that
         inspects them or differentiates through them). While training runs, the doctor
-        watches memory from step to step and flags growth that persists across steps.
+        counts the autograd nodes kept alive by live tensors (and the earlier steps' loss
+        tensors still alive) from step to step and flags growth that persists across steps.
     """
     why = """
         `loss` is the root of its step's autograd graph, and every node of that graph is

@@ -25,8 +25,7 @@ class Fp16WithoutScaler(Tip):
         `torch.half`, no `dtype` on device `"cuda"`, or `torch.cuda.amp.autocast()`), calls
         `.backward()`, and never constructs a GradScaler. The finding is reported at the
         autocast call; there is no autofix. At run time the doctor checks whether the forward
-        pass runs under fp16 autocast while the loss is not scaled, and looks at the
-        gradients for the symptom: values that are zero or not finite.
+        pass runs under fp16 autocast while the loss is not scaled.
     """
     why = """
         Under fp16 autocast, the gradients that flow backward through fp16 ops are fp16 too

@@ -24,7 +24,7 @@ class OptimizerState(Tip):
     what = """
         At run time the doctor reports the measured memory breakdown of your training:
         parameters, gradients, optimizer state (summed over `optimizer.state`) and
-        activations (the rest of the step's peak), so you know which one to attack.
+        activations (the tensors autograd saves for backward), so you know which one to attack.
         `pitstop bench PIT402` measures the state of the common optimizers on this machine,
         like the ratios listed above.
     """

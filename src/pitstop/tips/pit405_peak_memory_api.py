@@ -26,7 +26,7 @@ class PeakMemoryApi(Tip):
         Flags calls of `torch.cuda.reset_max_memory_allocated` and
         `torch.cuda.reset_max_memory_cached`, with a safe autofix to
         `torch.cuda.reset_peak_memory_stats` (what the old functions call anyway). At run
-        time the doctor measures allocated memory and its peak separately for the forward
+        time on CUDA the doctor measures the allocator's peak separately for the forward
         pass, the backward pass and the optimizer step, resetting the peak between phases,
         so a memory problem is attributed to the phase that causes it.
     """

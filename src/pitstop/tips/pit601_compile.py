@@ -27,7 +27,7 @@ class Compile(Tip):
 
     what = """
         At run time the doctor checks whether the model runs compiled and, when it does, counts
-        graph breaks and recompilations. `tune` switches compilation on and measures it A/B on your
+        graph breaks. `tune` switches compilation on and measures it A/B on your
         own training; `pitstop bench PIT601` measures compile time and compiled-vs-eager speed on
         this machine.
     """

@@ -30,8 +30,8 @@ class FoldLinearBn(Tip):
         Flags, in an `nn.Sequential(...)` literal, two `nn.Linear(...)` directly adjacent,
         reported at the second Linear; no fix is offered (a missing activation is a modelling
         bug to fix by hand, a deliberate pair is folded for inference). At run time the doctor
-        looks at the model's layers for Linear->Linear pairs with nothing between them and
-        Conv->BatchNorm pairs that can be folded for inference. The helper
+        follows the data flow of one training forward for Linear->Linear pairs with nothing
+        between them (Conv->BatchNorm folding only matters for inference). The helper
         `pitstop.fuse_for_inference(model)` returns a folded eval-mode copy.
     """
     why = """
