@@ -144,3 +144,16 @@ def test_every_doctor_check_is_torch_free_and_runs_on_empty_observations():
         check = cls()
         if check.skip_reason(obs) is None:
             list(check.check(obs, Thresholds()))  # must not raise on a run that saw nothing
+
+
+@pytest.mark.slow
+def test_trace_writes_a_chrome_trace_of_extra_steps(cli, tmp_path):
+    out = cli("doctor", "--format", "json", "--no-probes", "--steps", "2", "--warmup", "1",
+              "--trace", str(tmp_path / "trace"), TINY)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert [r["kind"] for r in d["steps"]["records"]][-3:] == ["traced"] * 3
+    assert d["steps"]["observed"] == 2  # traced steps do not enter the statistics
+    trace = json.loads((tmp_path / "trace" / "pitstop_trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "Optimizer.step#SGD.step" in names

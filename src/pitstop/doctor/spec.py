@@ -125,7 +125,8 @@ class StepRecord:
     """One optimizer step of the primary optimizer (the first one that stepped).
 
     ``kind`` is ``warmup``, ``observed``, ``profiled`` or ``traced``; only observed steps
-    enter the statistics. ``phases`` holds seconds per phase (``data``, ``forward``,
+    enter the statistics. ``cpu`` is the process's CPU time over the step (all threads), a
+    measure that other processes on a busy machine disturb less than ``wall``. ``phases`` holds seconds per phase (``data``, ``forward``,
     ``backward``, ``optimizer``, ``eval``, ``sync``); ``other`` is ``wall`` minus their sum
     (``sync`` excluded: sync time is spent inside other phases). ``loss`` is the sum of the
     tensors ``.backward()`` was called on during the step (unscaled when a GradScaler
@@ -135,6 +136,7 @@ class StepRecord:
     index: int
     kind: str
     wall: float
+    cpu: float | None = None  # process CPU seconds (all threads): less sensitive to other load
     phases: dict[str, float] = field(default_factory=dict)
     loss: float | None = None
     backward_calls: int = 0
