@@ -7,7 +7,7 @@ Two measurements, both printed as ratios of medians with a 90% bootstrap interva
    DataLoader and optimizer (the naive scripts' settings, from ``pitstop.examples``) and
    runs its training step in alternating blocks, plain and with the full instrumentation
    installed (module hooks, DataLoader timing, sync patches, saved-tensor hooks, memory
-   samples; no probes), block after block. Alternating short blocks in one process is what
+   samples; no probes), block after block, in ABBA order. Alternating short blocks in one process is what
    keeps a noisy shared machine from favouring either side. The first step of each block
    is dropped (install/uninstall and the one graph census land there). Wall time and the
    process's CPU time are both reported; with ``--threads 1`` CPU time measures the work
@@ -82,8 +82,8 @@ def in_process(name: str, blocks: int, block: int) -> None:
     for _ in range(3):
         step()
     times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in ("plain", "full") for c in ("wall", "cpu")}
-    for _ in range(blocks):
-        for mode in ("plain", "full"):
+    for b in range(blocks):
+        for mode in (("plain", "full") if b % 2 == 0 else ("full", "plain")):  # ABBA: no order bias
             inst = Instrumentation(10**9, 0, mode="full", stop=False).install() if mode == "full" else None
             try:
                 for i in range(block + 1):

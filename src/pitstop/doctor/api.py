@@ -61,7 +61,7 @@ def doctor(step_fn: Callable[[], Any], steps: int = 10, warmup: int = 2, *, prob
     spec = RunSpec(script=f"<step function {name}>", steps=steps, warmup=warmup, timeout=None,
                    probes=probes, trace_dir=trace_dir, trace_steps=trace_steps, stop=False, seed=None)
     inst = Instrumentation(steps, warmup, mode="full", trace_dir=trace_dir, trace_steps=trace_steps, stop=False)
-    limit = max_calls if max_calls is not None else 16 * len(inst.plan)
+    limit = max_calls if max_calls is not None else 16 * inst.total
     started = time.perf_counter()
     status, message, tb = "finished", "", None
     inst.install()
@@ -71,7 +71,7 @@ def doctor(step_fn: Callable[[], Any], steps: int = 10, warmup: int = 2, *, prob
             step_fn()
             calls += 1
         message = (f"step_fn called {calls} times" if inst.finished
-                   else f"step_fn called {calls} times without completing {len(inst.plan)} optimizer steps")
+                   else f"step_fn called {calls} times without completing {inst.total} optimizer steps")
     except Exception as exc:
         status, tb = "error", traceback.format_exc()
         message = f"step_fn raised {type(exc).__name__}: {exc}"

@@ -66,11 +66,10 @@ class Instrumentation(Observers):
     def __init__(self, steps: int, warmup: int = 0, *, mode: str = "full", trace_dir: str | None = None,
                  trace_steps: int = 3, stop: bool = True) -> None:
         self.full = mode == "full"
-        self.plan = ["warmup"] * warmup + ["observed"] * steps
-        if self.full:
-            self.plan.append("profiled")
-        if trace_dir and self.full:
-            self.plan += ["traced"] * trace_steps
+        #: the plan, as (kind, count) segments: warmup, observed, profiled, traced
+        self.plan = [("warmup", warmup), ("observed", steps), ("profiled", 1 if self.full else 0),
+                     ("traced", trace_steps if trace_dir and self.full else 0)]
+        self.total = sum(n for _, n in self.plan)
         self.warmup, self.steps, self.stop, self.trace_dir = warmup, steps, stop, trace_dir
         self.records: list[StepRecord] = []
         self.loss_tensors: list[list[torch.Tensor]] = []
@@ -131,7 +130,11 @@ class Instrumentation(Observers):
 
     def kind(self, i: int | None = None) -> str | None:
         i = self.index if i is None else i
-        return self.plan[i] if i < len(self.plan) else None
+        for kind, n in self.plan:
+            if i < n:
+                return kind
+            i -= n
+        return None
 
     @property
     def observed_done(self) -> int:
@@ -240,7 +243,7 @@ class Instrumentation(Observers):
         self.step_start, self.cpu_start = perf(), cpu_clock()
         if self.full:
             self._transitions(kind)
-        if self.index >= len(self.plan):
+        if self.index >= self.total:
             self.finished = True
             if self.stop:
                 raise StopDoctor()
