@@ -233,6 +233,8 @@ class Instrumentation(Observers):
         self.records.append(rec)
         self.loss_tensors.append(cur.losses)
         self._scaled.clear()
+        if kind == "profiled" and cur.phases.get("eval"):
+            self.notes.append("the profiled step also ran evaluation forwards: its FLOP count includes them")
         if kind == "observed":
             self._observed += 1
             self._fold_sites(cur)
