@@ -51,8 +51,10 @@ class DoctorCommand(Command):
                             help="json: the report on stdout, the script's own stdout sent to stderr")
         parser.add_argument("--html", type=Path, metavar="PATH", help="also write a self-contained HTML report")
         parser.add_argument("--trace", metavar="DIR", help="also write a torch.profiler Chrome/Perfetto trace of a few steps")
-        parser.add_argument("--no-probes", action="store_true", help="skip the ~1 s hardware probes per tip")
+        parser.add_argument("--no-probes", action="store_true", help="skip the hardware probes (a few seconds each) that gate PIT104/301/501")
         parser.add_argument("--seed", type=int, default=0, help="seed python/numpy/torch before the script (default 0)")
+        parser.epilog = ("exit codes: 0 diagnosed (findings or not), 2 usage/input error, 3 the script failed, "
+                         "4 timed out (partial report), 5 nothing to diagnose (no optimizer step observed)")
         _split_at_double_dash(parser)
 
     def run(self, args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ Runner API (what ``pitstop tune`` builds on)
         setups=(Setup("pitstop.tune.knobs:bf16_autocast", {"dtype": "bfloat16"}),),
         seed=0,                       # python/numpy/torch seeded in the child (None: off)
         mode="light",                 # "light": step wall times + losses only; "full": everything
-        probes=False,                 # full mode only: the ~1 s hardware probes
+        probes=False,                 # full mode only: the hardware probes (seconds each)
         stdout="devnull",             # "inherit" | "stderr" | "devnull" | a file path
     )
     result = run_script(spec)         # RunResult; never raises for the script's own failures
