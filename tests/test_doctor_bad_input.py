@@ -67,6 +67,12 @@ def test_sys_exit_nonzero_is_a_failure(cli):
     assert out.returncode == 3 and d["outcome"] == "script_failed" and "sys.exit(7)" in d["message"]
 
 
+def test_child_that_dies_without_a_report_is_a_crash(cli):
+    out, d = doctor_json(cli, TINY, *FAST, "--", "--die-at", "2")
+    assert out.returncode == 3
+    assert d["status"] == "crashed" and "died without a report (exit status 9)" in d["message"]
+
+
 @pytest.mark.parametrize("spawn", [False, True], ids=["fork", "spawn"])
 def test_dataloader_workers_do_not_break_the_instrumentation(cli, spawn):
     args = ("--", "--spawn") if spawn else ()
