@@ -37,6 +37,8 @@ _LAZY: dict[str, str] = {
     # lint (face L; torch-free)
     "lint_source": "pitstop.lint.runner",
     "fix_source": "pitstop.lint.runner",
+    # doctor (face D): pitstop.doctor(step_fn, ...); the package itself is callable
+    "doctor": "pitstop.doctor",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -138,3 +138,28 @@ class LoaderWorkersBench(Benchmark, tip="PIT101"):
             notes=["Loading alone: in training the workers also compete with the model's compute threads for "
                    "the same cores, so the gain on a whole step is smaller (`pitstop tune` measures that)."],
         )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, ms, pct  # noqa: E402
+
+
+class DataWaitCheck(Check, tip="PIT101"):
+    looks_at = "time the step blocks in DataLoader iteration"
+
+    def check(self, obs, th):
+        share = obs.share("data")
+        loaders = obs.train_loaders()
+        if share <= th.data_wait_share or not loaders:
+            return
+        wait, mean = obs.breakdown["data"], obs.step_time["mean"]
+        workers = max(d["num_workers"] for d in loaders)
+        head = f"{pct(share)} of each step ({ms(wait)} of {ms(mean)}) waits for the next batch"
+        if workers == 0:
+            evidence = f"{head}; the training DataLoader builds every batch in the training process (num_workers=0)."
+            fix = "DataLoader(..., num_workers=N, persistent_workers=True), N near the core count; measure it with `pitstop tune`"
+        else:
+            evidence = f"{head} although num_workers={workers}: the workers do not keep up."
+            fix = "more workers or a larger prefetch_factor, or cheaper per-sample work"
+        yield self.finding(th, title="Training waits for data", evidence=evidence, fix=fix, share=share,
+                           seconds=wait, where=[d["where"] for d in loaders if d.get("where")])

@@ -121,3 +121,25 @@ class NonBlockingRule(LintRule, tip="PIT103"):
             return False
         s = nodes.string_value(device.value)
         return s is None or not s.startswith("cpu")
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, ms  # noqa: E402
+
+
+class NonBlockingCheck(Check, tip="PIT103"):
+    requires = "cuda"
+    looks_at = "host-to-device copies made without non_blocking=True"
+
+    def check(self, obs, th):
+        blocking = obs.h2d.get("blocking", 0)
+        if blocking <= 0:
+            return
+        seconds = obs.h2d.get("seconds", 0.0)
+        share = seconds / obs.step_time["mean"] if obs.step_time.get("mean") else None
+        yield self.finding(
+            th, title="Host-to-device copies block the training thread",
+            evidence=f"{blocking:.1f} copies per step use .to(device) without non_blocking=True "
+                     f"({ms(seconds)} per step spent in copies).",
+            fix="pin the batches (PIT102) and copy with .to(device, non_blocking=True)",
+            share=share, seconds=seconds)

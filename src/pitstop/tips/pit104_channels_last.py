@@ -135,3 +135,29 @@ class ChannelsLastBench(Benchmark, tip="PIT104"):
             notes=["The seed's sentence is about the NumPy layout albumentations works in; what PyTorch offers "
                    "for channel-last speed is the channels_last memory format of conv nets, measured here."],
         )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, pct  # noqa: E402
+
+
+class ChannelsLastCheck(Check, tip="PIT104"):
+    looks_at = "memory format of the inputs reaching convolutions, with a channels_last probe"
+
+    def skip_reason(self, obs):
+        if not any(m.get("conv2d") for m in obs.models):
+            return "no Conv2d layers in the model"
+        return super().skip_reason(obs)
+
+    def check(self, obs, th):
+        probe = obs.probes.get("channels_last") or {}
+        speedup = probe.get("speedup")
+        if not obs.kernels.get("conv_nchw") or speedup is None or speedup < th.probe_speedup:
+            return
+        share = obs.compute_share * (1 - 1 / speedup)
+        yield self.finding(
+            th, title="Convolutions run in NCHW; channels_last is faster here",
+            evidence=f"{obs.kernels['conv_nchw']} convolutions per step take NCHW inputs; probe: {probe['what']} "
+                     f"is {speedup:.2f}x faster in channels_last; forward+backward are {pct(obs.compute_share)} of the step.",
+            fix="model.to(memory_format=torch.channels_last) and x.to(memory_format=torch.channels_last)",
+            share=share, seconds=share * obs.step_time["mean"])

@@ -29,7 +29,8 @@ class RetainedGraph(Tip):
         Reported at the append or the assignment; the autofix, `loss.detach()`, is offered as
         unsafe (the accumulated values no longer carry `grad_fn`, which changes code that
         inspects them or differentiates through them). While training runs, the doctor
-        watches memory from step to step and flags growth that persists across steps.
+        counts the autograd nodes kept alive by live tensors (and the earlier steps' loss
+        tensors still alive) from step to step and flags growth that persists across steps.
     """
     why = """
         `loss` is the root of its step's autograd graph, and every node of that graph is
@@ -117,3 +118,36 @@ class RetainedGraphRule(LintRule, tip="PIT202"):
         fix = self.ctx.fix(UNSAFE, f"Accumulate {name}.detach()", (name_node, f"{name}.detach()"))
         self.report(node, f"`{name}` is accumulated with its autograd graph, which stays alive every step; "
                           f"use {name}.detach() (or {name}.item() every N steps)", fix=fix, when=backwarded)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, mib  # noqa: E402
+
+
+class RetainedGraphCheck(Check, tip="PIT202"):
+    looks_at = "autograd nodes and loss tensors kept alive from step to step"
+
+    def check(self, obs, th):
+        g = obs.graph
+        nodes, steps = g.get("nodes") or [], g.get("steps") or []
+        live = g.get("live_losses", 0)
+        growing = len(nodes) >= 2 and all(b > a for a, b in zip(nodes, nodes[1:]))
+        growth = (nodes[-1] - nodes[0]) / max(steps[-1] - steps[0], 1) if len(nodes) >= 2 else 0.0
+        if not (growing and growth >= th.graph_growth_nodes) and live < 2:
+            return
+        parts = []
+        if live >= 2:
+            parts.append(f"{live} of the {g.get('losses_tracked', live)} earlier steps' loss tensors are still alive")
+        if len(nodes) >= 2:
+            parts.append(f"the live autograd graph went {' -> '.join(map(str, nodes))} nodes over steps "
+                         f"{steps[0]}..{steps[-1]} ({growth:+.1f} per step)")
+        per_step = obs.memory.get("growth_per_step")
+        nbytes = int(per_step) if obs.on_cuda and per_step and per_step > 0 else None
+        if nbytes:
+            parts.append(f"allocated memory grows {mib(nbytes)} per step")
+        yield self.finding(
+            th, title="Autograd graphs retained across steps (memory grows every step)",
+            evidence="; ".join(parts) + ": something keeps each step's loss with its graph "
+                     "(losses.append(loss), total += loss).",
+            fix="keep loss.detach() (no sync) or loss.item() every N steps", kind="memory",
+            nbytes=nbytes, severity="medium")

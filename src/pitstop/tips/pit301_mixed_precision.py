@@ -153,3 +153,26 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
                    "2080Ti). On CPUs bf16 is fast only with AVX512-BF16/AMX (see the CPU flags) and emulated, "
                    "slower, without them."],
         )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, pct  # noqa: E402
+
+
+class MixedPrecisionCheck(Check, tip="PIT301"):
+    looks_at = "autocast state of training forwards, with a bf16-vs-fp32 probe"
+
+    def check(self, obs, th):
+        probe = obs.probes.get("precision") or {}
+        speedup = probe.get("speedup")
+        if speedup is None or speedup < th.probe_speedup:
+            return
+        share = obs.compute_share * (1 - 1 / speedup)
+        dtype = probe.get("dtype", "bfloat16")
+        yield self.finding(
+            th, title=f"Training runs in fp32; {dtype} autocast is faster on this machine",
+            evidence=f"no autocast in {obs.forwards.get('train', 0)} training forwards; probe: {probe['what']} is "
+                     f"{speedup:.2f}x faster under {dtype} autocast; forward+backward are {pct(obs.compute_share)} of the step.",
+            fix=f"with torch.autocast(device_type, dtype=torch.{dtype}): around the forward and the loss"
+                + (" (fp16 also needs torch.amp.GradScaler)" if dtype == "float16" else ""),
+            share=share, seconds=share * obs.step_time["mean"])

@@ -25,8 +25,7 @@ class Fp16WithoutScaler(Tip):
         `torch.half`, no `dtype` on device `"cuda"`, or `torch.cuda.amp.autocast()`), calls
         `.backward()`, and never constructs a GradScaler. The finding is reported at the
         autocast call; there is no autofix. At run time the doctor checks whether the forward
-        pass runs under fp16 autocast while the loss is not scaled, and looks at the
-        gradients for the symptom: values that are zero or not finite.
+        pass runs under fp16 autocast while the loss is not scaled.
     """
     why = """
         Under fp16 autocast, the gradients that flow backward through fp16 ops are fp16 too
@@ -119,3 +118,23 @@ class Fp16WithoutScalerRule(LintRule, tip="PIT306"):
         if self.backward and not self.scaler:
             for node in self.fp16:
                 self.report(node)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class Fp16WithoutScalerCheck(Check, tip="PIT306"):
+    looks_at = "fp16 autocast in training forwards without GradScaler.scale"
+
+    def check(self, obs, th):
+        fp16 = obs.forwards.get("autocast", {}).get("float16", 0)
+        if not fp16 or obs.scaler_calls:
+            return
+        yield self.finding(
+            th, title="fp16 autocast without a GradScaler",
+            evidence=f"{fp16} training forwards ran under float16 autocast and GradScaler.scale was never "
+                     "called: small gradients underflow to zero in fp16.",
+            fix="scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); scaler.step(opt); scaler.update() "
+                "-- or bf16 autocast, which needs no scaler",
+            kind="correctness", severity="high")

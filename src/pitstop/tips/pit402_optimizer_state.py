@@ -24,7 +24,7 @@ class OptimizerState(Tip):
     what = """
         At run time the doctor reports the measured memory breakdown of your training:
         parameters, gradients, optimizer state (summed over `optimizer.state`) and
-        activations (the rest of the step's peak), so you know which one to attack.
+        activations (the tensors autograd saves for backward), so you know which one to attack.
         `pitstop bench PIT402` measures the state of the common optimizers on this machine,
         like the ratios listed above.
     """
@@ -135,3 +135,30 @@ class OptimizerStateBench(Benchmark, tip="PIT402"):
                    "RMSprop also keep a one-element `step` tensor per parameter tensor (the tiny excess above "
                    "the whole numbers)."],
         )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, mib, pct  # noqa: E402
+
+
+class OptimizerStateCheck(Check, tip="PIT402"):
+    looks_at = "optimizer state bytes, measured from optimizer.state, against the rule of thumb"
+
+    def check(self, obs, th):
+        m = obs.memory
+        accounted = sum(m.get(k) or 0 for k in ("params", "grads", "optimizer_state", "activations"))
+        state = m.get("optimizer_state") or 0
+        if not accounted or state / accounted < th.optimizer_state_share:
+            return
+        rows = "; ".join(
+            f"{o['class']}: {mib(o['state_bytes'])} = {o['state_ratio']:.1f}x its parameters "
+            f"(rule of thumb {o['rule_ratio'] if o['rule_ratio'] is not None else '?'}x: {o['rule']})"
+            for o in obs.optimizers if o.get("state_ratio") is not None)
+        pressure = bool(m.get("peak") and m.get("capacity") and m["peak"] / m["capacity"] > th.memory_share)
+        yield self.finding(
+            th, title="Optimizer state is a large share of memory",
+            evidence=f"optimizer state {mib(state)} is {pct(state / accounted)} of params+grads+state+activations; {rows}.",
+            fix="drop options that add state (amsgrad, centered, momentum you do not need), or shard it "
+                "(ZeroRedundancyOptimizer / FSDP)" + ("" if pressure else "; memory is not near capacity, so this is for information"),
+            kind="memory", share=state / m["peak"] if m.get("peak") else None, nbytes=state,
+            severity="medium" if pressure else "low")

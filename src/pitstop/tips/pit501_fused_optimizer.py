@@ -142,3 +142,32 @@ class FusedOptimizerBench(Benchmark, tip="PIT501"):
             notes=["PyTorch picks foreach by default only when every parameter is on an accelerator; on CPU the "
                    "default is the for-loop. fused=True exists for Adam, AdamW, SGD and Adagrad, not RMSprop."],
         )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, pct  # noqa: E402
+
+
+class FusedOptimizerCheck(Check, tip="PIT501"):
+    looks_at = "optimizer implementation (for-loop/foreach/fused), with a probe of each mode"
+
+    def check(self, obs, th):
+        opt_share = obs.share("optimizer")
+        for i, o in enumerate(obs.optimizers):
+            probe = obs.probes.get(f"optimizer{i if i else ''}") or {}
+            seconds = probe.get("seconds") or {}
+            current = seconds.get(o["mode"])
+            fastest = probe.get("fastest")
+            if current is None or fastest is None or fastest == o["mode"]:
+                continue
+            speedup = current / seconds[fastest]
+            if speedup < th.probe_speedup:
+                continue
+            share = opt_share * (1 - 1 / speedup) if i == 0 else None
+            fix = f"torch.optim.{o['class']}(..., fused=True)" if fastest == "fused" else \
+                f"torch.optim.{o['class']}(..., foreach=True)"
+            yield self.finding(
+                th, title=f"{o['class']} runs in {o['mode']} mode; {fastest} is faster here",
+                evidence=f"probe: {probe['what']}: {o['mode']} {seconds[o['mode']] * 1e3:.2f} ms, {fastest} "
+                         f"{seconds[fastest] * 1e3:.2f} ms ({speedup:.2f}x); optimizer.step() is {pct(opt_share)} of the step.",
+                fix=fix, share=share, seconds=share * obs.step_time["mean"] if share is not None else None)

@@ -97,3 +97,21 @@ class DecayOnBiasRule(LintRule, tip="PIT502"):
                               "included; pass two parameter groups (pitstop.param_groups)")
         elif value:
             self.report(node)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DecayOnBiasNormCheck(Check, tip="PIT502"):
+    looks_at = "weight decay on 1-D parameters (biases, norm weights) in the optimizer's groups"
+
+    def check(self, obs, th):
+        for o in obs.optimizers:
+            if o.get("decay_1d_params"):
+                yield self.finding(
+                    th, title="Weight decay on biases and normalization weights",
+                    evidence=f"{o['class']} applies weight_decay={o['weight_decay']:g} to {o['decay_1d_params']} "
+                             f"1-D parameters ({o['decay_1d_numel']:,} elements: biases, norm weights).",
+                    fix="optimizer = torch.optim.AdamW(pitstop.param_groups(model, weight_decay=...))",
+                    kind="correctness", severity="low")

@@ -27,7 +27,7 @@ class Compile(Tip):
 
     what = """
         At run time the doctor checks whether the model runs compiled and, when it does, counts
-        graph breaks and recompilations. `tune` switches compilation on and measures it A/B on your
+        graph breaks. `tune` switches compilation on and measures it A/B on your
         own training; `pitstop bench PIT601` measures compile time and compiled-vs-eager speed on
         this machine.
     """
@@ -132,3 +132,28 @@ class CompileBench(Benchmark, tip="PIT601"):
             measurements=[*measured, compile_time],
             notes=notes,
         )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class CompileCheck(Check, tip="PIT601"):
+    looks_at = "torch.compile'd models and their graph breaks"
+
+    def skip_reason(self, obs):
+        if not obs.compile.get("compiled"):
+            return ("the model is not compiled; compiling takes tens of seconds on a small CPU, so the doctor "
+                    "does not try it: `pitstop tune` measures torch.compile on your training")
+        return super().skip_reason(obs)
+
+    def check(self, obs, th):
+        breaks = obs.compile.get("graph_breaks")
+        if breaks:
+            yield self.finding(
+                th, title="torch.compile graph breaks",
+                evidence=f"{breaks} graph breaks while the compiled model ran: each one splits the graph and "
+                         "falls back to eager Python between the pieces.",
+                fix='find them with TORCH_LOGS="graph_breaks" python train.py and remove them '
+                    "(prints, .item(), data-dependent control flow in forward)",
+                severity="medium")

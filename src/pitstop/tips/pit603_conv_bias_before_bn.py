@@ -145,3 +145,21 @@ class ConvBiasBeforeBnRule(LintRule, tip="PIT603"):
 
 def _self_attr(node):
     return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class ConvBiasBeforeBNCheck(Check, tip="PIT603"):
+    looks_at = "convolutions with a bias whose output goes straight into BatchNorm"
+
+    def check(self, obs, th):
+        pairs = [p for m in obs.models for p in m.get("conv_bias_bn", [])]
+        if pairs:
+            listing = ", ".join(f"{a} -> {b}" for a, b in pairs[:6])
+            yield self.finding(
+                th, title="Convolution bias right before BatchNorm is wasted",
+                evidence=f"{len(pairs)} Conv->BatchNorm pairs with a conv bias ({listing}): BatchNorm subtracts "
+                         "the batch mean, which cancels the bias; its parameters, gradients and updates are wasted.",
+                fix="nn.Conv2d(..., bias=False) before BatchNorm", severity="low")

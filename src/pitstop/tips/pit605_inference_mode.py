@@ -136,3 +136,29 @@ class InferenceModeRule(LintRule, tip="PIT605"):
         state = self._state()
         if state is not None and not state[2] and self.ctx.is_model_call(node):
             state[2] = True
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class InferenceModeCheck(Check, tip="PIT605"):
+    looks_at = "grad mode of evaluation forwards"
+
+    def check(self, obs, th):
+        f = obs.forwards
+        where = f.get("where", {})
+        if f.get("eval_with_grad"):
+            yield self.finding(
+                th, title="Evaluation forwards record autograd graphs",
+                evidence=f"{f['eval_with_grad']} forwards ran in eval mode with gradients enabled (first at "
+                         f"{where.get('eval_with_grad', '?')}): each one builds a graph and keeps its activations.",
+                fix="with torch.inference_mode(): around the evaluation loop", severity="medium",
+                where=[where.get("eval_with_grad", "?")])
+        if f.get("eval_no_grad"):
+            yield self.finding(
+                th, title="Evaluation under no_grad instead of inference_mode",
+                evidence=f"{f['eval_no_grad']} forwards ran under torch.no_grad() (first at {where.get('eval_no_grad', '?')}); "
+                         "inference_mode also skips version counters and view tracking.",
+                fix="with torch.inference_mode(): (use no_grad only when the outputs must enter autograd later)",
+                severity="low", where=[where.get("eval_no_grad", "?")])

@@ -30,8 +30,8 @@ class FoldLinearBn(Tip):
         Flags, in an `nn.Sequential(...)` literal, two `nn.Linear(...)` directly adjacent,
         reported at the second Linear; no fix is offered (a missing activation is a modelling
         bug to fix by hand, a deliberate pair is folded for inference). At run time the doctor
-        looks at the model's layers for Linear->Linear pairs with nothing between them and
-        Conv->BatchNorm pairs that can be folded for inference. The helper
+        follows the data flow of one training forward for Linear->Linear pairs with nothing
+        between them (Conv->BatchNorm folding only matters for inference). The helper
         `pitstop.fuse_for_inference(model)` returns a folded eval-mode copy.
     """
     why = """
@@ -163,3 +163,22 @@ class FoldBench(Benchmark, tip="PIT606"):
             notes=["Folding is algebra done once before inference, not kernel fusion: the Linear pair becomes one "
                    "512x512 matmul (8x fewer FLOPs), BatchNorm disappears into the conv weights."],
         )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class AdjacentLinearCheck(Check, tip="PIT606"):
+    looks_at = "Linear layers feeding another Linear with nothing between (data flow of one training forward)"
+
+    def check(self, obs, th):
+        pairs = [p for m in obs.models for p in m.get("linear_linear", [])]
+        if pairs:
+            listing = ", ".join(f"{p['pair'][0]} -> {p['pair'][1]} ({p['saved_macs']:,} of {p['macs']:,} "
+                                "multiply-adds per row)" for p in pairs[:4])
+            yield self.finding(
+                th, title="Two Linear layers with no non-linearity between them",
+                evidence=f"{listing}: the pair is one linear map; folded, it costs fewer multiply-adds.",
+                fix="add the missing activation, or fold the pair (pitstop.fuse_for_inference) for inference",
+                severity="low")

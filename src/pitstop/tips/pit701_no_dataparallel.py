@@ -107,3 +107,20 @@ class DataParallelRule(LintRule, tip="PIT701"):
     def visit_Call(self, node):
         if self.ctx.call_name(node) in _DP:
             self.report(node)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DataParallelCheck(Check, tip="PIT701"):
+    looks_at = "models wrapped in nn.DataParallel"
+
+    def check(self, obs, th):
+        for m in obs.models:
+            if m.get("dataparallel"):
+                yield self.finding(
+                    th, title="nn.DataParallel drives the GPUs from one process",
+                    evidence=f"the trained model is {m['class']} (nn.DataParallel): one Python process scatters "
+                             "inputs and gathers outputs every step, bound by the GIL.",
+                    fix="DistributedDataParallel, one process per GPU, launched with torchrun", severity="medium")

@@ -17,8 +17,9 @@ class DistributedSamplerTip(Tip):
         Flags a file that uses `DistributedDataParallel` and builds a `DataLoader` without
         `sampler=` (reported at the DataLoader), or builds a `DistributedSampler` and never
         calls `.set_epoch(` (reported at the sampler). No fix is offered. At run time the
-        doctor checks, when a process group is initialized, whether the training loader gives
-        each rank its own part of the data and whether its order changes between epochs.
+        doctor checks, when a process group of more than one rank is initialized or the model
+        is DistributedDataParallel, whether the training loader gives each rank its own part
+        of the data (a `DistributedSampler`); the missing `set_epoch` is the lint rule's job.
     """
     why = """
         DDP synchronizes gradients; it does not split the data. Without a `DistributedSampler`
@@ -114,3 +115,23 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
         if not self.set_epoch:
             for node in self.samplers:
                 self.report(node, "DistributedSampler without sampler.set_epoch(epoch): every epoch sees the same order")
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DistributedSamplerCheck(Check, tip="PIT703"):
+    looks_at = "DistributedDataParallel training without a DistributedSampler"
+
+    def check(self, obs, th):
+        if not any(m.get("ddp") for m in obs.models) and (obs.settings.get("world_size") or 1) <= 1:
+            return
+        plain = [d for d in obs.train_loaders() if not d.get("distributed_sampler")]
+        if plain:
+            yield self.finding(
+                th, title="DDP without a DistributedSampler: every rank trains on the same data",
+                evidence=f"training runs on {obs.settings.get('world_size') or 'several'} ranks (DistributedDataParallel) "
+                         f"but the training DataLoader uses {plain[0]['sampler']}.",
+                fix="DataLoader(ds, sampler=DistributedSampler(ds), ...) and sampler.set_epoch(epoch) every epoch",
+                kind="correctness", severity="high", where=[d["where"] for d in plain if d.get("where")])

@@ -115,3 +115,24 @@ class EvalModeRule(LintRule, tip="PIT803"):
             state[3] = True
         elif self.ctx.is_model_call(node):
             state[2] = True
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class EvalModeCheck(Check, tip="PIT803"):
+    looks_at = "forwards without gradients while the model is in training mode"
+
+    def check(self, obs, th):
+        for m in obs.models:
+            n = m.get("forwards", {}).get("nograd_train_mode", 0)
+            if n and m.get("mode_dependent"):
+                where = obs.forwards.get("where", {}).get("nograd_train_mode", "?")
+                yield self.finding(
+                    th, title="Evaluation with the model in training mode",
+                    evidence=f"{n} forwards of {m['class']} ran without gradients while model.training was True "
+                             f"(first at {where}); it has dropout/batch-norm layers, so the results differ from eval "
+                             "mode and batch-norm statistics are updated by validation data.",
+                    fix="model.eval() before evaluating, model.train() after", kind="correctness",
+                    severity="high", where=[where])

@@ -94,3 +94,22 @@ class DeterministicVsBenchmarkRule(LintRule, tip="PIT902"):
         if self.deterministic:
             for node in self.benchmarks:
                 self.report(node)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DeterministicBenchmarkCheck(Check, tip="PIT902"):
+    looks_at = "cudnn.deterministic and cudnn.benchmark both on while training runs"
+
+    def check(self, obs, th):
+        s = obs.settings
+        if s.get("cudnn_deterministic") and s.get("cudnn_benchmark"):
+            yield self.finding(
+                th, title="cudnn.deterministic and cudnn.benchmark are both on",
+                evidence="the two flags were both True while training ran: benchmark picks algorithms by timing, "
+                         "deterministic restricts them; the combination is neither fastest nor a clear intent"
+                         + ("" if obs.on_cuda else " (no effect on this CPU run)") + ".",
+                fix="choose one: benchmark for speed, or torch.use_deterministic_algorithms(True) for reproducibility",
+                kind="correctness", severity="medium" if obs.on_cuda else "low")
