@@ -79,6 +79,12 @@ def test_lookup_by_code_and_slug_and_near_matches():
     with pytest.raises(tips.UnknownTipError) as exc:
         tips.get("PIT30")
     assert any("PIT301" in s for s in exc.value.suggestions)
+    with pytest.raises(tips.UnknownTipError) as exc:
+        tips.get("PIT3O1")  # a typo: letter O for zero
+    assert exc.value.suggestions == ["PIT301 (mixed-precision)"]
+    with pytest.raises(tips.UnknownTipError) as exc:
+        tips.get("NOPE")
+    assert exc.value.suggestions == []  # no random suggestion for an unrelated word
 
 
 def test_duplicate_code_is_refused():

@@ -65,14 +65,31 @@ def get(query: str) -> type[Tip]:
     for tip in _REGISTRY.values():
         if tip.slug == q.lower():
             return tip
-    keys = {t.code: t for t in _REGISTRY.values()} | {t.slug: t for t in _REGISTRY.values()}
-    needle = q.upper() if q.upper().startswith("PIT") else q.lower()
-    prefixed = sorted(k for k in keys if needle and k.startswith(needle))
-    close = prefixed + difflib.get_close_matches(needle, list(keys), n=6, cutoff=0.5)
-    seen: list[str] = []
-    for k in close[:8]:
-        t = keys[k]
+    raise UnknownTipError(query, _suggest(q))
+
+
+def _suggest(query: str, limit: int = 6) -> list[str]:
+    """Near matches for an unknown query, as ``"PIT301 (mixed-precision)"`` labels.
+
+    A code-like query (``PIT3``, ``PIT3O1``) is compared with codes only: codes it prefixes
+    first, then codes one or two characters away. Anything else is compared with slugs:
+    slugs containing one of its words first, then close spellings. Unrelated queries get no
+    suggestion rather than a random one.
+    """
+    tips = sorted(_REGISTRY.values(), key=lambda t: t.code)
+    if query.upper().startswith("PIT"):
+        needle = query.upper()
+        hits = [t for t in tips if t.code.startswith(needle)]
+        hits += [_REGISTRY[c] for c in difflib.get_close_matches(needle, [t.code for t in tips], n=limit, cutoff=0.8)]
+    else:
+        needle = query.lower().replace("_", "-").replace(" ", "-")
+        words = [w for w in needle.split("-") if len(w) >= 3]
+        hits = [t for t in tips if any(w in t.slug for w in words)]
+        slugs = {t.slug: t for t in tips}
+        hits += [slugs[s] for s in difflib.get_close_matches(needle, list(slugs), n=limit, cutoff=0.6)]
+    labels: list[str] = []
+    for t in hits:
         label = f"{t.code} ({t.slug})"
-        if label not in seen:
-            seen.append(label)
-    raise UnknownTipError(query, seen)
+        if label not in labels:
+            labels.append(label)
+    return labels[:limit]
