@@ -81,7 +81,8 @@ def _region(line, column, end_line, end_column) -> dict:
 
 
 def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[str, str, str]], version: str) -> str:
-    """SARIF 2.1.0: one run, the enabled rules as reportingDescriptors, fixes as replacements."""
+    """SARIF 2.1.0: one run, the enabled rules as reportingDescriptors, fixes as replacements.
+    A rule's help is the ``pitstop explain CODE`` command; no helpUri (no published docs site)."""
     index = {code: i for i, (code, _, _) in enumerate(rules)}
     results = []
     for f in findings:
@@ -107,10 +108,8 @@ def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[st
     driver = {
         "name": "pitstop",
         "version": version,
-        "informationUri": "https://example.invalid/pitstop",
         "rules": [{"id": code, "name": name, "shortDescription": {"text": title},
-                   "help": {"text": f"pitstop explain {code}"},
-                   "helpUri": f"https://example.invalid/pitstop/docs/tips/{code}.md"}
+                   "help": {"text": f"pitstop explain {code}"}}
                   for code, name, title in rules],
     }
     invocation = {"executionSuccessful": not errors, "toolExecutionNotifications": [
