@@ -3,10 +3,13 @@ exit 2, and nothing written unless its fixed version parses. Also: lint never im
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -64,14 +67,81 @@ def test_each_bad_file_gets_one_error_line_and_the_rest_is_linted(messy, capsys,
     assert after == before  # nothing fixable in the good file; bad files never written
 
 
-def test_unreadable_file(messy, capsys):
-    if os.geteuid() == 0:
-        pytest.skip("running as root: file permissions do not stop reads")
+def test_unreadable_file(messy, capsys, monkeypatch):
+    # chmod 0 does not stop root (CI runs as root): make the read itself fail as it would
+    # for an ordinary user, so this runs everywhere
     p = messy / "secret.py"
     p.write_text("x = 1\n")
-    p.chmod(0)
-    main(["lint", "secret.py", "ok.py"])
-    assert "secret.py: cannot parse: cannot read: Permission denied" in capsys.readouterr().err
+    real_read = Path.read_bytes
+
+    def read_bytes(self):
+        if self.name == "secret.py":
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
+    code = main(["lint", "--jobs", "1", "secret.py", "ok.py"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.splitlines() == ["secret.py: cannot parse: cannot read: Permission denied"]
+    assert "ok.py:2:9: PIT404" in out  # the other file is still linted
+    assert "1 file could not be linted" in out and "All checks passed" not in out
+
+
+def test_summary_counts_files_that_could_not_be_linted(messy, capsys):
+    for name in ("ok.py", "huge.py", "deep_walk.py", "loop_a.py", "loop_b.py"):
+        (messy / name).unlink()
+    (messy / "clean.py").write_text("x = 1\n")
+    code = main(["lint", "--jobs", "1", "."])
+    out, err = capsys.readouterr()
+    assert code == 2 and len(err.splitlines()) == 4  # syntax, latin1, binary, deep
+    assert "All checks passed!" not in out
+    assert out.splitlines()[-1] == "4 files could not be linted (the `cannot parse` lines on stderr say why)."
+    code = main(["lint", "--diff", "--jobs", "1", "."])
+    err = capsys.readouterr().err
+    assert code == 2 and err.splitlines()[-2:] == [
+        "No fixes available.", "4 files could not be linted (the `cannot parse` lines on stderr say why)."]
+    code = main(["lint", "--jobs", "1", "clean.py"])
+    assert code == 0 and capsys.readouterr().out == "All checks passed!\n"
+
+
+SYMLINKED = "import torch\na = torch.zeros(3).cuda()\nb = torch.ones(2).cuda()\n"
+SYMLINKED_FIXED = 'import torch\na = torch.zeros(3, device="cuda")\nb = torch.ones(2, device="cuda")\n'
+
+
+def test_fix_through_a_symlink_writes_the_target_and_keeps_the_link(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pkg").mkdir()
+    real = tmp_path / "pkg" / "real.py"
+    real.write_text(SYMLINKED)
+    real.chmod(0o640)
+    os.symlink("pkg/real.py", tmp_path / "link.py")  # relative, into another folder
+    os.symlink("link.py", tmp_path / "chain.py")  # a link to a link
+    code = main(["lint", "--fix", "chain.py"])
+    assert code == 0 and "Fixed 2 errors." in capsys.readouterr().out
+    assert os.readlink(tmp_path / "chain.py") == "link.py" and os.readlink(tmp_path / "link.py") == "pkg/real.py"
+    assert real.read_text() == SYMLINKED_FIXED
+    assert stat.S_IMODE(real.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["chain.py", "link.py", "pkg", "real.py"]  # no temp file left
+
+
+def test_fix_of_a_folder_with_a_file_and_a_link_to_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "real.py").write_text(SYMLINKED)
+    os.symlink("real.py", tmp_path / "link.py")
+    assert main(["lint", "--fix", "--jobs", "1", "."]) == 0
+    assert (tmp_path / "link.py").is_symlink() and (tmp_path / "real.py").read_text() == SYMLINKED_FIXED
+
+
+def test_fix_keeps_the_owner_of_the_file(tmp_path, monkeypatch, capsys):
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file to another user; ownership is kept only when allowed")
+    monkeypatch.chdir(tmp_path)
+    p = tmp_path / "theirs.py"
+    p.write_text(SYMLINKED)
+    os.chown(p, 4321, 4321)
+    main(["lint", "--fix", "theirs.py"])
+    assert p.read_text() == SYMLINKED_FIXED and (p.stat().st_uid, p.stat().st_gid) == (4321, 4321)
 
 
 def test_fix_that_would_not_compile_is_refused(tmp_path, monkeypatch, capsys):

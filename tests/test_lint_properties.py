@@ -8,7 +8,7 @@ import textwrap
 import hypothesmith
 import libcst as cst
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from libcst.metadata import MetadataWrapper, QualifiedNameProvider
 
@@ -16,7 +16,7 @@ from pitstop.lint.context import FileContext
 from pitstop.lint.runner import ParseError, all_rule_classes, fix_source, is_valid_python, lint_source, rules_for
 
 ALL = rules_for(all_rule_classes())
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+SETTINGS = settings(max_examples=40, deadline=None)
 
 # Statements with problems (most of them fixable), combined and nested at random below.
 FRAGMENTS = [
@@ -60,7 +60,7 @@ def test_fixes_always_leave_valid_python_and_settle(body):
 
 
 @pytest.mark.slow
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=30, deadline=None)
 @given(hypothesmith.from_grammar())
 def test_linter_never_crashes_on_valid_python(src):
     try:

@@ -113,6 +113,8 @@ class LintCommand(Command):
                     fixable = run.fixed
                     print(f"Would fix {fixable} error{'s' * (fixable != 1)} in {n} file{'s' * (n != 1)}."
                           if fixable else "No fixes available.", file=sys.stderr)
+                    if errors:
+                        print(reporters.unlinted(len(errors)), file=sys.stderr)
                 return EXIT_USAGE if errors else (EXIT_FINDINGS if n else EXIT_OK)
             for r in run.results:
                 if r.note:
@@ -130,7 +132,7 @@ class LintCommand(Command):
                 else:
                     out.write(reporters.text(findings, args.unsafe_fixes))
                 if not args.quiet:
-                    out.write(reporters.summary(findings, run.fixed, args.unsafe_fixes))
+                    out.write(reporters.summary(findings, run.fixed, args.unsafe_fixes, len(errors)))
         finally:
             if out is not sys.stdout:
                 out.close()

@@ -52,6 +52,8 @@ class Finding:
 
     @property
     def doc(self) -> str:
+        """Where to read about the code: a command that works wherever pitstop is installed
+        (the JSON has no ``url``: the project publishes no docs site to point at)."""
         return f"pitstop explain {self.code}"
 
     def sort_key(self) -> tuple:
@@ -67,7 +69,6 @@ class Finding:
             "column": self.column,
             "end_line": self.end_line,
             "end_column": self.end_column,
-            "url": f"docs/tips/{self.code}.md",
             "doc": self.doc,
             "fix": self.fix.to_dict() if self.fix else None,
         }

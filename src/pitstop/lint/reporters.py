@@ -7,7 +7,7 @@ from collections import Counter
 
 from pitstop.lint.findings import FileError, Finding
 
-__all__ = ["text", "statistics", "json_report", "sarif", "github", "summary"]
+__all__ = ["text", "statistics", "json_report", "sarif", "github", "summary", "unlinted"]
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -22,15 +22,26 @@ def text(findings: list[Finding], unsafe: bool = False) -> str:
                    for f in findings)
 
 
-def summary(findings: list[Finding], fixed: int, unsafe: bool) -> str:
-    """The closing lines: counts, fixable counts and where to read more."""
+def unlinted(errors: int) -> str:
+    """The line saying how many files could not be linted ("" when none)."""
+    if not errors:
+        return ""
+    return (f"{errors} file{'s' * (errors != 1)} could not be linted "
+            "(the `cannot parse` lines on stderr say why).")
+
+
+def summary(findings: list[Finding], fixed: int, unsafe: bool, errors: int = 0) -> str:
+    """The closing lines: counts, fixable counts, files that could not be linted, and where
+    to read more. "All checks passed!" only when every file was linted and nothing was found."""
     lines = []
     if fixed:
         lines.append(f"Fixed {fixed} error{'s' * (fixed != 1)}.")
     n = len(findings)
     if n == 0:
-        if not fixed:
+        if not fixed and not errors:
             lines.append("All checks passed!")
+        if errors:
+            lines.append(unlinted(errors))
         return "\n".join(lines) + "\n"
     if fixed:
         lines.append(f"Found {n} remaining error{'s' * (n != 1)}.")
@@ -47,6 +58,8 @@ def summary(findings: list[Finding], fixed: int, unsafe: bool) -> str:
         lines.append(s + ".")
     codes = sorted({f.code for f in findings})
     lines.append(f"Why and what to do instead: `pitstop explain CODE` ({', '.join(codes)}).")
+    if errors:
+        lines.append(unlinted(errors))
     return "\n".join(lines) + "\n"
 
 
@@ -68,7 +81,8 @@ def _region(line, column, end_line, end_column) -> dict:
 
 
 def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[str, str, str]], version: str) -> str:
-    """SARIF 2.1.0: one run, the enabled rules as reportingDescriptors, fixes as replacements."""
+    """SARIF 2.1.0: one run, the enabled rules as reportingDescriptors, fixes as replacements.
+    A rule's help is the ``pitstop explain CODE`` command; no helpUri (no published docs site)."""
     index = {code: i for i, (code, _, _) in enumerate(rules)}
     results = []
     for f in findings:
@@ -94,10 +108,8 @@ def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[st
     driver = {
         "name": "pitstop",
         "version": version,
-        "informationUri": "https://example.invalid/pitstop",
         "rules": [{"id": code, "name": name, "shortDescription": {"text": title},
-                   "help": {"text": f"pitstop explain {code}"},
-                   "helpUri": f"https://example.invalid/pitstop/docs/tips/{code}.md"}
+                   "help": {"text": f"pitstop explain {code}"}}
                   for code, name, title in rules],
     }
     invocation = {"executionSuccessful": not errors, "toolExecutionNotifications": [

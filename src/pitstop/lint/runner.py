@@ -247,16 +247,29 @@ def read_source(path: Path, max_size: int = DEFAULT_MAX_FILE_SIZE) -> tuple[str,
 
 
 def write_atomic(path: Path, text: str, encoding: str) -> None:
-    """Write via a temporary file in the same folder and ``os.replace`` (keeps the mode)."""
+    """Replace the file that ``path`` names with ``text``, atomically.
+
+    Symbolic links are followed: the file they point to is rewritten and the links stay links
+    (``os.replace`` on the link itself would swap the link for a regular file and leave its
+    target unfixed). The new text goes to a temporary file in the target's folder (same file
+    system), gets the target's permission bits (and owner and group where the process may
+    set them), is flushed to disk, then renamed over the target."""
+    target = Path(os.path.realpath(path))
+    st = target.stat()
     data = text.encode(encoding)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".pitstop", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".pitstop", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
+        if hasattr(os, "geteuid") and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+            try:  # before chmod: chown may clear the set-id bits
+                os.chown(tmp, st.st_uid, st.st_gid)
+            except PermissionError:  # only root may give a file away: the new file stays ours
+                pass
+        os.chmod(tmp, st.st_mode & 0o7777)
+        os.replace(tmp, target)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

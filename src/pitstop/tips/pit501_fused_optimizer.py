@@ -74,21 +74,107 @@ class FusedOptimizer(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, cst, nodes
+
+#: The implementation switches each torch.optim constructor takes (torch 2.13). A keyword a
+#: class does not take raises TypeError. tests/test_lint_pit501.py checks this table against
+#: the installed torch, and the implementation predicted below against what really runs.
+IMPLEMENTATION_KWARGS: dict[str, frozenset[str]] = {
+    **dict.fromkeys(("Adagrad", "Adam", "AdamW", "SGD"), frozenset({"foreach", "fused"})),
+    **dict.fromkeys(("ASGD", "Adadelta", "Adafactor", "Adamax", "NAdam", "RAdam", "RMSprop", "Rprop"),
+                    frozenset({"foreach"})),
+    **dict.fromkeys(("LBFGS", "Muon", "SparseAdam"), frozenset()),
+}
+#: Classes whose default is the for-loop even on CUDA (Adafactor: to save the memory foreach needs).
+FOR_LOOP_BY_DEFAULT = frozenset({"Adafactor"})
+UNKNOWN = object()  # a keyword given, but not as a literal True/False/None
+
+
+def implementation(cls: str, foreach=None, fused=None) -> str | None:
+    """What ``torch.optim.<cls>(..., foreach=foreach, fused=fused)`` runs: ``"for-loop"``,
+    ``"foreach"``, ``"fused"``, ``"default"`` (neither given: PyTorch picks foreach when every
+    parameter is on an accelerator such as CUDA, else the for-loop; a class in
+    ``FOR_LOOP_BY_DEFAULT`` always runs the for-loop then), ``"TypeError"`` (a keyword
+    the class does not take), ``"RuntimeError"`` (both True); None when it depends on a
+    non-literal value or the class is unknown. ``None`` means absent or ``=None``.
+
+    PyTorch picks a default only when *neither* keyword is given: an explicit
+    ``fused=False`` alone also turns foreach off (torch/optim/adam.py: "Respect when the user
+    inputs False/True for foreach or fused")."""
+    takes = IMPLEMENTATION_KWARGS.get(cls)
+    if takes is None:
+        return None
+    if (foreach is not None and "foreach" not in takes) or (fused is not None and "fused" not in takes):
+        return "TypeError"
+    if fused is True and foreach is True:
+        return "RuntimeError"
+    if fused is True:
+        return "fused"
+    if foreach is True:
+        return "foreach"
+    if UNKNOWN in (foreach, fused):
+        return None
+    return "default" if foreach is None and fused is None and cls not in FOR_LOOP_BY_DEFAULT else "for-loop"
+
+
+def _literal(arg):
+    if arg is None or (isinstance(arg.value, cst.Name) and arg.value.value == "None"):
+        return None
+    return True if nodes.is_true(arg.value) else False if nodes.is_false(arg.value) else UNKNOWN
+
+
+def pit501_message(cls: str, key: str, foreach, fused) -> str:
+    """The finding for a literal ``key=False`` in ``torch.optim.<cls>(...)``; ``foreach`` and
+    ``fused`` as for :func:`implementation`."""
+    takes = IMPLEMENTATION_KWARGS.get(cls)
+    if takes is None:
+        return (f"{cls}({key}=False) forces a non-default implementation of the optimizer step (for torch.optim's "
+                f"optimizers, the per-parameter for-loop); drop it unless that is deliberate")
+    if key not in takes:
+        return f"{cls} takes no {key}= argument: this call raises TypeError; drop {key}=False"
+    other = "fused" if key == "foreach" else "foreach"
+    given = {"foreach": foreach, "fused": fused}
+    if other not in takes:  # that keyword is reported on its own (TypeError)
+        given[other] = None
+    runs = implementation(cls, **given)
+    if runs == "fused":
+        return f"{cls}(foreach=False) has no effect next to fused=True (the fused implementation runs); drop it"
+    if runs == "foreach":
+        return (f"{cls}(fused=False, foreach=True) runs the foreach implementation, not the fused one; "
+                f"fused=True (without foreach) merges each update's ops into one kernel")
+    if runs is None:
+        return (f"{cls}({key}=False) opts out of {key} (the per-parameter for-loop runs unless {other}=True); "
+                f"drop it" + (" or pass fused=True" if "fused" in takes else ""))
+    both = given[other] is False
+    if cls in FOR_LOOP_BY_DEFAULT:
+        return (f"{cls}({key}=False) runs the per-parameter for-loop, which is also {cls}'s default (it spares "
+                f"the memory foreach needs); on CUDA foreach=True is faster if that memory is there")
+    if key == "foreach":
+        drop = "drop foreach=False and fused=False" if both else "drop it"
+        if "fused" in takes:
+            return (f"{cls}(foreach=False) runs the per-parameter for-loop; {drop} (PyTorch then picks foreach "
+                    f"on CUDA by itself) or pass fused=True")
+        return (f"{cls}(foreach=False) runs the per-parameter for-loop; {drop}: PyTorch then picks foreach "
+                f"on CUDA by itself ({cls} has no fused=)")
+    if both:
+        return f"{cls}(fused=False, foreach=False) runs the per-parameter for-loop; pass fused=True instead"
+    return (f"{cls}(fused=False) runs the per-parameter for-loop: an explicit fused=False also stops PyTorch "
+            f"from picking foreach, on CUDA too; pass fused=True, or drop it")
 
 
 class ForLoopOptimizerRule(LintRule, tip="PIT501"):
-    message = "optimizer forced into its per-parameter for-loop; drop foreach=False/fused=False"
+    message = "optimizer forced off its multi-tensor implementations by foreach=False/fused=False"
 
     def visit_Call(self, node):
         q = self.ctx.optimizer_class(node)
         if q is None:
             return
-        for key in ("foreach", "fused"):
-            a = nodes.kwarg(node, key)
+        cls = q.rsplit(".", 1)[1]
+        args = {key: nodes.kwarg(node, key) for key in ("foreach", "fused")}
+        values = {key: _literal(a) for key, a in args.items()}
+        for key, a in args.items():
             if a is not None and nodes.is_false(a.value):
-                self.report(a, f"{q.rsplit('.', 1)[1]}({key}=False) runs a Python for-loop over the parameters; "
-                               f"drop it (or try fused=True)")
+                self.report(a, pit501_message(cls, key, **values))
 
 
 # --- bench face ---
