@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import random
+import warnings
 import zipfile
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from engine_helpers import ce, data, loader, twins
-from pitstop.engine import CheckpointError, Recipe, fit, latest_checkpoint, load_checkpoint, load_latest, save_checkpoint
+from pitstop.engine import CheckpointError, CorruptCheckpointError, Recipe, fit, latest_checkpoint, load_checkpoint, load_latest, save_checkpoint
 from pitstop.engine.checkpoint import checkpoint_path, list_checkpoints, rng_state, set_rng_state
 
 
@@ -115,3 +116,92 @@ def test_fit_resumes_from_the_previous_good_checkpoint_when_the_newest_is_corrup
         r = fit(model, opt, ce, loader(data(32), 8), recipe=Recipe(seed=0), epochs=1, checkpoint_dir=tmp_path,
                 checkpoint_every=1, progress=False)
     assert r.resumed_from == checkpoint_path(tmp_path, 3) and r.steps == 4
+
+
+def _plant_exploit(path, legacy: bool = False):
+    torch.save({"model": {}, "payload": Exploit()}, path, _use_new_zipfile_serialization=not legacy)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy-format"])
+def test_fit_stops_at_a_refused_checkpoint_instead_of_starting_over(tmp_path, monkeypatch, legacy):
+    """Review engine 1: a file that would run code is an error naming it, never skipped."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ck3").mkdir()
+    _plant_exploit(checkpoint_path(tmp_path / "ck3", 1), legacy)
+    model, opt, _, _ = twins()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "trying the previous one" warning either
+        with pytest.raises(CheckpointError, match=r"ck3/step-000000001\.pt") as err:
+            fit(model, opt, ce, loader(data(32), 8), recipe=Recipe(seed=0), epochs=1, checkpoint_dir="ck3",
+                progress=False)
+    message = str(err.value)
+    assert "False" not in message  # torch's advice to turn weights_only off is not relayed
+    assert ("refused to load: it needs posix.system" in message) if not legacy else ("zip format" in message)
+    assert not (tmp_path / "pwned").exists()
+    assert [p.name for p in (tmp_path / "ck3").iterdir()] == ["step-000000001.pt"]  # nothing trained, nothing written
+
+
+def test_load_latest_never_falls_back_past_a_refused_file_but_does_past_a_torn_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_checkpoint(_state(1.0), checkpoint_path(tmp_path, 1))
+    _plant_exploit(checkpoint_path(tmp_path, 2))
+    torn = save_checkpoint(_state(3.0), checkpoint_path(tmp_path, 3))
+    torn.write_bytes(torn.read_bytes()[:-200])  # the newest is torn: skipped with a warning
+    with pytest.warns(UserWarning, match=r"step-000000003\.pt: truncated or corrupt"):
+        with pytest.raises(CheckpointError, match=r"step-000000002\.pt: refused to load") as err:
+            load_latest(tmp_path)
+    assert not isinstance(err.value, CorruptCheckpointError)
+    assert "step-000000001.pt" in str(err.value)  # says which file a resume would use once this one is removed
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_an_intact_file_that_fails_to_load_is_an_error_not_a_fallback(tmp_path):
+    save_checkpoint(_state(1.0), checkpoint_path(tmp_path, 1))
+    with zipfile.ZipFile(checkpoint_path(tmp_path, 2), "w") as zf:  # a complete zip, but no torch archive
+        zf.writestr("notes.txt", "hello")
+    with pytest.raises(CheckpointError, match=r"step-000000002\.pt: cannot be loaded") as err:
+        load_latest(tmp_path)
+    assert not isinstance(err.value, CorruptCheckpointError)
+
+
+def test_latest_checkpoint_checks_the_archive_without_unpickling_or_reading_the_data(tmp_path, monkeypatch):
+    """Review engine 3: finding the latest checkpoint reads the zip directory and the member
+    headers (a few bytes each), not the tensors."""
+    save_checkpoint(_state(1.0), checkpoint_path(tmp_path, 1))
+    newest = save_checkpoint(_state(2.0), checkpoint_path(tmp_path, 2))
+    whole = newest.read_bytes()
+    with zipfile.ZipFile(newest) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith("data/0"))
+    start = info.header_offset + 1000
+    newest.write_bytes(whole[:start] + whole[start + 4096:])  # 4 KiB cut out of the tensor data, directory intact
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("latest_checkpoint unpickled a file")
+
+    def no_crc_pass(self):
+        raise AssertionError("latest_checkpoint read every member")
+
+    monkeypatch.setattr(torch, "load", no_load)
+    monkeypatch.setattr(zipfile.ZipFile, "testzip", no_crc_pass)
+    with pytest.warns(UserWarning, match=r"step-000000002\.pt: truncated or corrupt"):
+        assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 1)
+    read = []
+    real_open = open
+
+    def counting_open(file, mode="r", *args, **kwargs):
+        f = real_open(file, mode, *args, **kwargs)
+        if "b" in mode and str(file).endswith(".pt"):
+            real_read = f.read
+            def counted(n=-1):
+                chunk = real_read(n)
+                read.append(len(chunk))
+                return chunk
+
+            f.read = counted
+        return f
+
+    import builtins
+    monkeypatch.setattr(builtins, "open", counting_open)
+    save_checkpoint(_state(3.0), checkpoint_path(tmp_path, 3))
+    assert latest_checkpoint(tmp_path) == checkpoint_path(tmp_path, 3)
+    assert 0 < sum(read) < 80 * 1024  # the zip directory at most, never the 256 KiB tensor

@@ -32,6 +32,7 @@ _LAZY: dict[str, str] = {
     "load_latest": "pitstop.engine.checkpoint",
     "latest_checkpoint": "pitstop.engine.checkpoint",
     "CheckpointError": "pitstop.engine.checkpoint",
+    "CorruptCheckpointError": "pitstop.engine.checkpoint",
     "make_loader": "pitstop.engine.data",
     "init_distributed": "pitstop.engine.distributed",
     "switch_optimizer_impl": "pitstop.engine.prepare",
