@@ -65,6 +65,16 @@ def test_each_benchmark_runs_tiny_and_is_well_formed(cls, ctx):
     _check_result(cls, result)
     if cls.gpu_only:
         assert result.verdict == SKIPPED and "CUDA" in result.reason and result.measurements == []
+    elif cls.claim.scope == "gpu":  # a GPU claim on this CPU: capped, numbers kept
+        assert result.verdict == "not on this hardware", result.reason
+        assert result.reason.startswith("the claim is about GPUs; measured here on CPU: ")
+        assert result.ratio is not None and f"{result.ratio.ratio:.2f}x" in result.reason
+
+
+def test_gpu_scoped_claims_are_pit106_pit301_pit604():
+    # the seeds make these claims about GPUs (the sentences are quoted beside each `scope=`)
+    scoped = {c.tip for c in available() if c.claim.scope == "gpu"}
+    assert {"PIT301", "PIT604", "PIT106"} == scoped
 
 
 def test_optimizer_state_matches_the_seed_and_adds_momentum(ctx):

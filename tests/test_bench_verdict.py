@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pitstop import registry, stats
 from pitstop.bench import CONFIRMED, NOT_HERE, REFUTED, Benchmark, Claim, Measurement, Outcome
 from pitstop.bench.runner import _evaluate
-from pitstop.bench.verdict import judge, judge_exact, judge_speedup
+from pitstop.bench.verdict import SKIPPED, Verdict, judge, judge_exact, judge_scope, judge_speedup
 
 
 def _noisy(center: float, n: int = 30, spread: float = 0.03, seed: int = 0) -> list[float]:
@@ -71,7 +71,7 @@ def test_claimed_size_is_met_within_ten_percent(measured, verdict):
 
 def test_a_failed_check_refutes_even_a_clear_win():
     r = _ratio(_noisy(1.0), _noisy(0.1, seed=4))
-    v = judge("speedup", None, r, checks={"shares memory": False, "other": True})
+    v = judge("speedup", None, r, device="cpu", checks={"shares memory": False, "other": True})
     assert v.verdict == REFUTED and "shares memory" in v.reason and "other" not in v.reason
 
 
@@ -94,6 +94,8 @@ def test_claims_are_validated():
         Claim(seed="001", text="t", candidate="b", kind="exact")
     with pytest.raises(ValueError, match="kind"):
         Claim(seed="001", text="t", baseline="a", candidate="b", kind="guess")
+    with pytest.raises(ValueError, match="scope"):
+        Claim(seed="001", text="t", baseline="a", candidate="b", scope="tpu")
 
 
 def test_a_broken_benchmark_is_refused_before_it_registers():
@@ -115,7 +117,7 @@ def test_pooled_ratio_compares_time_per_unit_of_work():
     # "odd" sizes take 2 s per unit of work, "even" sizes 1 s per unit, whatever their size
     out = Outcome("w", [Measurement("odd 1", (4.0, 4.0), work=2.0), Measurement("odd 2", (6.0, 6.0), work=3.0),
                         Measurement("even 1", (2.0, 2.0), work=2.0), Measurement("even 2", (3.0, 3.0), work=3.0)])
-    ratio, verdict, _ = _evaluate(_Pooled, out)
+    ratio, verdict, _ = _evaluate(_Pooled, out, "cpu")
     assert ratio.ratio == pytest.approx(2.0) and verdict.verdict == CONFIRMED
 
 
@@ -156,3 +158,51 @@ def test_rounds_that_agree_keep_a_tight_interval():
     assert r.ratio == pytest.approx(2.0) and 1.9 < r.low <= r.high < 2.1
     one_round = round_ratio_interval([(0, 1.0), (0, 1.1)], [(0, 0.5), (0, 0.55)])  # falls back to samples
     assert one_round.ratio == pytest.approx(2.0)
+
+
+# -- the scope rule: a claim about GPUs is never confirmed or refuted off a GPU ----------
+
+_CASES = [
+    pytest.param("a clear 3x win", _noisy(1.0), _noisy(1 / 3, seed=5), CONFIRMED, id="win"),
+    pytest.param("a clear loss", _noisy(1.0), _noisy(1 / 0.8, seed=6), REFUTED, id="loss"),
+    pytest.param("a win short of 3x", _noisy(1.0), _noisy(1 / 1.5, seed=7), NOT_HERE, id="short"),
+]
+
+
+@pytest.mark.parametrize("label,base,cand,uncapped", _CASES)
+def test_a_gpu_claim_measured_on_cpu_is_capped_with_its_numbers_shown(label, base, cand, uncapped):
+    r = _ratio(base, cand)
+    plain = judge("speedup", 3.0, r, device="cpu")
+    assert plain.verdict == uncapped, (label, plain)        # rules 1-4 alone
+    on_gpu = judge("speedup", 3.0, r, device="cuda", scope="gpu")
+    assert on_gpu == plain                                   # on CUDA the scope changes nothing
+    capped = judge("speedup", 3.0, r, device="cpu", scope="gpu")
+    assert capped.verdict == NOT_HERE
+    assert capped.reason.startswith("the claim is about GPUs; measured here on CPU: ")
+    assert plain.reason in capped.reason and f"{r.ratio:.2f}x" in capped.reason  # the numbers are still there
+
+
+def test_the_scope_caps_failed_checks_and_exact_claims_but_never_a_skip():
+    r = _ratio(_noisy(1.0), _noisy(0.5, seed=8))
+    failed = judge("speedup", None, r, device="cpu", scope="gpu", checks={"ran on tensor cores": False})
+    assert failed.verdict == NOT_HERE and "failed check: ran on tensor cores" in failed.reason
+    exact = judge("exact", 2.0, r, device="cpu", scope="gpu", exact_values={"Adam": 2.0}, exact_claims={"Adam": 2.0})
+    assert exact.verdict == NOT_HERE and "as claimed" in exact.reason
+    skip = Verdict(SKIPPED, "needs CUDA")
+    assert judge_scope(skip, "gpu", "cpu") == skip
+    with pytest.raises(ValueError, match="scope"):
+        judge_scope(skip, "tpu", "cpu")
+
+
+class _GpuClaim(Benchmark):  # no tip=: never registered
+    title = "gpu claim"
+    claim = Claim(seed="001", text="t on GPUs", baseline="a", candidate="b", ratio=2.0, scope="gpu")
+
+
+def test_the_runner_caps_a_gpu_claim_by_the_device_it_measured_on():
+    out = Outcome("w", [Measurement("a", tuple(_noisy(1.0))), Measurement("b", tuple(_noisy(0.5, seed=9)))])
+    ratio, on_cpu, _ = _evaluate(_GpuClaim, out, "cpu")
+    _, on_cuda, _ = _evaluate(_GpuClaim, out, "cuda")
+    assert ratio.ratio == pytest.approx(2.0, rel=0.05)
+    assert on_cuda.verdict == CONFIRMED
+    assert on_cpu.verdict == NOT_HERE and f"measured here on CPU: {ratio.ratio:.2f}x faster" in on_cpu.reason

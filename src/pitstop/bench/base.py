@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from pitstop.bench.verdict import SCOPES
 from pitstop.registry import Face
 from pitstop.stats import Summary, summarize
 
@@ -50,6 +51,12 @@ class Claim:
     factor (``2.0`` for "2x faster"); ``None`` when the seed claims only a direction
     ("faster", "more efficient"). ``expected`` (exact claims only) maps further measurement
     names to the value the seed claims for them.
+
+    ``scope`` is what the seed's sentence is about: ``"any"`` device (the default), or
+    ``"gpu"`` when the seed makes the claim about GPUs (tensor cores, "efficiency of GPU",
+    a speed-up quoted for V100s). Off a GPU a ``gpu`` claim is never confirmed or refuted:
+    its verdict is capped at "not on this hardware" (``pitstop.bench.verdict``, scope rule),
+    its numbers are still measured and shown.
     """
 
     seed: str
@@ -60,10 +67,13 @@ class Claim:
     kind: str = "speedup"
     ratio_of: str = ""
     expected: Mapping[str, float] = field(default_factory=dict)
+    scope: str = "any"
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"claim kind {self.kind!r} is not one of {KINDS}")
+        if self.scope not in SCOPES:
+            raise ValueError(f"claim scope {self.scope!r} is not one of {SCOPES}")
         if not self.text.strip() or not self.seed:
             raise ValueError("a claim needs the seed number and its text")
         if self.kind == "speedup" and not self.baseline:
@@ -93,6 +103,7 @@ class Claim:
             "claimed_ratio": self.ratio,
             "ratio_of": self.ratio_of,
             "expected": dict(self.expected),
+            "scope": self.scope,
         }
 
 

@@ -32,9 +32,12 @@ def fmt_ratio(result: Any) -> str:
 
 
 def fmt_claimed(claim: Any) -> str:
+    """``3x``, ``faster``, ``2`` (exact); `` (GPU)`` added to a claim made about GPUs."""
     if claim.ratio is None:
-        return "faster" if claim.kind == "speedup" else "-"
-    return f"{claim.ratio:g}x" if claim.kind == "speedup" else f"{claim.ratio:g}"
+        text = "faster" if claim.kind == "speedup" else "-"
+    else:
+        text = f"{claim.ratio:g}x" if claim.kind == "speedup" else f"{claim.ratio:g}"
+    return f"{text} (GPU)" if claim.scope == "gpu" else text
 
 
 def display_value(m: Measurement) -> tuple[float, str]:

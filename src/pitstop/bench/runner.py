@@ -131,7 +131,8 @@ def _rule_summary() -> str:
             f"{1 + v.NOISE_MARGIN:g} and the ratio reaches {1 - v.CLAIM_TOLERANCE:g} x the claimed factor; "
             f"refuted when the interval lies below 1/{1 + v.NOISE_MARGIN:g} or a check fails; otherwise "
             f"not on this hardware. exact: confirmed when every claimed value matches within "
-            f"{v.EXACT_TOLERANCE:.0%}.")
+            f"{v.EXACT_TOLERANCE:.0%}. scope: a claim about GPUs (scope gpu) measured on a device other than "
+            f"{'/'.join(v.GPU_DEVICES)} is capped at not on this hardware, its numbers still shown.")
 
 
 def _ratio_dict(r: stats.RatioInterval | None) -> dict[str, float] | None:
@@ -165,7 +166,8 @@ def _interval(by_name: dict[str, Measurement], base: Sequence[str], cand: Sequen
     return round_ratio_interval(b, c, confidence=CONFIDENCE)
 
 
-def _evaluate(cls: type[Benchmark], outcome: Outcome) -> tuple[stats.RatioInterval, Verdict, list[dict[str, Any]]]:
+def _evaluate(cls: type[Benchmark], outcome: Outcome,
+              device: str) -> tuple[stats.RatioInterval, Verdict, list[dict[str, Any]]]:
     claim = cls.claim
     by_name = outcome.by_name()
     if claim.kind == "exact":
@@ -175,11 +177,11 @@ def _evaluate(cls: type[Benchmark], outcome: Outcome) -> tuple[stats.RatioInterv
         values = {n: stats.quantile(_values(_pooled(by_name, [n])), 0.5) for n in claim.expected}
         values[" + ".join(cand)] = value
         claims = {**claim.expected, " + ".join(cand): claim.ratio}
-        verdict = judge("exact", claim.ratio, ratio, checks=outcome.checks, exact_values=values,
-                        exact_claims=claims, unit=by_name[cand[0]].rate_unit())
+        verdict = judge("exact", claim.ratio, ratio, device=device, scope=claim.scope, checks=outcome.checks,
+                        exact_values=values, exact_claims=claims, unit=by_name[cand[0]].rate_unit())
     else:
         ratio = _interval(by_name, claim.baseline_names, claim.candidate_names)
-        verdict = judge("speedup", claim.ratio, ratio, checks=outcome.checks)
+        verdict = judge("speedup", claim.ratio, ratio, device=device, scope=claim.scope, checks=outcome.checks)
     comparisons = []
     for c in outcome.comparisons:
         r = _interval(by_name, c.baseline_names, c.candidate_names)
@@ -204,7 +206,7 @@ def run_one(cls: type[Benchmark], ctx: Any) -> BenchResult:
     torch.set_num_threads(ctx.threads)  # the Timer times with ctx.threads: set-up and first calls too
     try:
         outcome = cls().run(ctx)
-        ratio, verdict, comparisons = _evaluate(cls, outcome)
+        ratio, verdict, comparisons = _evaluate(cls, outcome, ctx.device)
     except BenchSkip as exc:
         return BenchResult(**base, verdict=SKIPPED, reason=exc.reason, seconds=time.perf_counter() - t0)
     except Exception as exc:  # noqa: BLE001 - one broken benchmark must not lose the others

@@ -20,8 +20,17 @@ Exact claims (deterministic quantities such as optimizer-state bytes per paramet
 every claimed value must match the measured one within 2% (absolute 0.02 near zero) ->
 **confirmed**, else **refuted**. Noise does not apply: they are counted, not timed.
 
+Scope (applied last, to both kinds): a claim made about GPUs (``Claim.scope == "gpu"``: the
+seed's sentence is about GPUs, e.g. "to maximize the computation efficiency of GPU", or the
+"3x" of 16-bit training on V100/2080Ti tensor cores) says nothing about a CPU, so on any
+device other than ``cuda`` its verdict is capped at **not on this hardware**, whatever rules
+1-4 gave (confirmed, refuted or a tie; a failed check included). The reason reads
+"the claim is about GPUs; measured here on CPU: " followed by the reason rules 1-4 gave, so
+the numbers are still shown. On ``cuda`` the rules apply unchanged. A claim with
+``scope == "any"`` (the default) is judged by rules 1-4 on every device.
+
 **skipped** (with the reason) is given by the runner when a benchmark cannot run here
-(no GPU, torch.compile unavailable, a benchmark error).
+(no GPU, torch.compile unavailable, a benchmark error); the scope never changes a skip.
 """
 
 from __future__ import annotations
@@ -41,10 +50,13 @@ __all__ = [
     "NOISE_MARGIN",
     "CLAIM_TOLERANCE",
     "EXACT_TOLERANCE",
+    "SCOPES",
+    "GPU_DEVICES",
     "Verdict",
     "judge",
     "judge_speedup",
     "judge_exact",
+    "judge_scope",
 ]
 
 CONFIRMED = "confirmed"
@@ -61,6 +73,10 @@ NOISE_MARGIN = 0.05
 CLAIM_TOLERANCE = 0.10
 #: Relative tolerance of exact claims (absolute near zero).
 EXACT_TOLERANCE = 0.02
+#: What a claim is about: ``any`` device, or ``gpu`` only (capped elsewhere, see the rule).
+SCOPES = ("any", "gpu")
+#: The devices on which a ``gpu`` claim is judged by rules 1-4.
+GPU_DEVICES = ("cuda",)
 
 
 @dataclass(frozen=True)
@@ -117,13 +133,27 @@ def judge_exact(measured: Mapping[str, float], claimed: Mapping[str, float], *,
     return Verdict(CONFIRMED, f"measured {listing}: as claimed.")
 
 
-def judge(kind: str, claimed: float | None, ratio: RatioInterval, *, checks: Mapping[str, bool] | None = None,
-          exact_values: Mapping[str, float] | None = None, exact_claims: Mapping[str, float] | None = None,
-          unit: str = "") -> Verdict:
-    """The full rule (module docstring): failed checks first, then exact or speed-up."""
+def judge_scope(verdict: Verdict, scope: str, device: str) -> Verdict:
+    """Cap the verdict of a claim about GPUs measured on another device (the scope rule)."""
+    if scope not in SCOPES:
+        raise ValueError(f"claim scope {scope!r} is not one of {SCOPES}")
+    if scope == "any" or device in GPU_DEVICES or verdict.verdict == SKIPPED:
+        return verdict
+    return Verdict(NOT_HERE, f"the claim is about GPUs; measured here on {device.upper()}: {verdict.reason} "
+                             f"A {device.upper()} result neither confirms nor refutes a GPU claim: run it on a "
+                             f"GPU (--device cuda).")
+
+
+def judge(kind: str, claimed: float | None, ratio: RatioInterval, *, device: str, scope: str = "any",
+          checks: Mapping[str, bool] | None = None, exact_values: Mapping[str, float] | None = None,
+          exact_claims: Mapping[str, float] | None = None, unit: str = "") -> Verdict:
+    """The full rule (module docstring): failed checks first, then exact or speed-up, then
+    the claim's scope against the ``device`` measured on (``cpu``, ``cuda``)."""
     failed = [name for name, ok in (checks or {}).items() if not ok]
     if failed:
-        return Verdict(REFUTED, "failed check: " + "; ".join(failed) + ".")
-    if kind == "exact":
-        return judge_exact(exact_values or {}, exact_claims or {}, unit=unit)
-    return judge_speedup(ratio, claimed)
+        verdict = Verdict(REFUTED, "failed check: " + "; ".join(failed) + ".")
+    elif kind == "exact":
+        verdict = judge_exact(exact_values or {}, exact_claims or {}, unit=unit)
+    else:
+        verdict = judge_speedup(ratio, claimed)
+    return judge_scope(verdict, scope, device)

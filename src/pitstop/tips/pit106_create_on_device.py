@@ -135,6 +135,7 @@ class CreateOnDeviceBench(Benchmark, tip="PIT106"):
         baseline="torch.rand(n).cuda()",
         candidate="torch.rand(n, device='cuda')",
         ratio_of="median time create-then-move / create on the device",
+        scope="gpu",  # the seed's two lines are about `.cuda()` vs device="cuda"
     )
 
     def run(self, ctx):

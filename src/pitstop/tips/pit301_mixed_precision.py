@@ -92,6 +92,7 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
         candidate="16-bit autocast",
         ratio=3.0,
         ratio_of="median time of a training step in fp32 / under 16-bit autocast",
+        scope="gpu",  # seed 002: "Certain GPUs (V100, 2080Ti) give you automatic speed-ups (3x-8x faster)"
     )
 
     def run(self, ctx):

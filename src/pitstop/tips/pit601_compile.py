@@ -95,6 +95,7 @@ class CompileBench(Benchmark, tip="PIT601"):
         baseline="eager step",
         candidate="compiled step",
         ratio_of="median time of a training step (forward + loss + backward) eager / compiled",
+        scope="any",  # "the underlying training accelerator": whatever device trains; Inductor compiles for CPUs too
     )
 
     def run(self, ctx):

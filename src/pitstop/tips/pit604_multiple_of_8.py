@@ -123,6 +123,7 @@ class MultipleOf8Bench(Benchmark, tip="PIT604"):
         candidate=tuple(f"16-bit K={k}" for k in _BENCH_K if k % 8 == 0),
         ratio_of="time per FLOP at K not a multiple of 8 (1023, 1025) / at multiples of 8 (1016, 1024, 1032), "
                  "samples pooled, in 16-bit",
+        scope="gpu",  # seed 001: "to maximize the computation efficiency of GPU ... Tensor Cores of Nvidia GPUs"
     )
 
     def run(self, ctx):
