@@ -34,6 +34,8 @@ _LAZY: dict[str, str] = {
     "save_checkpoint": "pitstop.engine.checkpoint",
     "load_checkpoint": "pitstop.engine.checkpoint",
     "latest_checkpoint": "pitstop.engine.checkpoint",
+    # tune (face K): the package is callable, pitstop.tune(model, optimizer_factory, loss_fn, loader)
+    "tune": "pitstop.tune",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -74,3 +74,49 @@ class PinMemory(Tip):
         "Seed 002 (Pinned Memory), seed 003 (num_workers > 0 and pin_memory=True)",
     )
     engine = "Recipe.pin_memory pins the loader's host batches (make_loader pins by default when the device is CUDA and never on CPU, where pinning does nothing)."
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class PinMemoryKnob(Knob, tip="PIT102"):
+    """Pinned host batches (CUDA only). Script mode patches ``DataLoader.__init__`` in the
+    child: loaders built without ``pin_memory`` get ``pin_memory=True``."""
+
+    name = "pin-memory"
+    title = "pinned host memory"
+    order = 45
+
+    def applies(self, ctx):
+        if not ctx.on_cuda:
+            return Applicability(False, "CUDA only: pinned memory only speeds up host-to-GPU copies "
+                                        f"(training runs on {ctx.device})")
+        if ctx.loader_workers is None:
+            return Applicability(False, "no torch DataLoader was iterated for training")
+        if ctx.pin_memory:
+            return Applicability(False, "the training DataLoader already pins memory")
+        return Applicability(True)
+
+    def label(self, value):
+        return "pin_memory=True"
+
+    def recipe_fields(self, value, ctx):
+        return {"pin_memory": True}
+
+    def apply_in_child(self, value, **options):
+        from torch.utils.data import DataLoader
+
+        from pitstop.tune.patch import patch_init
+
+        def change(args):
+            args["pin_memory"] = True
+
+        patch_init(DataLoader, change)
+
+    def snippet(self, value, ctx):
+        return """
+            train_loader = DataLoader(train_set, batch_size=..., shuffle=True, pin_memory=True)
+            ...
+            x = x.to("cuda", non_blocking=True)   # pinned + non_blocking: the copy overlaps compute
+        """

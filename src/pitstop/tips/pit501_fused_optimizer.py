@@ -71,3 +71,63 @@ class FusedOptimizer(Tip):
         "Seed 000 (Torch Optimizer Tricks: RMSProp `foreach`, \"slight numerical differences\")",
     )
     engine = "Recipe.optimizer_impl ('fused', 'foreach', 'for-loop') rebuilds the optimizer with that implementation from its param groups and defaults and carries its state over (pitstop.engine.switch_optimizer_impl)."
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class OptimizerImplKnob(Knob, tip="PIT501"):
+    """The optimizer's implementation: ``fused`` (where the class has it) and ``foreach``.
+
+    Script mode patches the constructors of the ``torch.optim`` classes that accept the flag,
+    so the script's own ``torch.optim.X(..., foreach=False)`` builds the other implementation.
+    """
+
+    name = "optimizer"
+    title = "fused / foreach optimizer"
+    order = 30
+
+    def applies(self, ctx):
+        if ctx.optimizer is None:
+            return Applicability(False, "no optimizer step was seen")
+        if not self.values(ctx):
+            return Applicability(False, f"{ctx.optimizer} already runs {ctx.optimizer_mode}")
+        return Applicability(True)
+
+    def values(self, ctx):
+        out = ["fused"] if ctx.fused_available else []
+        out.append("foreach")
+        return [v for v in out if v != ctx.optimizer_mode and ctx.optimizer_mode != "fused"]
+
+    def label(self, value):
+        return f"{value} optimizer"
+
+    def recipe_fields(self, value, ctx):
+        return {"optimizer_impl": value}
+
+    def apply_in_child(self, value, **options):
+        import inspect
+
+        import torch
+
+        from pitstop.tune.patch import patch_init
+
+        flag = "fused" if value == "fused" else "foreach"
+
+        def change(args):
+            args[flag] = True
+            other = "foreach" if flag == "fused" else "fused"
+            if args.get(other):
+                args[other] = None
+
+        for obj in vars(torch.optim).values():
+            if isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer) and obj is not torch.optim.Optimizer \
+                    and flag in inspect.signature(obj.__init__).parameters and "__init__" in vars(obj):
+                patch_init(obj, change)
+
+    def snippet(self, value, ctx):
+        opt = ctx.optimizer or "AdamW"
+        return f"""
+            optimizer = torch.optim.{opt}(model.parameters(), ..., {value}=True)
+        """
