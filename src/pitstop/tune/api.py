@@ -43,20 +43,20 @@ from pitstop.tune.search import merge_recipe_fields
 __all__ = ["ApiBackend", "find_blocks"]
 
 
+def _param_layers(module: nn.Module) -> int:
+    return sum(1 for m in module.modules() if any(True for _ in m.parameters(recurse=False)))
+
+
 def find_blocks(model: nn.Module) -> tuple[str, ...]:
     """Submodules worth recomputing in backward (activation checkpointing): the items of the
-    outermost ``ModuleList`` with at least two parametrized items (``"blocks.*"``); else
-    top-level ``Sequential`` children holding at least two parametrized layers."""
+    outermost ``ModuleList``/``Sequential`` that holds at least two *blocks* (items with two
+    or more parametrized layers), as ``"name.*"``. A sequence of single layers is no
+    candidate: checkpointing one conv saves its input anyway, so it saves nothing."""
     for name, module in model.named_modules():
-        if isinstance(module, nn.ModuleList) and name:
-            items = [m for m in module if any(True for _ in m.parameters())]
-            if len(items) >= 2:
+        if name and isinstance(module, (nn.ModuleList, nn.Sequential)):
+            if sum(1 for m in module if _param_layers(m) >= 2) >= 2:
                 return (f"{name}.*",)
-    out = []
-    for name, child in model.named_children():
-        if isinstance(child, nn.Sequential) and sum(1 for m in child if any(True for _ in m.parameters())) >= 2:
-            out.append(name)
-    return tuple(out)
+    return ()
 
 
 def _first_tensor(batch: Any) -> torch.Tensor | None:

@@ -12,14 +12,15 @@ JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when u
     {"schema": "pitstop.tune/1", "mode": "script"|"api", "target": str, "device": str,
      "settings": {"steps", "warmup", "repeats", "budget", "margin", "confidence", "timeout"},
      "context": {...},                        # what the knobs were chosen from
-     "baseline": {"steps_per_s", "samples_per_s", "step_time", "noise", "runs", "peak_memory",
-                  "batch_size", "loss"},
+     "baseline": {"steps_per_s", "samples_per_s", "step_time", "noise", "runs", "run_step_times",
+                  "peak_memory", "batch_size", "loss"},
      "trials": [{"name", "knobs": [{"code", "knob", "value", "label"}], "status", "reason",
                  "steps_per_s", "samples_per_s", "speedup": {"ratio", "low", "high",
                  "confidence", "rounds_won", "rounds"} | null,
                  "memory_change", "loss_check": {"status", "deviation", "tolerance",
-                 "message"} | null, "compile": {"compile_s", "break_even_steps"} | null,
-                 "recipe": {...changed Recipe fields...}, "runs": int}],
+                 "message"} | null, "compile": {"compile_s", "compile_s_cached",
+                 "break_even_steps"} | null, "recipe": {...changed Recipe fields...}, "runs": int,
+                 "run_step_times": [median step seconds of each run]}],
      "combination": [{"added", "status", "reason", "speedup_vs_previous"}],
      "best": {"knobs", "recipe" (Recipe.to_dict()), "recipe_changed", "speedup",
               "steps_per_s", "loss_check", "snippet", "measured"},
@@ -148,6 +149,7 @@ class Trial:
                 "reason": self.reason, "steps_per_s": _num(self.steps_per_s), "samples_per_s": _num(self.samples_per_s),
                 "speedup": self.speedup, "memory_change": self.memory_change, "loss_check": self.loss_check,
                 "compile": self.compile, "recipe": dict(self.recipe), "runs": len(self.runs),
+                "run_step_times": [_num(r.median_step) for r in self.runs],
                 "peak_memory": self.peak_memory}
 
 
@@ -206,6 +208,7 @@ class TuneResult:
             "baseline": {
                 "steps_per_s": _num(base.steps_per_s), "samples_per_s": _num(base.samples_per_s),
                 "step_time": _num(base.median_step), "noise": _num(self.noise), "runs": len(base.runs),
+                "run_step_times": [_num(r.median_step) for r in base.runs],
                 "peak_memory": base.peak_memory, "batch_size": base.batch_size,
                 "loss": _median_trajectory(base),
             },

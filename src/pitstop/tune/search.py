@@ -229,21 +229,23 @@ def _decide(trial: Trial, baseline_runs: Sequence[Run], state: _State, noise: fl
 
 def _compile_stats(trial: Trial, baseline_runs: Sequence[Run]) -> None:
     """For expensive trials (compilation): the one-off cost, apart from steady-state speed,
-    and after how many steps it pays off."""
+    and after how many steps it pays off. The cost is the warmup steps' time beyond the
+    steady step time; ``compile_s`` is the first (cold) run's, ``compile_s_cached`` the
+    cheapest later run's (PyTorch's on-disk compile cache makes repeated compiles cheaper)."""
     if not trial.expensive:
         return
     overheads = []
-    for r in trial.ok_runs:
+    for r in trial.ok_runs:  # in the order they ran: the first paid a cold compile
         med = r.median_step
         if med is not None and r.warmup_times:
             overheads.append(max(0.0, sum(r.warmup_times) - med * len(r.warmup_times)))
     if not overheads:
         return
-    compile_s = median(overheads) or 0.0
+    compile_s = overheads[0]
     base = median([t for r in baseline_runs if r.ok for t in r.step_times])
     mine = trial.median_step
     saved = (base - mine) if base is not None and mine is not None else None
-    trial.compile = {"compile_s": compile_s,
+    trial.compile = {"compile_s": compile_s, "compile_s_cached": min(overheads[1:]) if overheads[1:] else None,
                      "break_even_steps": math.ceil(compile_s / saved) if saved and saved > 0 else None}
 
 
@@ -341,8 +343,7 @@ def search(backend: Backend, knobs: Sequence[Knob], options: TuneOptions, *, pro
     if busy:
         state.notes.append(f"the machine was busy while measuring (1-minute load average up to "
                            f"{max(b[0] for b in busy):.1f} on {busy[0][1]} cores): other processes compete for "
-                           "the cores, so timings are noisy and speed-ups can be hidden; re-run on a quiet machine "
-                           "(or with --threads 1 to measure per-thread speed)")
+                           "the cores, so timings are noisy and speed-ups can be hidden; re-run on a quiet machine")
     best_trial = best if best is not None and best.settings else None
     if best_trial is not None and best_trial.status != "kept":
         state.notes.append(f"{best_trial.name} was kept at first but its speed-up did not hold up once re-measured "
