@@ -39,18 +39,21 @@ def measure(name: str, args: argparse.Namespace) -> dict:
                           timeout=args.timeout, only=tuple(args.only))
     result = search(backend, knobs, options)
     search_s = time.perf_counter() - t0
+    from pitstop.tune.report import render_text
+
+    render_text(result, file=sys.stderr)  # the search's own table, for the record
     best = result.best.settings if result.best is not None else ()
     base_times, tuned_times, ratios = [], [], []
-    for r in range(args.repeats):
-        order = [(), best] if r % 2 == 0 else [best, ()]
+    for r in range(args.repeats):  # nothing kept: the "tuned" runs are baseline runs too
+        order = [("base", ()), ("tuned", best)]
         meds = {}
-        for settings in order:
+        for label, settings in (order if r % 2 == 0 else order[::-1]):
             run = backend.run(settings, knobs, round=r, timeout=args.timeout, steps=args.steps, warmup=args.warmup)
             if not run.ok:
                 raise SystemExit(f"{name}: a confirmation run failed: {run.status}: {run.message}")
-            (tuned_times if settings else base_times).extend(run.step_times)
-            meds[bool(settings)] = run.median_step
-        ratios.append(meds[False] / meds[True])
+            (tuned_times if label == "tuned" else base_times).extend(run.step_times)
+            meds[label] = run.median_step
+        ratios.append(meds["base"] / meds["tuned"])
     iv = ratio_interval(base_times, tuned_times, confidence=0.9)
     return {"example": name, "base": 1 / quantile(base_times, 0.5), "tuned": 1 / quantile(tuned_times, 0.5),
             "ratio": iv.ratio, "low": iv.low, "high": iv.high, "round_ratio": quantile(ratios, 0.5),
