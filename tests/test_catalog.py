@@ -108,3 +108,21 @@ def test_loading_the_catalog_does_not_import_torch():
 def test_generated_docs_are_up_to_date(cli):
     out = cli("docs", "--check", "--out", str(ROOT / "docs" / "tips"))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_tip_modules_define_each_top_level_name_once():
+    """Faces share their tip's module namespace: a second `_SIZES` would silently replace the
+    first one's value (a lint rule once read a bench's constant that way)."""
+    import ast
+    from collections import Counter
+
+    tips_dir = ROOT / "src" / "pitstop" / "tips"
+    for path in sorted(tips_dir.glob("pit*.py")):
+        names: Counter[str] = Counter()
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                names[node.name] += 1
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        dupes = sorted(n for n, c in names.items() if c > 1)
+        assert not dupes, f"{path.name} defines {dupes} more than once"

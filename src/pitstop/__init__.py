@@ -34,6 +34,11 @@ _LAZY: dict[str, str] = {
     "save_checkpoint": "pitstop.engine.checkpoint",
     "load_checkpoint": "pitstop.engine.checkpoint",
     "latest_checkpoint": "pitstop.engine.checkpoint",
+    # lint (face L; torch-free)
+    "lint_source": "pitstop.lint.runner",
+    "fix_source": "pitstop.lint.runner",
+    # doctor (face D): pitstop.doctor(step_fn, ...); the package itself is callable
+    "doctor": "pitstop.doctor",
     # tune (face K): the package is callable, pitstop.tune(model, optimizer_factory, loss_fn, loader)
     "tune": "pitstop.tune",
 }

@@ -61,6 +61,110 @@ class DataloaderWorkers(Tip):
     engine = "Recipe.num_workers, Recipe.persistent_workers and Recipe.prefetch set the training DataLoader's workers, worker persistence and prefetch_factor (pitstop.engine.make_loader; fit rebuilds a given loader only when a field is set)."
 
 
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class NumWorkersRule(LintRule, tip="PIT101"):
+    message = "DataLoader loads batches in the training process (num_workers=0); set num_workers"
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if not ctx.is_dataloader(node):
+            return
+        a = nodes.arg(node, "num_workers", 5)
+        if a is None and not nodes.has_star_args(node) or a is not None and nodes.int_value(a.value) == 0:
+            self.report(node)
+
+
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Comparison, Measurement, Outcome  # noqa: E402
+
+
+class LoaderWorkersBench(Benchmark, tip="PIT101"):
+    title = "DataLoader epoch over a CPU-heavy dataset: num_workers=0 vs one worker per core"
+    claim = Claim(
+        seed="002",
+        text="PyTorch allows loading data on multiple processes simultaneously; set the number of workers to "
+             "the number of CPU cores",
+        baseline="num_workers=0",
+        candidate="num_workers=cores",
+        ratio_of="epoch time with num_workers=0 / with one worker per core",
+    )
+
+    def run(self, ctx):
+        import os
+
+        from torch.utils.data import DataLoader
+
+        from pitstop.examples.data import SyntheticImages
+
+        cores = os.cpu_count() or 1
+        n = ctx.size(tiny=32, quick=96, full=256)
+        batch = 16 if n < 64 else 32
+        dataset = SyntheticImages(n=n, size=32, work=6, seed=0)
+        counts = {"num_workers=0": 0, "num_workers=1": 1, "num_workers=cores": cores}
+        if cores == 1:
+            del counts["num_workers=1"]  # the same as num_workers=cores
+        loaders = {name: DataLoader(dataset, batch_size=batch, num_workers=w, persistent_workers=w > 0)
+                   for name, w in counts.items()}
+
+        def epoch(loader):
+            for _ in loader:
+                pass
+
+        try:
+            # the first epoch starts the worker processes: reported apart, not timed with the rest
+            start = ctx.first_call(lambda: epoch(loaders["num_workers=cores"]))
+            measured = ctx.time({name: (lambda ld=ld: epoch(ld)) for name, ld in loaders.items()},
+                                work=float(n), work_unit="samples")
+        finally:
+            for loader in loaders.values():
+                it = getattr(loader, "_iterator", None)
+                if it is not None and hasattr(it, "_shutdown_workers"):
+                    it._shutdown_workers()  # persistent workers: stop them now, not at interpreter exit
+            loaders.clear()
+        first = Measurement("first epoch incl. worker start (num_workers=cores)", (start,), unit="s",
+                            work=float(n), work_unit="samples", info=True)
+        comparisons = []
+        if "num_workers=1" in counts:
+            comparisons.append(Comparison("num_workers=0", "num_workers=1", "one worker vs none"))
+        return Outcome(
+            workload=f"SyntheticImages (3x32x32, 6 blur passes per sample, ~1 ms of NumPy each), {n} samples, "
+                     f"batch {batch}; loader only, no model; cores = {cores}; persistent workers, "
+                     f"started before timing",
+            measurements=[*measured, first],
+            comparisons=comparisons,
+            notes=["Loading alone: in training the workers also compete with the model's compute threads for "
+                   "the same cores, so the gain on a whole step is smaller (`pitstop tune` measures that)."],
+        )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, ms, pct  # noqa: E402
+
+
+class DataWaitCheck(Check, tip="PIT101"):
+    looks_at = "time the step blocks in DataLoader iteration"
+
+    def check(self, obs, th):
+        share = obs.share("data")
+        loaders = obs.train_loaders()
+        if share <= th.data_wait_share or not loaders:
+            return
+        wait, mean = obs.breakdown["data"], obs.step_time["mean"]
+        workers = max(d["num_workers"] for d in loaders)
+        head = f"{pct(share)} of each step ({ms(wait)} of {ms(mean)}) waits for the next batch"
+        if workers == 0:
+            evidence = f"{head}; the training DataLoader builds every batch in the training process (num_workers=0)."
+            fix = "DataLoader(..., num_workers=N, persistent_workers=True), N near the core count; measure it with `pitstop tune`"
+        else:
+            evidence = f"{head} although num_workers={workers}: the workers do not keep up."
+            fix = "more workers or a larger prefetch_factor, or cheaper per-sample work"
+        yield self.finding(th, title="Training waits for data", evidence=evidence, fix=fix, share=share,
+                           seconds=wait, where=[d["where"] for d in loaders if d.get("where")])
+
+
 # --- knob face ---
 from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 

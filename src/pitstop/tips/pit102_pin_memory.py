@@ -25,9 +25,8 @@ class PinMemory(Tip):
         Flags a `DataLoader(...)` built without `pin_memory=True`, only in files where CUDA is
         implied (the file calls `.cuda()`, builds `torch.device("cuda...")`, uses a string
         starting with `"cuda"` or touches `torch.cuda.*`). Reported at the call; no autofix.
-        At run time, when the model is on a CUDA device, the doctor checks whether the batches
-        reaching the training step are in pinned memory and how long the step spends copying
-        them to the device; `tune` switches pinning on and off and measures your training.
+        At run time, when the model is on a CUDA device, the doctor checks whether the training
+        DataLoader pins its batches and how long the step spends copying them to the device; `tune` switches pinning on and off and measures your training.
     """
     why = """
         The GPU's DMA engine can only read page-locked host memory. A copy from ordinary
@@ -74,6 +73,45 @@ class PinMemory(Tip):
         "Seed 002 (Pinned Memory), seed 003 (num_workers > 0 and pin_memory=True)",
     )
     engine = "Recipe.pin_memory pins the loader's host batches (make_loader pins by default when the device is CUDA and never on CPU, where pinning does nothing)."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class PinMemoryRule(LintRule, tip="PIT102"):
+    message = "DataLoader without pin_memory=True while the file trains on CUDA: copies from pageable memory cannot overlap compute"
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if not ctx.is_dataloader(node):
+            return
+        a = nodes.arg(node, "pin_memory", 7)
+        if a is None and not nodes.has_star_args(node) or a is not None and nodes.is_false(a.value):
+            self.report(node, when=lambda: ctx.cuda_implied)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, ms  # noqa: E402
+
+
+class PinMemoryCheck(Check, tip="PIT102"):
+    requires = "cuda"
+    looks_at = "pin_memory of the training DataLoader and host-to-device copy time"
+
+    def check(self, obs, th):
+        unpinned = [d for d in obs.train_loaders() if not d.get("pin_memory")]
+        copies = obs.h2d.get("blocking", 0) + obs.h2d.get("non_blocking", 0)
+        if not unpinned or not copies:
+            return
+        seconds = obs.h2d.get("seconds", 0.0)
+        share = seconds / obs.step_time["mean"] if obs.step_time.get("mean") else None
+        yield self.finding(
+            th, title="Batches are copied to the GPU from pageable memory",
+            evidence=f"the training DataLoader has pin_memory=False; {copies:.1f} host-to-device copies per "
+                     f"step take {ms(seconds)} of host time per step.",
+            fix="DataLoader(..., pin_memory=True) and .to(device, non_blocking=True)",
+            share=share, seconds=seconds, where=[d["where"] for d in unpinned if d.get("where")])
 
 
 # --- knob face ---

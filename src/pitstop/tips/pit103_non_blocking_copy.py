@@ -76,3 +76,70 @@ class NonBlockingCopy(Tip):
         "Seed 001 (Asynchronous data transfer), seed 003 (asynchronous CPU-GPU transfer)",
     )
     engine = "Recipe.non_blocking (on by default) copies every batch tensor with non_blocking=True, and on CUDA fit's prefetcher queues the next batch's copy on a side stream while the current step computes."
+
+
+# --- lint face ---
+from pitstop.lint.rule import SAFE, LintRule, nodes
+
+_DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16",
+                     "int32", "int64", "long", "int", "short", "uint8", "bool", "complex64", "complex128"})
+
+
+class NonBlockingRule(LintRule, tip="PIT103"):
+    message = "batch copied to the device without non_blocking=True: the copy cannot overlap compute"
+    fix = SAFE
+
+    def visit_Call(self, node):
+        name = nodes.method(node)
+        if name not in ("to", "cuda"):
+            return
+        ctx = self.ctx
+        root = nodes.root_name(nodes.receiver(node))
+        if root is None or root not in ctx.loader_targets() or nodes.has_kwargs_splat(node):
+            return
+        nb = nodes.kwarg(node, "non_blocking")
+        if nb is not None and not nodes.is_false(nb.value):
+            return
+        if name == "to" and not self._is_device_copy(node):
+            return
+        fix = ctx.fix(SAFE, "Add non_blocking=True", (node, nodes.with_kwarg(node, "non_blocking", "True")))
+        self.report(node, fix=fix, when=lambda: ctx.cuda_implied)
+
+    def _is_device_copy(self, node):
+        pos = nodes.positional(node)
+        if len(pos) > 1:
+            return False
+        if pos:
+            first = pos[0].value
+            q = self.ctx.qualname(first)
+            if q and q.startswith("torch.") and q[6:] in _DTYPES:
+                return False
+            s = nodes.string_value(first)
+            return s is None or not s.startswith("cpu")
+        device = nodes.kwarg(node, "device")
+        if device is None:
+            return False
+        s = nodes.string_value(device.value)
+        return s is None or not s.startswith("cpu")
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, ms  # noqa: E402
+
+
+class NonBlockingCheck(Check, tip="PIT103"):
+    requires = "cuda"
+    looks_at = "host-to-device copies made without non_blocking=True"
+
+    def check(self, obs, th):
+        blocking = obs.h2d.get("blocking", 0)
+        if blocking <= 0:
+            return
+        seconds = obs.h2d.get("seconds", 0.0)
+        share = seconds / obs.step_time["mean"] if obs.step_time.get("mean") else None
+        yield self.finding(
+            th, title="Host-to-device copies block the training thread",
+            evidence=f"{blocking:.1f} copies per step use .to(device) without non_blocking=True "
+                     f"({ms(seconds)} per step spent in copies).",
+            fix="pin the batches (PIT102) and copy with .to(device, non_blocking=True)",
+            share=share, seconds=seconds)

@@ -76,6 +76,93 @@ class ChannelsLast(Tip):
     engine = "Recipe.channels_last converts the model (model.to(memory_format=torch.channels_last)) and every 4-D floating input batch before the step."
 
 
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Comparison, Outcome  # noqa: E402
+
+
+class ChannelsLastBench(Benchmark, tip="PIT104"):
+    title = "Conv net training step and inference forward: NCHW vs channels_last"
+    claim = Claim(
+        seed="000",
+        text="sticking to the `[batch, H, W, Channels]` (channel last) could make data loading faster",
+        baseline="NCHW step",
+        candidate="channels_last step",
+        ratio_of="median time of a training step (forward + backward) NCHW / channels_last",
+    )
+
+    def run(self, ctx):
+        import torch
+        from torch import nn
+
+        batch, hw = ctx.size(tiny=(2, 16), quick=(4, 28), full=(8, 56))
+        ch = 64
+
+        def convnet():
+            torch.manual_seed(0)
+            layers = []
+            for _ in range(3):
+                layers += [nn.Conv2d(ch, ch, 3, padding=1, bias=False), nn.BatchNorm2d(ch), nn.ReLU(inplace=True)]
+            return nn.Sequential(*layers).to(ctx.device)
+
+        fmt = {"NCHW": torch.contiguous_format, "channels_last": torch.channels_last}
+        models = {k: convnet().to(memory_format=f) for k, f in fmt.items()}
+        x = torch.randn(batch, ch, hw, hw, device=ctx.device)
+        inputs = {k: x.contiguous(memory_format=f) for k, f in fmt.items()}
+
+        def step(k):
+            model = models[k]
+            model.zero_grad(set_to_none=True)
+            model(inputs[k]).square().mean().backward()
+
+        evals = {k: convnet().to(memory_format=f).eval() for k, f in fmt.items()}  # BatchNorm: running stats
+
+        def forward(k):
+            with torch.inference_mode():
+                return evals[k](inputs[k])
+
+        variants = {f"{k} step": (lambda k=k: step(k)) for k in fmt}
+        variants |= {f"{k} forward (eval)": (lambda k=k: forward(k)) for k in fmt}
+        measured = ctx.time(variants)
+        out = models["channels_last"](inputs["channels_last"])
+        return Outcome(
+            workload=f"3 x (Conv2d({ch}, {ch}, 3x3, no bias) + BatchNorm2d + ReLU), input {batch}x{ch}x{hw}x{hw} "
+                     f"fp32 on {ctx.device}; step = forward + backward of a mean-square loss",
+            measurements=measured,
+            checks={"the channels_last model keeps its activations channels_last":
+                    out.is_contiguous(memory_format=torch.channels_last)},
+            comparisons=[Comparison("NCHW forward (eval)", "channels_last forward (eval)",
+                                    "inference forward NCHW / channels_last")],
+            notes=["The seed's sentence is about the NumPy layout albumentations works in; what PyTorch offers "
+                   "for channel-last speed is the channels_last memory format of conv nets, measured here."],
+        )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, pct  # noqa: E402
+
+
+class ChannelsLastCheck(Check, tip="PIT104"):
+    looks_at = "memory format of the inputs reaching convolutions, with a channels_last probe"
+
+    def skip_reason(self, obs):
+        if not any(m.get("conv2d") for m in obs.models):
+            return "no Conv2d layers in the model"
+        return super().skip_reason(obs)
+
+    def check(self, obs, th):
+        probe = obs.probes.get("channels_last") or {}
+        speedup = probe.get("speedup")
+        if not obs.kernels.get("conv_nchw") or speedup is None or speedup < th.probe_speedup:
+            return
+        share = obs.compute_share * (1 - 1 / speedup)
+        yield self.finding(
+            th, title="Convolutions run in NCHW; channels_last is faster here",
+            evidence=f"{obs.kernels['conv_nchw']} convolutions per step take NCHW inputs; probe: {probe['what']} "
+                     f"is {speedup:.2f}x faster in channels_last; forward+backward are {pct(obs.compute_share)} of the step.",
+            fix="model.to(memory_format=torch.channels_last) and x.to(memory_format=torch.channels_last)",
+            share=share, seconds=share * obs.step_time["mean"])
+
+
 # --- knob face ---
 from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 

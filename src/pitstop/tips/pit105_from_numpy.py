@@ -67,3 +67,91 @@ class FromNumpy(Tip):
         "PyTorch docs, torch.tensor (always copies data): https://pytorch.org/docs/stable/generated/torch.tensor.html",
         "Seed 001 (From array to torch tensor)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
+
+
+class FromNumpyRule(LintRule, tip="PIT105"):
+    message = "torch.tensor() copies the numpy array; torch.from_numpy() shares its memory (no copy)"
+    fix = UNSAFE
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if ctx.call_name(node) != "torch.tensor":
+            return
+        pos = nodes.positional(node)
+        if not pos or not self._numpy(pos[0].value, by_name=True):
+            return
+        fix = None
+        if len(node.args) == 1 and isinstance(node.func, cst.Attribute):
+            fix = ctx.fix(UNSAFE, "Use torch.from_numpy (the tensor shares memory with the array)",
+                          (node.func.attr, "from_numpy"))
+        self.report(node, fix=fix)
+
+    def _numpy(self, x, by_name):
+        ctx = self.ctx
+        if isinstance(x, cst.Name) and by_name:
+            value = ctx.value_of(x.value, same_scope=True)
+            if nodes.method(value) == "numpy" and not value.args:
+                return True
+            return value is not None and self._numpy(value, by_name=False)
+        while isinstance(x, cst.Call):
+            q = ctx.call_name(x)
+            if q is not None:
+                return q.startswith("numpy.")
+            if not isinstance(x.func, cst.Attribute):
+                return False
+            x = x.func.value
+        return False
+
+
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Comparison, Measurement, Outcome  # noqa: E402
+
+
+class FromNumpyBench(Benchmark, tip="PIT105"):
+    title = "NumPy array to tensor: torch.tensor (copy) vs torch.from_numpy / torch.as_tensor (shared)"
+    claim = Claim(
+        seed="001",
+        text="torch.from_numpy and torch.as_tensor may not create data copies; if the source data is a NumPy "
+             "array, it's faster to use torch.from_numpy(numpy_array)",
+        baseline="torch.tensor",
+        candidate="torch.from_numpy",
+        ratio_of="median time torch.tensor(a) / torch.from_numpy(a)",
+    )
+
+    def run(self, ctx):
+        import numpy as np
+        import torch
+
+        n = ctx.size(tiny=1 << 18, quick=1 << 21, full=1 << 24)
+        a = np.random.default_rng(0).standard_normal(n, dtype=np.float32)
+        variants = {"torch.tensor": lambda: torch.tensor(a), "torch.from_numpy": lambda: torch.from_numpy(a),
+                    "torch.as_tensor": lambda: torch.as_tensor(a)}
+        measured = ctx.time(variants)
+
+        def shares(fn):  # same buffer, and a write to the array shows in the tensor
+            t = fn()
+            old = a[0].copy()
+            a[0] = 12345.0  # exactly representable in float32
+            seen = float(t[0]) == 12345.0
+            a[0] = old
+            return t.data_ptr() == a.ctypes.data and seen
+
+        shared = {name: shares(fn) for name, fn in variants.items()}
+        copied = [Measurement(f"bytes copied by {name}", (0 if shared[name] else a.nbytes,), unit="B", info=True,
+                              note="0 when the tensor shares the array's buffer")
+                  for name in variants]
+        return Outcome(
+            workload=f"a float32 NumPy array of {n:,} values ({a.nbytes / 2**20:.0f} MiB), converted on the CPU",
+            measurements=[*measured, *copied],
+            checks={"torch.from_numpy shares the array's memory (a write to the array shows in the tensor)":
+                    shared["torch.from_numpy"],
+                    "torch.as_tensor shares the array's memory": shared["torch.as_tensor"],
+                    "torch.tensor copies (the tensor does not see later writes)": not shared["torch.tensor"]},
+            comparisons=[Comparison("torch.tensor", "torch.as_tensor", "torch.tensor vs torch.as_tensor")],
+            notes=["from_numpy costs the same for any size (it wraps the buffer); the copy grows with the array. "
+                   "Sharing is also the risk: a later in-place write to the array changes the tensor."],
+        )

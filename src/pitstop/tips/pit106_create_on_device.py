@@ -23,7 +23,9 @@ class CreateOnDevice(Tip):
         Flags a tensor factory (`torch.rand`, `randn`, `randint`, `zeros`, `ones`, `empty`,
         `full`, `arange`, `eye`, `linspace`, `tensor`) immediately followed by `.cuda()`,
         `.to("cuda…")`, `.to(device=…)` or `.to(<name containing "device">)`. Reported at the
-        chained call; the safe autofix moves the device into the factory's `device=` argument.
+        chained call; the autofix moves the device into the factory's `device=` argument (safe,
+        except for `rand`/`randn`/`randint`, where it is unsafe: the numbers then come from the
+        device's random generator, not the CPU's).
         `pitstop bench PIT106` compares both forms.
     """
     why = """
@@ -67,3 +69,89 @@ class CreateOnDevice(Tip):
         "PyTorch docs, torch.zeros (the `device` argument of tensor factories): https://pytorch.org/docs/stable/generated/torch.zeros.html",
         "Seed 002 (Construct tensors directly on GPUs)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import SAFE, UNSAFE, LintRule, nodes
+
+_FACTORIES = frozenset({"rand", "randn", "randint", "zeros", "ones", "empty", "full", "arange", "eye",
+                        "linspace", "tensor"})
+_RANDOM = frozenset({"rand", "randn", "randint"})
+
+
+class CreateOnDeviceRule(LintRule, tip="PIT106"):
+    message = "tensor made on the CPU and then copied to the device; pass device= to the factory"
+    fix = SAFE
+
+    def visit_Call(self, node):
+        name = nodes.method(node)
+        if name not in ("cuda", "to"):
+            return
+        ctx = self.ctx
+        inner = nodes.receiver(node)
+        q = ctx.call_name(inner)
+        if not q or not q.startswith("torch.") or q[6:] not in _FACTORIES:
+            return
+        device = None
+        if name == "cuda":
+            if nodes.positional(node) or nodes.has_star_args(node):
+                device = None
+            else:
+                device = '"cuda"'
+        else:
+            kw = nodes.kwarg(node, "device")
+            pos = nodes.positional(node)
+            if kw is not None:
+                target = kw.value
+            elif pos and (
+                    (nodes.string_value(pos[0].value) or "").startswith("cuda")
+                    or "device" in (nodes.last_name(pos[0].value) or "").lower()):
+                target = pos[0].value
+            else:
+                return
+            device = ctx.code(nodes.strip_parens(target)) if len(node.args) == 1 else None
+        fix = None
+        if device and nodes.kwarg(inner, "device") is None and not nodes.has_kwargs_splat(inner):
+            fn = q[6:]
+            # the random factories draw from the device's generator instead: other numbers
+            applicability = UNSAFE if fn in _RANDOM else SAFE
+            fix = ctx.fix(applicability, f"Create it on the device: device={device}",
+                          (node, nodes.with_kwarg(inner, "device", device)))
+        self.report(node, fix=fix)
+
+
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Comparison, Outcome  # noqa: E402
+
+
+class CreateOnDeviceBench(Benchmark, tip="PIT106"):
+    title = "New tensor on the GPU: torch.rand(n).cuda() vs torch.rand(n, device='cuda')"
+    gpu_only = True
+    gpu_why = ("On a CPU run `.to('cpu')` returns the same tensor: there is no host allocation or copy to save, "
+               "so nothing to compare.")
+    claim = Claim(
+        seed="002",
+        text='t = tensor.rand(2, 2).cuda()  # bad; t = tensor.rand(2, 2, device="cuda")  # good',
+        baseline="torch.rand(n).cuda()",
+        candidate="torch.rand(n, device='cuda')",
+        ratio_of="median time create-then-move / create on the device",
+    )
+
+    def run(self, ctx):
+        import torch
+
+        n = ctx.size(tiny=1 << 16, quick=1 << 20, full=1 << 24)
+        variants = {
+            "torch.rand(n).cuda()": lambda: torch.rand(n).cuda(),
+            "torch.rand(n, device='cuda')": lambda: torch.rand(n, device="cuda"),
+            "torch.zeros(n).to('cuda')": lambda: torch.zeros(n).to("cuda"),
+            "torch.zeros(n, device='cuda')": lambda: torch.zeros(n, device="cuda"),
+        }
+        measured = ctx.time(variants)
+        return Outcome(
+            workload=f"{n:,} float32 values ({4 * n / 2**20:.0f} MiB) created per call on "
+                     f"{torch.cuda.get_device_name()}; the Timer synchronizes the GPU around each block",
+            measurements=measured,
+            comparisons=[Comparison("torch.zeros(n).to('cuda')", "torch.zeros(n, device='cuda')",
+                                    "torch.zeros then .to('cuda') vs device='cuda'")],
+        )

@@ -63,3 +63,21 @@ class ViewAfterPermute(Tip):
         "PyTorch docs, torch.Tensor.contiguous: https://pytorch.org/docs/stable/generated/torch.Tensor.contiguous.html",
         "Seed 000 (General Speed-Up Tricks: tensor.contiguous())",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
+
+
+class ViewAfterPermuteRule(LintRule, tip="PIT107"):
+    message = ".view() right after .permute()/.transpose() fails on the non-contiguous result; use .reshape()"
+    fix = UNSAFE
+
+    def visit_Call(self, node):
+        if nodes.method(node) != "view":
+            return
+        inner = nodes.receiver(node)
+        if (isinstance(inner, cst.Call) and nodes.method(inner) in ("permute", "transpose", "t")) or (
+                isinstance(inner, cst.Attribute) and inner.attr.value in ("T", "mT")):
+            self.report(node, fix=self.ctx.fix(UNSAFE, "Use .reshape() (copies only when it must)",
+                                               (node.func.attr, "reshape")))

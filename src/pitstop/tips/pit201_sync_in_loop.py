@@ -76,3 +76,52 @@ class SyncInLoop(Tip):
         "Seed 000 (.item(), .numpy(), .cpu() cause synchronization), seed 002 (Avoid CPU to GPU transfers or vice-versa)",
     )
     engine = "fit keeps each step's loss detached on the device and reads the losses of a whole log interval with one host transfer (log_every steps), where it also checks for inf/NaN; make_step itself never reads a device value."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+_SYNCS = frozenset({"item", "cpu", "numpy", "tolist"})
+
+
+class SyncInLoopRule(LintRule, tip="PIT201"):
+    message = "host read in the training loop makes the CPU wait for the device every step; accumulate on the device and read every N steps"
+
+    def visit_Call(self, node):
+        name = nodes.method(node)
+        if name not in _SYNCS or nodes.method(nodes.receiver(node)) in _SYNCS:
+            return  # x.cpu().numpy() is one sync: reported once, at .cpu()
+        site = self.ctx.site()
+        self.report(node, f".{name}() in the training loop makes the CPU wait for the device every step; "
+                          "accumulate on the device and read every N steps", when=site.per_step)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, pct  # noqa: E402
+
+
+class SyncInLoopCheck(Check, tip="PIT201"):
+    looks_at = "host-device syncs (.item(), .cpu(), .numpy(), .tolist(), float/int/bool of a tensor) per step"
+
+    def check(self, obs, th):
+        n = max(obs.steps_observed, 1)
+        sites = [s for s in obs.syncs if s["kind"] != "cuda.synchronize"
+                 and s["steps_with_calls"] / n >= th.per_step_fraction]
+        if not sites:
+            return
+        calls = sum(s["calls"] for s in sites) / n
+        seconds = sum(s["seconds"] for s in sites) / n
+        share = seconds / obs.step_time["mean"] if obs.step_time.get("mean") else None
+        listing = ", ".join(f"{s['kind']}() at {s['where']}" for s in sites[:4])
+        if obs.on_cuda:
+            cost = f"the host waited {pct(share)} of the step in them"
+            severity = None
+        else:
+            cost = ("on this CPU run they cost little (no device to wait for); on a GPU each one stalls "
+                    "the host until the queued kernels finish")
+            severity = "low"
+        yield self.finding(
+            th, title="Host-device sync every step",
+            evidence=f"{calls:.1f} syncs per step from {listing}; {cost}.",
+            fix="accumulate on the device (total += loss.detach()) and read it every N steps",
+            share=share, seconds=seconds, severity=severity, where=[s["where"] for s in sites])

@@ -29,7 +29,8 @@ class RetainedGraph(Tip):
         Reported at the append or the assignment; the autofix, `loss.detach()`, is offered as
         unsafe (the accumulated values no longer carry `grad_fn`, which changes code that
         inspects them or differentiates through them). While training runs, the doctor
-        watches memory from step to step and flags growth that persists across steps.
+        counts the autograd nodes kept alive by live tensors (and the earlier steps' loss
+        tensors still alive) from step to step and flags growth that persists across steps.
     """
     why = """
         `loss` is the root of its step's autograd graph, and every node of that graph is
@@ -76,3 +77,77 @@ class RetainedGraph(Tip):
         "PyTorch docs, torch.Tensor.detach: https://pytorch.org/docs/stable/generated/torch.Tensor.detach.html",
         "Seed 002 (Common mistakes: Retained graphs)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
+
+
+class RetainedGraphRule(LintRule, tip="PIT202"):
+    message = "the loss is accumulated with its autograd graph: every step's graph stays alive"
+    fix = UNSAFE
+
+    def visit_Call(self, node):
+        if nodes.method(node) == "append" and len(node.args) == 1 and isinstance(node.args[0].value, cst.Name):
+            self._candidate(node, node.args[0].value)
+
+    def visit_AugAssign(self, node):
+        if isinstance(node.operator, cst.AddAssign) and isinstance(node.value, cst.Name):
+            self._candidate(node, node.value)
+
+    def visit_Assign(self, node):
+        value = node.value
+        if len(node.targets) != 1 or not isinstance(value, cst.BinaryOperation) or not isinstance(value.operator, cst.Add):
+            return
+        target = nodes.dotted(node.targets[0].target)
+        if target is None:
+            return
+        if nodes.dotted(value.left) == target and isinstance(value.right, cst.Name):
+            self._candidate(node, value.right)
+        elif nodes.dotted(value.right) == target and isinstance(value.left, cst.Name):
+            self._candidate(node, value.left)
+
+    def _candidate(self, node, name_node):
+        site = self.ctx.site()
+        name = name_node.value
+
+        def backwarded():
+            loop = site.inner_loop()
+            return loop is not None and any(name in self.ctx.loss_names(recv) for _, recv in loop.backward_calls)
+
+        fix = self.ctx.fix(UNSAFE, f"Accumulate {name}.detach()", (name_node, f"{name}.detach()"))
+        self.report(node, f"`{name}` is accumulated with its autograd graph, which stays alive every step; "
+                          f"use {name}.detach() (or {name}.item() every N steps)", fix=fix, when=backwarded)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, mib  # noqa: E402
+
+
+class RetainedGraphCheck(Check, tip="PIT202"):
+    looks_at = "autograd nodes and loss tensors kept alive from step to step"
+
+    def check(self, obs, th):
+        g = obs.graph
+        nodes, steps = g.get("nodes") or [], g.get("steps") or []
+        live = g.get("live_losses", 0)
+        growing = len(nodes) >= 2 and all(b > a for a, b in zip(nodes, nodes[1:]))
+        growth = (nodes[-1] - nodes[0]) / max(steps[-1] - steps[0], 1) if len(nodes) >= 2 else 0.0
+        if not (growing and growth >= th.graph_growth_nodes) and live < 2:
+            return
+        parts = []
+        if live >= 2:
+            parts.append(f"{live} of the {g.get('losses_tracked', live)} earlier steps' loss tensors are still alive")
+        if len(nodes) >= 2:
+            parts.append(f"the live autograd graph went {' -> '.join(map(str, nodes))} nodes over steps "
+                         f"{steps[0]}..{steps[-1]} ({growth:+.1f} per step)")
+        per_step = obs.memory.get("growth_per_step")
+        nbytes = int(per_step) if obs.on_cuda and per_step and per_step > 0 else None
+        if nbytes:
+            parts.append(f"allocated memory grows {mib(nbytes)} per step")
+        yield self.finding(
+            th, title="Autograd graphs retained across steps (memory grows every step)",
+            evidence="; ".join(parts) + ": something keeps each step's loss with its graph "
+                     "(losses.append(loss), total += loss).",
+            fix="keep loss.detach() (no sync) or loss.item() every N steps", kind="memory",
+            nbytes=nbytes, severity="medium")

@@ -75,3 +75,47 @@ class SyncCallsInLoop(Tip):
         "PyTorch docs, CUDA semantics — Asynchronous execution (timing with CUDA events): https://pytorch.org/docs/stable/notes/cuda.html#asynchronous-execution",
         "Seed 000 (Cache Clearing And Memory Management; empty_cache \"before sending anything to the GPU\")",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule
+
+_CALLS = frozenset({"torch.cuda.empty_cache", "torch.cuda.synchronize", "torch.cuda.memory.empty_cache"})
+
+
+class SyncCallsInLoopRule(LintRule, tip="PIT203"):
+    message = "called every training step: synchronize() stalls the CPU, empty_cache() defeats the caching allocator"
+
+    def visit_Call(self, node):
+        q = self.ctx.call_name(node)
+        if q in _CALLS:
+            site = self.ctx.site()
+            self.report(node, f"{q}() every training step: " + (
+                "it stalls the CPU until the device is idle" if q.endswith("synchronize")
+                else "it slows the caching allocator and frees nothing PyTorch would not reuse"), when=site.per_step)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, ms  # noqa: E402
+
+
+class SyncCallsCheck(Check, tip="PIT203"):
+    looks_at = "torch.cuda.synchronize() / torch.cuda.empty_cache() calls per step"
+
+    def check(self, obs, th):
+        n = max(obs.steps_observed, 1)
+        sites = [s for s in obs.cuda_calls if s["kind"] in ("cuda.synchronize", "cuda.empty_cache")
+                 and s["steps_with_calls"] / n >= th.per_step_fraction]
+        if not sites:
+            return
+        seconds = sum(s.get("seconds", 0.0) for s in sites) / n
+        share = seconds / obs.step_time["mean"] if obs.step_time.get("mean") and obs.on_cuda else None
+        listing = ", ".join(f"{s['kind']}() at {s['where']}" for s in sites[:4])
+        note = (f"{ms(seconds)} per step spent in them" if obs.on_cuda
+                else "no effect on this CPU run; on a GPU they stall the host (synchronize) or the caching allocator (empty_cache) every step")
+        yield self.finding(
+            th, title="CUDA synchronize / empty_cache called every step",
+            evidence=f"{sum(s['calls'] for s in sites) / n:.1f} calls per step: {listing}; {note}.",
+            fix="remove them from the loop; synchronize only around a timed region, never empty_cache per step",
+            share=share, seconds=seconds if obs.on_cuda else None, severity=None if obs.on_cuda else "low",
+            where=[s["where"] for s in sites])

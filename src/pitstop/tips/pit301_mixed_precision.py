@@ -79,6 +79,105 @@ class MixedPrecision(Tip):
     engine = "Recipe.precision='bf16-mixed' or 'fp16-mixed' runs the forward and the loss under torch.autocast (never the backward), with a torch.amp.GradScaler for fp16 on CUDA and CPU alike."
 
 
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Comparison, Measurement, Outcome  # noqa: E402
+
+
+class MixedPrecisionBench(Benchmark, tip="PIT301"):
+    title = "Conv net training step: fp32 vs 16-bit autocast (bf16; fp16 where it runs)"
+    claim = Claim(
+        seed="002",
+        text="16-bit training ... can make your code run three times faster",
+        baseline="fp32",
+        candidate="16-bit autocast",
+        ratio=3.0,
+        ratio_of="median time of a training step in fp32 / under 16-bit autocast",
+    )
+
+    def run(self, ctx):
+        import contextlib
+
+        import torch
+        from torch.nn import functional as F
+
+        from pitstop.examples.models import make_cnn
+
+        batch = ctx.size(tiny=4, quick=16, full=64)
+        torch.manual_seed(0)
+        model = make_cnn(naive=False, width=32).to(ctx.device)
+        x = torch.randn(batch, 3, 32, 32, device=ctx.device)
+        y = torch.randint(0, 10, (batch,), device=ctx.device)
+        half = torch.bfloat16
+        if ctx.cuda and not torch.cuda.is_bf16_supported():
+            half = torch.float16  # GPUs before Ampere: fp16 tensor cores only
+        dtype_name = {torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+        def step(dtype, xb=x, yb=y):
+            model.zero_grad(set_to_none=True)
+            cast = torch.autocast(ctx.device, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+            with cast:
+                loss = F.cross_entropy(model(xb), yb)  # forward and loss under autocast
+            loss.backward()                           # backward outside (PIT305)
+
+        variants = {"fp32": lambda: step(None), "16-bit autocast": lambda: step(half)}
+        notes = {"16-bit autocast": dtype_name[half]}
+        comparisons, extra_notes = [], []
+        probes = []
+        if half is torch.bfloat16:
+            # fp16 autocast runs on CPUs too, but some ops (e.g. conv backward) may take a slow
+            # path: one probe step each at batch 1 decides whether fp16 is worth timing at all.
+            try:
+                step(None, x[:1], y[:1])
+                fp32_1 = ctx.first_call(lambda: step(None, x[:1], y[:1]))
+                fp16_1 = ctx.first_call(lambda: step(torch.float16, x[:1], y[:1]))
+            except (RuntimeError, TypeError) as exc:
+                extra_notes.append(f"fp16 autocast does not run on {ctx.device} here: {str(exc).splitlines()[0]}")
+            else:
+                if fp16_1 <= 5 * fp32_1:
+                    variants["fp16 autocast"] = lambda: step(torch.float16)
+                    comparisons.append(Comparison("fp32", "fp16 autocast", "fp32 vs fp16 autocast"))
+                else:
+                    probes = [Measurement("probe: fp32 step, batch 1", (fp32_1,), info=True),
+                              Measurement("probe: fp16 autocast step, batch 1", (fp16_1,), info=True)]
+                    extra_notes.append(f"fp16 autocast is not timed: one step at batch 1 took {fp16_1:.2f} s vs "
+                                       f"{fp32_1 * 1e3:.1f} ms in fp32 ({fp16_1 / fp32_1:.0f}x slower; a slow "
+                                       f"fp16 path on this {ctx.device}).")
+        measured = ctx.time(variants, notes=notes)
+        return Outcome(
+            workload=f"SmallCNN (3 conv-BN-ReLU blocks, width 32, linear head) forward + cross-entropy + backward, "
+                     f"batch {batch} of 3x32x32 on {ctx.device}; the candidate autocasts to {dtype_name[half]}; no "
+                     f"GradScaler in the timed step",
+            measurements=[*measured, *probes],
+            comparisons=comparisons,
+            notes=[*extra_notes, "The seed's 3x (and 3x-8x) is about NVIDIA GPUs with fp16 tensor cores (V100, "
+                   "2080Ti). On CPUs bf16 is fast only with AVX512-BF16/AMX (see the CPU flags) and emulated, "
+                   "slower, without them."],
+        )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, pct  # noqa: E402
+
+
+class MixedPrecisionCheck(Check, tip="PIT301"):
+    looks_at = "autocast state of training forwards, with a bf16-vs-fp32 probe"
+
+    def check(self, obs, th):
+        probe = obs.probes.get("precision") or {}
+        speedup = probe.get("speedup")
+        if speedup is None or speedup < th.probe_speedup:
+            return
+        share = obs.compute_share * (1 - 1 / speedup)
+        dtype = probe.get("dtype", "bfloat16")
+        yield self.finding(
+            th, title=f"Training runs in fp32; {dtype} autocast is faster on this machine",
+            evidence=f"no autocast in {obs.forwards.get('train', 0)} training forwards; probe: {probe['what']} is "
+                     f"{speedup:.2f}x faster under {dtype} autocast; forward+backward are {pct(obs.compute_share)} of the step.",
+            fix=f"with torch.autocast(device_type, dtype=torch.{dtype}): around the forward and the loss"
+                + (" (fp16 also needs torch.amp.GradScaler)" if dtype == "float16" else ""),
+            share=share, seconds=share * obs.step_time["mean"])
+
+
 # --- knob face ---
 from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 

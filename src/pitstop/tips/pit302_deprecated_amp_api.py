@@ -27,9 +27,10 @@ class DeprecatedAmpApi(Tip):
         `torch.cuda.amp.GradScaler` and imports of them (`from torch.cuda.amp import autocast,
         GradScaler`), plus imports of `apex.amp` and calls of `amp.initialize`. Names are
         resolved through imports and aliases; the finding is reported at the call or import.
-        Calls get a safe autofix to `torch.amp.autocast("cuda", …)` and
-        `torch.amp.GradScaler("cuda", …)`; imports and apex code get no automatic fix (apex
-        needs the rewrite shown below).
+        Calls spelled `torch.cuda.amp.…(…)` get a safe autofix to `torch.amp.autocast("cuda", …)`
+        and `torch.amp.GradScaler("cuda", …)` (autocast only with keyword arguments, whose
+        positional order differs); imports, calls through imported names and apex code get no
+        automatic fix (apex needs the rewrite shown below).
     """
     why = """
         Not a speed problem but a maintenance one. The device-specific classes are thin
@@ -86,3 +87,64 @@ class DeprecatedAmpApi(Tip):
         "NVIDIA/apex pull request #1896, \"remove old features: amp, ddp, and rnn\" (May 2025): https://github.com/NVIDIA/apex/pull/1896",
         "Seed 003 (Mixed Precision package: torch.cuda.amp), seed 004 (mixed precision with apex amp)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import SAFE, LintRule, cst, nodes
+
+_OLD = {
+    "torch.cuda.amp.autocast": ("cuda", "autocast"),
+    "torch.cuda.amp.autocast_mode.autocast": ("cuda", "autocast"),
+    "torch.cpu.amp.autocast": ("cpu", "autocast"),
+    "torch.cpu.amp.autocast_mode.autocast": ("cpu", "autocast"),
+    "torch.cuda.amp.GradScaler": ("cuda", "GradScaler"),
+    "torch.cuda.amp.grad_scaler.GradScaler": ("cuda", "GradScaler"),
+}
+
+
+class DeprecatedAmpRule(LintRule, tip="PIT302"):
+    message = "deprecated AMP API; use torch.amp.autocast(device, ...) / torch.amp.GradScaler(device)"
+    fix = SAFE
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        q = ctx.call_name(node)
+        if q in _OLD:
+            device, name = _OLD[q]
+            self.report(node, f'{q}(...) is deprecated; use torch.amp.{name}("{device}", ...)',
+                        fix=self._fix(node, device, name))
+        elif q == "apex.amp.initialize":
+            self.report(node, "apex.amp is obsolete; use torch.amp.autocast (and torch.amp.GradScaler for fp16)")
+
+    def _fix(self, node, device, name):
+        f = node.func  # <torch>.<device>.amp.<name>(...) with keyword arguments only
+        ctx = self.ctx
+        if not (isinstance(f, cst.Attribute) and isinstance(f.value, cst.Attribute) and f.value.attr.value == "amp"
+                and isinstance(f.value.value, cst.Attribute) and f.value.value.attr.value == device
+                and ctx.qualname(f.value.value.value) == "torch"):
+            return None
+        if name == "autocast" and nodes.positional(node) or any(a.star == "*" for a in node.args):
+            return None  # torch.amp.autocast's positional parameters differ
+        root = ctx.code(nodes.strip_parens(f.value.value.value))
+        first = cst.Arg(cst.SimpleString(f'"{device}"'))
+        if node.args:
+            first = first.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        new = node.with_changes(func=cst.parse_expression(f"{root}.amp.{name}"), args=[first, *node.args])
+        return ctx.fix(SAFE, f'Use {root}.amp.{name}("{device}", ...)', (node, new))
+
+    def visit_ImportFrom(self, node):
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = nodes.dotted(node.module)
+        for alias in node.names:
+            name = nodes.dotted(alias.name)
+            if module in ("torch.cuda.amp", "torch.cpu.amp") and name in ("autocast", "GradScaler"):
+                self.report(alias, f"{module}.{name} is deprecated; import torch.amp.{name} and pass the device")
+            elif module == "apex" and name == "amp" or (module or "").startswith("apex.amp"):
+                self.report(alias, "apex.amp is obsolete; use torch.amp.autocast (and torch.amp.GradScaler for fp16)")
+
+    def visit_Import(self, node):
+        for alias in node.names:
+            name = nodes.dotted(alias.name) or ""
+            if name == "apex.amp" or name.startswith("apex.amp."):
+                self.report(alias, "apex.amp is obsolete; use torch.amp.autocast (and torch.amp.GradScaler for fp16)")

@@ -69,3 +69,35 @@ class ClipWithoutUnscale(Tip):
         "Seed 003 (Gradient Clipping: unscale_ before clip_grad_norm_)",
     )
     engine = "With Recipe.clip_norm or Recipe.clip_value under fp16-mixed, make_step calls scaler.unscale_(optimizer) once per optimizer step, after the last micro-batch and before clipping."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+_CLIPS = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
+                    "torch.nn.utils.clip_grad.clip_grad_norm_", "torch.nn.utils.clip_grad.clip_grad_value_"})
+
+
+class ClipWithoutUnscaleRule(LintRule, tip="PIT303"):
+    message = "gradients clipped while still scaled by the GradScaler; call scaler.unscale_(optimizer) before clipping"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.scaled = {}  # function node -> scalers whose scaled backward has no unscale_ yet
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        name = nodes.method(node)
+        fn = ctx.current_function()
+        if name == "backward":
+            inner = nodes.receiver(node)
+            if nodes.method(inner) == "scale":
+                key = nodes.dotted(nodes.receiver(inner))
+                if key:
+                    self.scaled.setdefault(fn, set()).add(key)
+        elif name == "unscale_":
+            self.scaled.get(fn, set()).discard(nodes.dotted(nodes.receiver(node)))
+        elif self.scaled.get(fn) and ctx.call_name(node) in _CLIPS:
+            scaler = sorted(self.scaled[fn])[0]
+            self.report(node, f"gradients clipped while still scaled by `{scaler}`; "
+                              f"call {scaler}.unscale_(optimizer) before clipping")

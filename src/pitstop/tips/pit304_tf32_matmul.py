@@ -70,6 +70,28 @@ class Tf32Matmul(Tip):
     engine = "Recipe.precision='tf32' sets torch.set_float32_matmul_precision('high') and cudnn.allow_tf32 while the step exists; Step.close() (and the end of fit) puts the previous values back."
 
 
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class TF32Check(Check, tip="PIT304"):
+    requires = "cuda"
+    looks_at = "fp32 matmuls/convs on Ampere+ with TF32 disabled"
+
+    def check(self, obs, th):
+        if not obs.capability or obs.capability[0] < 8:
+            return
+        fp32 = obs.kernels.get("matmul", {}).get("float32", 0) + obs.kernels.get("conv", {}).get("float32", 0)
+        if not fp32 or obs.settings.get("float32_matmul_precision") != "highest" or obs.settings.get("tf32_matmul"):
+            return
+        yield self.finding(
+            th, title="fp32 matmuls without TF32 on an Ampere+ GPU",
+            evidence=f"{fp32} fp32 matmuls/convolutions per step on {obs.device_name} "
+                     f"(capability {obs.capability[0]}.{obs.capability[1]}); float32_matmul_precision is 'highest'.",
+            fix='torch.set_float32_matmul_precision("high") at start-up (or bf16 autocast, PIT301)',
+            share=None, severity="medium")
+
+
 # --- knob face ---
 from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 

@@ -65,3 +65,18 @@ class BackwardInAutocast(Tip):
         "PyTorch docs, Automatic Mixed Precision examples (gradient penalty pattern): https://pytorch.org/docs/stable/notes/amp_examples.html",
         "Seed 001 (mixed precision for the forward pass, but not for the backward pass); seed 003's comment on backward dtypes",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class BackwardInAutocastRule(LintRule, tip="PIT305"):
+    message = ".backward() inside the autocast block; autocast the forward and the loss only"
+
+    def visit_Call(self, node):
+        if nodes.method(node) != "backward":
+            return
+        ctx = self.ctx
+        if any(ctx.is_autocast(c) for c in ctx.with_calls()):
+            self.report(node)

@@ -25,8 +25,7 @@ class Fp16WithoutScaler(Tip):
         `torch.half`, no `dtype` on device `"cuda"`, or `torch.cuda.amp.autocast()`), calls
         `.backward()`, and never constructs a GradScaler. The finding is reported at the
         autocast call; there is no autofix. At run time the doctor checks whether the forward
-        pass runs under fp16 autocast while the loss is not scaled, and looks at the
-        gradients for the symptom: values that are zero or not finite.
+        pass runs under fp16 autocast while the loss is not scaled.
     """
     why = """
         Under fp16 autocast, the gradients that flow backward through fp16 ops are fp16 too
@@ -76,3 +75,66 @@ class Fp16WithoutScaler(Tip):
         "Micikevicius et al., Mixed Precision Training (loss scaling), ICLR 2018: https://arxiv.org/abs/1710.03740",
         "Seed 001 (GradScaler in its mixed-precision example), seed 003 (torch.cuda.amp with GradScaler)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class Fp16WithoutScalerRule(LintRule, tip="PIT306"):
+    message = "fp16 autocast without a GradScaler: small gradients underflow to zero; use torch.amp.GradScaler or bf16"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.fp16 = []
+        self.backward = False
+        self.scaler = False
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if nodes.method(node) == "backward":
+            self.backward = True
+        q = ctx.call_name(node)
+        if q and q.rsplit(".", 1)[-1] in ("GradScaler", "ShardedGradScaler"):
+            self.scaler = True
+        elif ctx.is_autocast(node) and self._fp16(node, q):
+            self.fp16.append(node)
+
+    def _fp16(self, node, q):
+        enabled = nodes.kwarg(node, "enabled")
+        if enabled is not None and nodes.is_false(enabled.value):
+            return False
+        legacy = q.startswith(("torch.cuda.amp.", "torch.cpu.amp."))
+        dtype = nodes.arg(node, "dtype", 1)
+        device = None if legacy else nodes.arg(node, "device_type", 0)
+        device_str = nodes.string_value(device.value) if device is not None else None
+        if q.startswith("torch.cpu.amp.") or (device_str is not None and not device_str.startswith("cuda")):
+            return False
+        if dtype is not None:
+            return self.ctx.qualname(dtype.value) in ("torch.float16", "torch.half")
+        return q.startswith("torch.cuda.amp.") or device_str is not None
+
+    def finish(self):
+        if self.backward and not self.scaler:
+            for node in self.fp16:
+                self.report(node)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class Fp16WithoutScalerCheck(Check, tip="PIT306"):
+    looks_at = "fp16 autocast in training forwards without GradScaler.scale"
+
+    def check(self, obs, th):
+        fp16 = obs.forwards.get("autocast", {}).get("float16", 0)
+        if not fp16 or obs.scaler_calls:
+            return
+        yield self.finding(
+            th, title="fp16 autocast without a GradScaler",
+            evidence=f"{fp16} training forwards ran under float16 autocast and GradScaler.scale was never "
+                     "called: small gradients underflow to zero in fp16.",
+            fix="scaler = torch.amp.GradScaler(); scaler.scale(loss).backward(); scaler.step(opt); scaler.update() "
+                "-- or bf16 autocast, which needs no scaler",
+            kind="correctness", severity="high")

@@ -81,6 +81,29 @@ class ActivationCheckpointing(Tip):
     engine = "Recipe.checkpoint_activations names submodules (fnmatch patterns) whose forward make_step runs under torch.utils.checkpoint.checkpoint(..., use_reentrant=False) while training; state_dict keys are unchanged."
 
 
+# --- doctor face ---
+from pitstop.doctor.check import Check, mib, pct  # noqa: E402
+
+
+class ActivationMemoryCheck(Check, tip="PIT401"):
+    looks_at = "activation share of memory when the peak is near capacity"
+
+    def check(self, obs, th):
+        m = obs.memory
+        peak, cap, acts = m.get("peak"), m.get("capacity"), m.get("activations")
+        if not peak or not cap or not acts or peak / cap <= th.memory_share:
+            return
+        accounted = sum(m.get(k) or 0 for k in ("params", "grads", "optimizer_state", "activations"))
+        if not accounted or acts / accounted <= th.activation_share:
+            return
+        yield self.finding(
+            th, title="Activations dominate memory and memory is nearly full",
+            evidence=f"peak {mib(peak)} is {pct(peak / cap)} of {mib(cap)}; activations saved for backward are "
+                     f"{mib(acts)}, {pct(acts / accounted)} of params+grads+optimizer state+activations.",
+            fix="torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) on the largest blocks",
+            kind="memory", share=acts / peak / 2, nbytes=acts // 2, severity="high")
+
+
 # --- knob face ---
 from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 

@@ -24,7 +24,7 @@ class OptimizerState(Tip):
     what = """
         At run time the doctor reports the measured memory breakdown of your training:
         parameters, gradients, optimizer state (summed over `optimizer.state`) and
-        activations (the rest of the step's peak), so you know which one to attack.
+        activations (the tensors autograd saves for backward), so you know which one to attack.
         `pitstop bench PIT402` measures the state of the common optimizers on this machine,
         like the ratios listed above.
     """
@@ -71,3 +71,94 @@ class OptimizerState(Tip):
         "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models, 2019: https://arxiv.org/abs/1910.02054",
         "Seed 001 (Optimizer step: Adam, RMSprop, SGD)",
     )
+
+
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Measurement, Outcome  # noqa: E402
+
+
+def _state_bytes(optimizer) -> int:
+    import torch
+
+    return sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
+               if torch.is_tensor(t))
+
+
+class OptimizerStateBench(Benchmark, tip="PIT402"):
+    title = "Optimizer state bytes per parameter byte after one step: SGD, SGD+momentum, RMSprop, Adam, AdamW"
+    claim = Claim(
+        seed="001",
+        text="Adam: twice the model size (which uses two moments); RMSprop: one times the model size; "
+             "SGD: zero times the model size",
+        kind="exact",
+        candidate="Adam",
+        ratio=2.0,
+        expected={"RMSprop": 1.0, "SGD": 0.0},
+        ratio_of="bytes of Adam's state tensors / bytes of the parameters",
+    )
+
+    def run(self, ctx):
+        import torch
+        from torch import nn
+
+        width = ctx.size(tiny=64, quick=256, full=1024)
+        model = nn.Sequential(nn.Linear(width, 4 * width), nn.ReLU(), nn.Linear(4 * width, width)).to(ctx.device)
+        params = list(model.parameters())
+        param_bytes = sum(p.numel() * p.element_size() for p in params)
+        makers = {
+            "SGD": lambda ps: torch.optim.SGD(ps, lr=0.01),
+            "SGD(momentum=0.9)": lambda ps: torch.optim.SGD(ps, lr=0.01, momentum=0.9),
+            "RMSprop": lambda ps: torch.optim.RMSprop(ps, lr=0.01),
+            "Adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+            "AdamW": lambda ps: torch.optim.AdamW(ps, lr=0.01),
+        }
+        x = torch.randn(8, width, device=ctx.device)
+        measurements = []
+        for name, make in makers.items():
+            optimizer = make(params)
+            before = _state_bytes(optimizer)
+            model(x).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            after = _state_bytes(optimizer)
+            note = f"{before} B before the first step" if before else "no state before the first step"
+            measurements.append(Measurement(name, (after,), unit="B", work=param_bytes, work_unit="param bytes",
+                                            note=note))
+            del optimizer
+        n = sum(p.numel() for p in params)
+        return Outcome(
+            workload=f"MLP Linear({width}, {4 * width})-ReLU-Linear({4 * width}, {width}), {n:,} fp32 parameters "
+                     f"({len(params)} tensors) on {ctx.device}; state = every tensor in optimizer.state after "
+                     f"one step",
+            measurements=measurements,
+            notes=["The seed forgets SGD with momentum: its momentum buffer is one more model size. Adam, AdamW and "
+                   "RMSprop also keep a one-element `step` tensor per parameter tensor (the tiny excess above "
+                   "the whole numbers)."],
+        )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, mib, pct  # noqa: E402
+
+
+class OptimizerStateCheck(Check, tip="PIT402"):
+    looks_at = "optimizer state bytes, measured from optimizer.state, against the rule of thumb"
+
+    def check(self, obs, th):
+        m = obs.memory
+        accounted = sum(m.get(k) or 0 for k in ("params", "grads", "optimizer_state", "activations"))
+        state = m.get("optimizer_state") or 0
+        if not accounted or state / accounted < th.optimizer_state_share:
+            return
+        rows = "; ".join(
+            f"{o['class']}: {mib(o['state_bytes'])} = {o['state_ratio']:.1f}x its parameters "
+            f"(rule of thumb {o['rule_ratio'] if o['rule_ratio'] is not None else '?'}x: {o['rule']})"
+            for o in obs.optimizers if o.get("state_ratio") is not None)
+        pressure = bool(m.get("peak") and m.get("capacity") and m["peak"] / m["capacity"] > th.memory_share)
+        yield self.finding(
+            th, title="Optimizer state is a large share of memory",
+            evidence=f"optimizer state {mib(state)} is {pct(state / accounted)} of params+grads+state+activations; {rows}.",
+            fix="drop options that add state (amsgrad, centered, momentum you do not need), or shard it "
+                "(ZeroRedundancyOptimizer / FSDP)" + ("" if pressure else "; memory is not near capacity, so this is for information"),
+            kind="memory", share=state / m["peak"] if m.get("peak") else None, nbytes=state,
+            severity="medium" if pressure else "low")

@@ -66,3 +66,36 @@ class SetToNone(Tip):
         "Seed 001 (Reset the gradients to None), seed 003 (write-only gradient reset: param.grad = None); seed 000 is listed for this tip in TIPS.md but gives no gradient-reset advice of its own",
     )
     engine = "make_step calls optimizer.zero_grad(set_to_none=True) after every optimizer step, and only then."
+
+
+# --- lint face ---
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
+
+
+class SetToNoneRule(LintRule, tip="PIT403"):
+    message = "gradients zeroed in place; setting them to None (the default of zero_grad) skips a write per parameter"
+    fix = UNSAFE
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        name = nodes.method(node)
+        if name == "zero_grad":
+            a = nodes.arg(node, "set_to_none", 0)
+            if a is not None and nodes.is_false(a.value):
+                self.report(node, "zero_grad(set_to_none=False) writes zeros into every gradient; "
+                                  "the default (set_to_none=True) frees them instead",
+                            fix=ctx.fix(UNSAFE, "Drop set_to_none=False", (node, nodes.without_arg(node, a))))
+        elif name in ("zero_", "fill_"):
+            if name == "fill_" and not (len(node.args) == 1 and nodes.number_value(node.args[0].value) == 0):
+                return
+            target = nodes.receiver(node)
+            if isinstance(target, cst.Attribute) and target.attr.value == "data":
+                target = target.value
+            if not (isinstance(target, cst.Attribute) and target.attr.value == "grad"):
+                return
+            parent = ctx.parent
+            fix = None
+            if isinstance(parent, cst.Expr) and parent.value is node:
+                grad = ctx.code(nodes.strip_parens(target))
+                fix = ctx.fix(UNSAFE, f"Set {grad} = None", (parent, f"{grad} = None"))
+            self.report(node, f".grad.{name}(...) writes zeros into the gradient; set it to None instead", fix=fix)

@@ -69,3 +69,16 @@ class LoadCheckpoint(Tip):
         "Seed 001 (Loading to a different device; free the checkpoint variable), seed 002 (Save and load weights)",
     )
     engine = "fit loads the newest good checkpoint with map_location set to the training device and drops the loaded dict once the model, optimizer, scheduler and scaler hold their copies (pitstop.load_checkpoint)."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class MapLocationRule(LintRule, tip="PIT404"):
+    message = "torch.load without map_location loads every tensor onto the device it was saved from"
+
+    def visit_Call(self, node):
+        if (self.ctx.call_name(node) == "torch.load" and nodes.arg(node, "map_location", 1) is None
+                and not nodes.has_kwargs_splat(node)):
+            self.report(node)

@@ -26,7 +26,7 @@ class PeakMemoryApi(Tip):
         Flags calls of `torch.cuda.reset_max_memory_allocated` and
         `torch.cuda.reset_max_memory_cached`, with a safe autofix to
         `torch.cuda.reset_peak_memory_stats` (what the old functions call anyway). At run
-        time the doctor measures allocated memory and its peak separately for the forward
+        time on CUDA the doctor measures the allocator's peak separately for the forward
         pass, the backward pass and the optimizer step, resetting the peak between phases,
         so a memory problem is attributed to the phase that causes it.
     """
@@ -79,3 +79,53 @@ class PeakMemoryApi(Tip):
         "PyTorch docs, Understanding CUDA Memory Usage (memory snapshots): https://pytorch.org/docs/stable/torch_cuda_memory.html",
         "Seed 000 (reset_max_memory_allocated), seed 001 (memory_allocated after each phase)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import SAFE, LintRule, cst
+
+_OLD = frozenset({"torch.cuda.reset_max_memory_allocated", "torch.cuda.reset_max_memory_cached",
+                  "torch.cuda.memory.reset_max_memory_allocated", "torch.cuda.memory.reset_max_memory_cached"})
+
+
+class PeakMemoryApiRule(LintRule, tip="PIT405"):
+    message = "deprecated memory API; use torch.cuda.reset_peak_memory_stats()"
+    fix = SAFE
+
+    def visit_Call(self, node):
+        q = self.ctx.call_name(node)
+        if q not in _OLD:
+            return
+        fix = None
+        if isinstance(node.func, cst.Attribute):
+            fix = self.ctx.fix(SAFE, "Use reset_peak_memory_stats", (node.func.attr, "reset_peak_memory_stats"))
+        self.report(node, f"{q.rsplit('.', 1)[1]}() is deprecated; use torch.cuda.reset_peak_memory_stats()", fix=fix)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, mib, pct  # noqa: E402
+
+
+class PeakMemoryCheck(Check, tip="PIT405"):
+    looks_at = "peak memory against device capacity; deprecated peak-reset calls"
+
+    def check(self, obs, th):
+        m = obs.memory
+        peak, cap = m.get("peak"), m.get("capacity")
+        if peak and cap and peak / cap > th.memory_share:
+            parts = ", ".join(f"{k} {mib(m[k])}" for k in ("params", "grads", "optimizer_state", "activations") if m.get(k))
+            phases = m.get("phase_peaks") or {}
+            by_phase = ("; peak per phase: " + ", ".join(f"{k} {mib(v)}" for k, v in phases.items())) if phases else ""
+            yield self.finding(
+                th, title="Peak memory is near the device's capacity",
+                evidence=f"peak {mib(peak)} ({m.get('peak_source')}) is {pct(peak / cap)} of {mib(cap)}: {parts}{by_phase}.",
+                fix="attack the largest part: activations (PIT401, smaller batch + accumulation PIT406), "
+                    "optimizer state (PIT402), precision (PIT301)",
+                kind="memory", share=peak / cap, nbytes=peak, severity="high")
+        deprecated = [s for s in obs.cuda_calls if s["kind"] == "cuda.reset_max_memory_allocated"]
+        if deprecated:
+            yield self.finding(
+                th, title="Deprecated torch.cuda.reset_max_memory_allocated()",
+                evidence=f"called {sum(s['calls'] for s in deprecated)} times during the observed steps.",
+                fix="torch.cuda.reset_peak_memory_stats()", kind="correctness", severity="low",
+                where=[s["where"] for s in deprecated])

@@ -61,3 +61,20 @@ class CheckpointReentrant(Tip):
         "PyTorch docs, torch.utils.checkpoint (use_reentrant, differences between the two variants): https://pytorch.org/docs/stable/checkpoint.html",
         "Seed 002 (Gradient checkpointing), seed 003 (torch.utils.checkpoint)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import SAFE, LintRule, nodes
+
+_CALLS = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint.checkpoint_sequential"})
+
+
+class CheckpointReentrantRule(LintRule, tip="PIT407"):
+    message = "activation checkpoint without use_reentrant=; PyTorch warns and will change the default: pass use_reentrant=False"
+    fix = SAFE
+
+    def visit_Call(self, node):
+        if self.ctx.call_name(node) in _CALLS and nodes.kwarg(node, "use_reentrant") is None \
+                and not nodes.has_kwargs_splat(node):
+            self.report(node, fix=self.ctx.fix(SAFE, "Add use_reentrant=False",
+                                               (node, nodes.with_kwarg(node, "use_reentrant", "False"))))

@@ -72,3 +72,46 @@ class NoDecayBiasNorm(Tip):
         "nanoGPT `configure_optimizers` (2-D parameters decay; biases and layernorms don't): https://github.com/karpathy/nanoGPT/blob/master/model.py",
         "Seed 002 (Remove bias weight decay)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class DecayOnBiasRule(LintRule, tip="PIT502"):
+    message = "weight decay applied to every parameter, biases and norm weights included; pass two parameter groups (pitstop.param_groups)"
+
+    def visit_Call(self, node):
+        q = self.ctx.optimizer_class(node)
+        if q is None:
+            return
+        params = nodes.arg(node, "params", 0)
+        if params is None or nodes.method(params.value) != "parameters":
+            return
+        wd = nodes.kwarg(node, "weight_decay")
+        value = nodes.number_value(wd.value) if wd is not None else None
+        if q.endswith(".AdamW"):
+            if wd is not None and value == 0:
+                return
+            self.report(node, "AdamW decays every parameter (default weight_decay=0.01), biases and norm weights "
+                              "included; pass two parameter groups (pitstop.param_groups)")
+        elif value:
+            self.report(node)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DecayOnBiasNormCheck(Check, tip="PIT502"):
+    looks_at = "weight decay on 1-D parameters (biases, norm weights) in the optimizer's groups"
+
+    def check(self, obs, th):
+        for o in obs.optimizers:
+            if o.get("decay_1d_params"):
+                yield self.finding(
+                    th, title="Weight decay on biases and normalization weights",
+                    evidence=f"{o['class']} applies weight_decay={o['weight_decay']:g} to {o['decay_1d_params']} "
+                             f"1-D parameters ({o['decay_1d_numel']:,} elements: biases, norm weights).",
+                    fix="optimizer = torch.optim.AdamW(pitstop.param_groups(model, weight_decay=...))",
+                    kind="correctness", severity="low")

@@ -73,3 +73,22 @@ class FrozenParams(Tip):
         "PyTorch docs, torch.optim.Optimizer.add_param_group: https://pytorch.org/docs/stable/generated/torch.optim.Optimizer.add_param_group.html",
         "Seed 002 (Freeze layers)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class FrozenParamsCheck(Check, tip="PIT503"):
+    looks_at = "parameters with requires_grad=False held by an optimizer"
+
+    def check(self, obs, th):
+        for o in obs.optimizers:
+            if o.get("frozen_params"):
+                yield self.finding(
+                    th, title="Frozen parameters handed to the optimizer",
+                    evidence=f"{o['class']} holds {o['frozen_params']} parameters ({o['frozen_numel']:,} elements) "
+                             "with requires_grad=False: it visits them every step for nothing, and they start "
+                             "training silently if unfrozen later.",
+                    fix="torch.optim.X(p for p in model.parameters() if p.requires_grad)",
+                    kind="correctness", severity="low")

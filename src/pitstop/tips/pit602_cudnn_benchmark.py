@@ -67,6 +67,28 @@ class CudnnBenchmark(Tip):
     engine = "Recipe.cudnn_benchmark turns torch.backends.cudnn.benchmark on while the step exists (off again at Step.close()), and Recipe refuses it together with deterministic=True."
 
 
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class CudnnBenchmarkCheck(Check, tip="PIT602"):
+    requires = "cuda"
+    looks_at = "convolutions with static input shapes and cudnn.benchmark off"
+
+    def check(self, obs, th):
+        if not obs.kernels.get("conv") or obs.settings.get("cudnn_benchmark"):
+            return
+        shapes = obs.kernels.get("conv_input_shapes") or {}
+        if len(shapes) != 1:
+            return
+        yield self.finding(
+            th, title="cudnn.benchmark is off for convolutions with a fixed input shape",
+            evidence=f"{sum(obs.kernels['conv'].values())} convolutions per step; every observed step's input had "
+                     f"the shape {next(iter(shapes))}.",
+            fix="torch.backends.cudnn.benchmark = True at start-up (not with varying shapes, not with PIT902)",
+            severity="low")
+
+
 # --- knob face ---
 from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 

@@ -69,3 +69,97 @@ class ConvBiasBeforeBn(Tip):
         "Ioffe & Szegedy, Batch Normalization, ICML 2015 (section 3.2: the bias \"can be ignored\"): https://arxiv.org/abs/1502.03167",
         "Seed 003 (no bias in a convolution before batch normalization)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
+
+_CONVS = frozenset({"torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d"})
+_BNS = frozenset({"torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"})
+
+
+class ConvBiasBeforeBnRule(LintRule, tip="PIT603"):
+    message = "conv bias directly followed by BatchNorm: the BN mean subtraction cancels it; use bias=False"
+    fix = UNSAFE
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.classes = []  # per ClassDef: {"convs": {attr: call}, "bns": set, "pairs": [(bn, conv)]}
+
+    def _conv_with_bias(self, call):
+        if self.ctx.call_name(call) not in _CONVS:
+            return False
+        bias = nodes.arg(call, "bias", 7)
+        return not (bias is not None and nodes.is_false(bias.value)) and not (bias is None and nodes.has_star_args(call))
+
+    def _report(self, call):
+        bias = nodes.arg(call, "bias", 7)
+        fix = None
+        if bias is None:
+            fix = self.ctx.fix(UNSAFE, "Set bias=False (state-dict keys change)", (call, nodes.with_kwarg(call, "bias", "False")))
+        elif nodes.is_true(bias.value):
+            fix = self.ctx.fix(UNSAFE, "Set bias=False (state-dict keys change)", (bias.value, "False"))
+        self.report(call, fix=fix)
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        q = ctx.call_name(node)
+        if q == "torch.nn.Sequential":
+            args = node.args
+            for a, b in zip(args, args[1:]):
+                if a.star or b.star or a.keyword or b.keyword:
+                    continue
+                if self._conv_with_bias(a.value) and ctx.call_name(b.value) in _BNS:
+                    self._report(a.value)
+        elif self.classes and len(node.args) >= 1 and _self_attr(node.func):
+            inner = node.args[0].value
+            if isinstance(inner, cst.Call) and _self_attr(inner.func):
+                self.classes[-1]["pairs"].append((node.func.attr.value, inner.func.attr.value))
+
+    def visit_ClassDef(self, node):
+        self.classes.append({"convs": {}, "bns": set(), "pairs": []})
+
+    def leave_ClassDef(self, node):
+        info = self.classes.pop()
+        done = set()
+        for bn, conv in info["pairs"]:
+            call = info["convs"].get(conv)
+            if bn in info["bns"] and call is not None and conv not in done:
+                done.add(conv)
+                self._report(call)
+
+    def visit_Assign(self, node):
+        ctx = self.ctx
+        fn = ctx.current_function()
+        if not self.classes or fn is None or fn.name.value != "__init__" or len(node.targets) != 1:
+            return
+        target = node.targets[0].target
+        if not _self_attr(target) or not isinstance(node.value, cst.Call):
+            return
+        q = ctx.call_name(node.value)
+        if q in _BNS:
+            self.classes[-1]["bns"].add(target.attr.value)
+        elif self._conv_with_bias(node.value):
+            self.classes[-1]["convs"][target.attr.value] = node.value
+
+
+def _self_attr(node):
+    return isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) and node.value.value == "self"
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class ConvBiasBeforeBNCheck(Check, tip="PIT603"):
+    looks_at = "convolutions with a bias whose output goes straight into BatchNorm"
+
+    def check(self, obs, th):
+        pairs = [p for m in obs.models for p in m.get("conv_bias_bn", [])]
+        if pairs:
+            listing = ", ".join(f"{a} -> {b}" for a, b in pairs[:6])
+            yield self.finding(
+                th, title="Convolution bias right before BatchNorm is wasted",
+                evidence=f"{len(pairs)} Conv->BatchNorm pairs with a conv bias ({listing}): BatchNorm subtracts "
+                         "the batch mean, which cancels the bias; its parameters, gradients and updates are wasted.",
+                fix="nn.Conv2d(..., bias=False) before BatchNorm", severity="low")

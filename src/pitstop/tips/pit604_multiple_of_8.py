@@ -72,3 +72,112 @@ class MultipleOf8(Tip):
         "nanoGPT GPTConfig.vocab_size = 50304 (\"padded up to nearest multiple of 64 for efficiency\"): https://github.com/karpathy/nanoGPT/blob/master/model.py",
         "Seed 001 (9: sizes and batch sizes as multiples of 8)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+_SIZES = {
+    "torch.nn.Linear": (("in_features", 0), ("out_features", 1)),
+    "torch.nn.Conv1d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.Conv2d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.Conv3d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.Embedding": (("num_embeddings", 0), ("embedding_dim", 1)),
+}
+
+
+class MultipleOf8Rule(LintRule, tip="PIT604"):
+    message = "layer size not a multiple of 8: tensor cores pad or fall back to slower kernels"
+
+    def visit_Call(self, node):
+        q = self.ctx.call_name(node)
+        spec = _SIZES.get(q)
+        if spec is None:
+            return
+        layer = q.rsplit(".", 1)[1]
+        for name, index in spec:
+            a = nodes.arg(node, name, index)
+            v = nodes.int_value(a.value) if a is not None else None
+            if v is None:
+                continue
+            if name == "num_embeddings" and v >= 1000 and v % 64:
+                self.report(a.value, f"{layer} vocabulary of {v} is not a multiple of 64; pad it to {-(-v // 64) * 64}")
+            elif v >= 64 and v % 8:
+                self.report(a.value, f"{layer} {name}={v} is not a multiple of 8; tensor cores want "
+                                     f"{v // 8 * 8} or {-(-v // 8) * 8}")
+
+
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Comparison, Outcome  # noqa: E402
+
+_BENCH_K = (1016, 1023, 1024, 1025, 1032)
+
+
+class MultipleOf8Bench(Benchmark, tip="PIT604"):
+    title = "Matmul throughput (M x K times K x K) at K around 1024: multiples of 8 vs not"
+    claim = Claim(
+        seed="001",
+        text="set the sizes of all different architectural designs and batch sizes as the multiples of 8 ... "
+             "to maximize the computation efficiency of GPU",
+        baseline=tuple(f"16-bit K={k}" for k in _BENCH_K if k % 8),
+        candidate=tuple(f"16-bit K={k}" for k in _BENCH_K if k % 8 == 0),
+        ratio_of="time per FLOP at K not a multiple of 8 (1023, 1025) / at multiples of 8 (1016, 1024, 1032), "
+                 "samples pooled, in 16-bit",
+    )
+
+    def run(self, ctx):
+        import torch
+
+        m = ctx.size(tiny=32, quick=256, full=1024)
+        half = torch.bfloat16
+        if ctx.cuda and not torch.cuda.is_bf16_supported():
+            half = torch.float16
+        dtypes = {"16-bit": half, "fp32": torch.float32}
+        variants, work = {}, {}
+        for label, dtype in dtypes.items():
+            for k in _BENCH_K:
+                a = torch.randn(m, k, device=ctx.device, dtype=dtype)
+                b = torch.randn(k, k, device=ctx.device, dtype=dtype)
+                name = f"{label} K={k}"
+                variants[name] = lambda a=a, b=b: torch.mm(a, b)
+                work[name] = 2.0 * m * k * k
+        measured = ctx.time(variants, work=work, work_unit="FLOP")
+        odd = [k for k in _BENCH_K if k % 8]
+        even = [k for k in _BENCH_K if k % 8 == 0]
+        fp32 = Comparison(tuple(f"fp32 K={k}" for k in odd), tuple(f"fp32 K={k}" for k in even),
+                          "the same in fp32 (time per FLOP, not multiple of 8 / multiple of 8)")
+        name16 = {torch.bfloat16: "bf16", torch.float16: "fp16"}[half]
+        return Outcome(
+            workload=f"torch.mm of ({m} x K) by (K x K) on {ctx.device} for K in {', '.join(map(str, _BENCH_K))}; "
+                     f"16-bit = {name16}; rates normalize the slightly different FLOP counts",
+            measurements=measured,
+            comparisons=[fp32, Comparison("16-bit K=1023", "16-bit K=1024", "16-bit K=1023 vs K=1024")],
+            notes=["The seed's rule is about NVIDIA tensor cores in fp16/bf16; CPU matmul libraries tile "
+                   "differently, so a CPU result says nothing about a GPU (run `pitstop bench PIT604` there)."],
+        )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class MultipleOf8Check(Check, tip="PIT604"):
+    requires = "cuda"
+    looks_at = "layer and batch sizes that are not multiples of 8 (64 for vocabularies) under fp16/bf16/TF32"
+
+    def check(self, obs, th):
+        kinds = obs.kernels.get("matmul", {}) | obs.kernels.get("conv", {})
+        tensor_cores = any(k in ("float16", "bfloat16") for k in kinds) or obs.settings.get("float32_matmul_precision") != "highest"
+        if not tensor_cores:
+            return
+        odd = [s for m in obs.models for s in m.get("odd_sizes", [])]
+        bs = obs.batch_size
+        if bs and bs % 8:
+            odd.append({"module": "batch", "batch_size": bs, "multiple": 8})
+        if odd:
+            listing = "; ".join(f"{s['module']} " + ", ".join(f"{k}={v}" for k, v in s.items()
+                                                            if k not in ("module", "type", "multiple")) for s in odd[:6])
+            yield self.finding(
+                th, title="Sizes that are not multiples of 8 (tensor-core alignment)",
+                evidence=f"{len(odd)} sizes: {listing}.", fix="pad sizes to a multiple of 8 (vocabularies to 64)",
+                severity="low")

@@ -76,3 +76,89 @@ class InferenceMode(Tip):
         "Seeds 000 (`@torch.inference_mode()` for evaluation), 002 (No grad and inference_mode decorators)",
     )
     engine = "fit evaluates eval_loader under torch.inference_mode() with model.eval(), and puts the model back in train mode afterwards."
+
+
+# --- lint face ---
+from pitstop.lint.rule import UNSAFE, LintRule, cst
+
+
+class InferenceModeRule(LintRule, tip="PIT605"):
+    message = "evaluation under torch.no_grad(); torch.inference_mode() also skips version counting and view tracking"
+    fix = UNSAFE
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.stack = []  # per function: None, or [node, grad disabled?, model called?]
+
+    def _fix(self, expr):
+        func = expr.func if isinstance(expr, cst.Call) else expr
+        if isinstance(func, cst.Attribute):
+            return self.ctx.fix(UNSAFE, "Use torch.inference_mode() (its tensors cannot enter autograd later)",
+                                (func.attr, "inference_mode"))
+        return None
+
+    def visit_FunctionDef(self, node):
+        ctx = self.ctx
+        if not ctx.is_eval_function(node):
+            self.stack.append(None)
+            return
+        state = [node, False, False]
+        for d in node.decorators:
+            mode = ctx.grad_mode(d.decorator)
+            if mode:
+                state[1] = True
+            if mode == "no_grad":
+                self.report(d, fix=self._fix(d.decorator))
+        self.stack.append(state)
+
+    def leave_FunctionDef(self, node):
+        state = self.stack.pop()
+        if state is not None and not state[1] and state[2]:
+            self.report(node.name, f"`{node.name.value}` runs the model with autograd on; "
+                                   "wrap it in torch.inference_mode()")
+
+    def _state(self):
+        state = self.stack[-1] if self.stack else None
+        return state if state is not None and self.ctx.current_function() is state[0] else None
+
+    def visit_With(self, node):
+        state = self._state()
+        if state is None:
+            return
+        for item in node.items:
+            mode = self.ctx.grad_mode(item.item)
+            if mode:
+                state[1] = True
+            if mode == "no_grad":
+                self.report(item.item, fix=self._fix(item.item))
+
+    def visit_Call(self, node):
+        state = self._state()
+        if state is not None and not state[2] and self.ctx.is_model_call(node):
+            state[2] = True
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class InferenceModeCheck(Check, tip="PIT605"):
+    looks_at = "grad mode of evaluation forwards"
+
+    def check(self, obs, th):
+        f = obs.forwards
+        where = f.get("where", {})
+        if f.get("eval_with_grad"):
+            yield self.finding(
+                th, title="Evaluation forwards record autograd graphs",
+                evidence=f"{f['eval_with_grad']} forwards ran in eval mode with gradients enabled (first at "
+                         f"{where.get('eval_with_grad', '?')}): each one builds a graph and keeps its activations.",
+                fix="with torch.inference_mode(): around the evaluation loop", severity="medium",
+                where=[where.get("eval_with_grad", "?")])
+        if f.get("eval_no_grad"):
+            yield self.finding(
+                th, title="Evaluation under no_grad instead of inference_mode",
+                evidence=f"{f['eval_no_grad']} forwards ran under torch.no_grad() (first at {where.get('eval_no_grad', '?')}); "
+                         "inference_mode also skips version counters and view tracking.",
+                fix="with torch.inference_mode(): (use no_grad only when the outputs must enter autograd later)",
+                severity="low", where=[where.get("eval_no_grad", "?")])

@@ -30,8 +30,8 @@ class FoldLinearBn(Tip):
         Flags, in an `nn.Sequential(...)` literal, two `nn.Linear(...)` directly adjacent,
         reported at the second Linear; no fix is offered (a missing activation is a modelling
         bug to fix by hand, a deliberate pair is folded for inference). At run time the doctor
-        looks at the model's layers for Linear->Linear pairs with nothing between them and
-        Conv->BatchNorm pairs that can be folded for inference. The helper
+        follows the data flow of one training forward for Linear->Linear pairs with nothing
+        between them (Conv->BatchNorm folding only matters for inference). The helper
         `pitstop.fuse_for_inference(model)` returns a folded eval-mode copy.
     """
     why = """
@@ -79,3 +79,106 @@ class FoldLinearBn(Tip):
         "PyTorch tutorial, (beta) Building a Convolution/Batch Norm fuser in FX: https://pytorch.org/tutorials/intermediate/fx_conv_bn_fuser.html",
         "Seed 004 (3.1 Tensor Fusion and Kernel Fusion, 4.1 Tensor Fusion Example)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule
+
+
+class AdjacentLinearRule(LintRule, tip="PIT606"):
+    message = "two Linear layers with nothing between them compose to one linear map; add a non-linearity or fold them"
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        if ctx.call_name(node) != "torch.nn.Sequential":
+            return
+        for a, b in zip(node.args, node.args[1:]):
+            if a.star or b.star or a.keyword or b.keyword:
+                continue
+            if ctx.call_name(a.value) == "torch.nn.Linear" and ctx.call_name(b.value) == "torch.nn.Linear":
+                self.report(b.value)
+
+
+# --- bench face ---
+from pitstop.bench.base import Benchmark, Claim, Comparison, Outcome  # noqa: E402
+
+
+class FoldBench(Benchmark, tip="PIT606"):
+    title = "Inference with adjacent layers folded by pitstop.fuse_for_inference: Linear+Linear, Conv+BN"
+    claim = Claim(
+        seed="004",
+        text="Tensor fusion combines multiple small tensor operations into larger ones, reducing overhead and "
+             "increasing parallelism. This leads to faster computation times (the FusedLinear example)",
+        baseline="Linear pair, unfolded",
+        candidate="Linear pair, folded",
+        ratio_of="median inference time unfolded / folded (Linear(512, 2048) -> Linear(2048, 512) head)",
+    )
+
+    def run(self, ctx):
+        import torch
+        from torch import nn
+
+        from pitstop.helpers.fuse import fuse_for_inference
+
+        batch, img = ctx.size(tiny=(8, 16), quick=(64, 32), full=(256, 64))
+        torch.manual_seed(0)
+        head = nn.Sequential(nn.Linear(512, 2048), nn.Linear(2048, 512), nn.ReLU(), nn.Linear(512, 10))
+        layers = []
+        for c_in, c_out in ((3, 32), (32, 64), (64, 64)):
+            layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU()]
+        convnet = nn.Sequential(*layers)
+        with torch.no_grad():  # non-trivial running statistics, as after training
+            for mod in convnet:
+                if isinstance(mod, nn.BatchNorm2d):
+                    mod.running_mean.uniform_(-0.5, 0.5)
+                    mod.running_var.uniform_(0.5, 2.0)
+        head, convnet = head.to(ctx.device).eval(), convnet.to(ctx.device).eval()
+        x = torch.randn(batch, 512, device=ctx.device)
+        xc = torch.randn(max(batch // 16, 1), 3, img, img, device=ctx.device)
+        fused_head = fuse_for_inference(head, x)       # checked against the original on x
+        fused_conv = fuse_for_inference(convnet, xc)
+
+        def infer(model, inp):
+            def call():
+                with torch.inference_mode():
+                    return model(inp)
+            return call
+
+        measured = ctx.time({
+            "Linear pair, unfolded": infer(head, x), "Linear pair, folded": infer(fused_head, x),
+            "Conv+BN, unfolded": infer(convnet, xc), "Conv+BN, folded": infer(fused_conv, xc),
+        })
+        with torch.inference_mode():
+            err_head = (head(x) - fused_head(x)).abs().max().item()
+            err_conv = (convnet(xc) - fused_conv(xc)).abs().max().item()
+        return Outcome(
+            workload=f"Linear(512, 2048)->Linear(2048, 512)->ReLU->Linear(512, 10), batch {batch}; and 3 x "
+                     f"(Conv3x3 + BatchNorm2d + ReLU), 3->32->64->64 channels, input {xc.shape[0]}x3x{img}x{img}; "
+                     f"fp32 eval on {ctx.device}",
+            measurements=measured,
+            checks={f"folded outputs match (max abs error: Linear pair {err_head:.1e}, Conv+BN {err_conv:.1e})":
+                    err_head < 1e-3 and err_conv < 1e-3,
+                    "both pairs were folded": len(fused_head.fused_pairs) == 1 and len(fused_conv.fused_pairs) == 3},
+            comparisons=[Comparison("Conv+BN, unfolded", "Conv+BN, folded", "Conv+BN unfolded / folded")],
+            notes=["Folding is algebra done once before inference, not kernel fusion: the Linear pair becomes one "
+                   "512x512 matmul (8x fewer FLOPs), BatchNorm disappears into the conv weights."],
+        )
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class AdjacentLinearCheck(Check, tip="PIT606"):
+    looks_at = "Linear layers feeding another Linear with nothing between (data flow of one training forward)"
+
+    def check(self, obs, th):
+        pairs = [p for m in obs.models for p in m.get("linear_linear", [])]
+        if pairs:
+            listing = ", ".join(f"{p['pair'][0]} -> {p['pair'][1]} ({p['saved_macs']:,} of {p['macs']:,} "
+                                "multiply-adds per row)" for p in pairs[:4])
+            yield self.finding(
+                th, title="Two Linear layers with no non-linearity between them",
+                evidence=f"{listing}: the pair is one linear map; folded, it costs fewer multiply-adds.",
+                fix="add the missing activation, or fold the pair (pitstop.fuse_for_inference) for inference",
+                severity="low")

@@ -93,3 +93,34 @@ class NoDataparallel(Tip):
         "Seed 002 (Use DistributedDataParallel not DataParallel), seed 003 (DataParallel no, DistributedDataParallel yes)",
     )
     engine = "After pitstop.engine.init_distributed() in a script launched by torchrun, make_step wraps the model in DistributedDataParallel (gloo on CPU, nccl on CUDA) and only rank 0 writes checkpoints."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule
+
+_DP = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"})
+
+
+class DataParallelRule(LintRule, tip="PIT701"):
+    message = "nn.DataParallel is single-process and slower than DistributedDataParallel even on one machine; use DDP with torchrun"
+
+    def visit_Call(self, node):
+        if self.ctx.call_name(node) in _DP:
+            self.report(node)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DataParallelCheck(Check, tip="PIT701"):
+    looks_at = "models wrapped in nn.DataParallel"
+
+    def check(self, obs, th):
+        for m in obs.models:
+            if m.get("dataparallel"):
+                yield self.finding(
+                    th, title="nn.DataParallel drives the GPUs from one process",
+                    evidence=f"the trained model is {m['class']} (nn.DataParallel): one Python process scatters "
+                             "inputs and gathers outputs every step, bound by the GIL.",
+                    fix="DistributedDataParallel, one process per GPU, launched with torchrun", severity="medium")

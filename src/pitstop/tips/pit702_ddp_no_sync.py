@@ -74,3 +74,34 @@ class DdpNoSync(Tip):
         "Beyond the seeds; related: PIT406 (gradient accumulation), PIT802 (divide the loss by k)",
     )
     engine = "Under DDP with Recipe.accumulate > 1, make_step runs the forward and backward of every micro-batch but a group's last inside model.no_sync(), so gradients are all-reduced once per optimizer step."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+class DdpNoSyncRule(LintRule, tip="PIT702"):
+    message = "gradient accumulation under DDP without no_sync(): every micro-step all-reduces the gradients"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.ddp = False
+        self.no_sync = False
+        self.backwards = []
+
+    def visit_Attribute(self, node):
+        if node.attr.value == "no_sync":
+            self.no_sync = True
+
+    def visit_Call(self, node):
+        if self.ctx.is_ddp(node):
+            self.ddp = True
+        elif nodes.method(node) == "backward":
+            self.backwards.append((node, self.ctx.site()))
+
+    def finish(self):
+        if not self.ddp or self.no_sync:
+            return
+        for node, site in self.backwards:
+            loop = site.inner_loop()
+            if loop is not None and loop.conditional_step:
+                self.report(node)

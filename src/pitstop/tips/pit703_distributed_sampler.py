@@ -17,8 +17,9 @@ class DistributedSamplerTip(Tip):
         Flags a file that uses `DistributedDataParallel` and builds a `DataLoader` without
         `sampler=` (reported at the DataLoader), or builds a `DistributedSampler` and never
         calls `.set_epoch(` (reported at the sampler). No fix is offered. At run time the
-        doctor checks, when a process group is initialized, whether the training loader gives
-        each rank its own part of the data and whether its order changes between epochs.
+        doctor checks, when a process group of more than one rank is initialized or the model
+        is DistributedDataParallel, whether the training loader gives each rank its own part
+        of the data (a `DistributedSampler`); the missing `set_epoch` is the lint rule's job.
     """
     why = """
         DDP synchronizes gradients; it does not split the data. Without a `DistributedSampler`
@@ -75,3 +76,62 @@ class DistributedSamplerTip(Tip):
         "Beyond the seeds (seed 002's DDP section implies each GPU gets a portion of the data; the sampler is what does it); related: PIT701",
     )
     engine = "Under DDP, fit gives a loader without one a DistributedSampler (shuffling as the loader did, seeded with Recipe.seed) and calls sampler.set_epoch(epoch) before every epoch."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+_SAMPLER = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
+
+
+class DistributedSamplerRule(LintRule, tip="PIT703"):
+    message = "DataLoader under DDP without a sampler: every rank reads the whole dataset; use a DistributedSampler"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.ddp = False
+        self.set_epoch = False
+        self.loaders = []
+        self.samplers = []
+
+    def visit_Call(self, node):
+        ctx = self.ctx
+        q = ctx.call_name(node)
+        if ctx.is_ddp(node):
+            self.ddp = True
+        elif q in _SAMPLER:
+            self.samplers.append(node)
+        elif ctx.is_dataloader(node):
+            if (nodes.arg(node, "sampler", 3) is None and nodes.arg(node, "batch_sampler", 4) is None
+                    and not nodes.has_star_args(node)):
+                self.loaders.append(node)
+        elif nodes.method(node) == "set_epoch":
+            self.set_epoch = True
+
+    def finish(self):
+        if self.ddp:
+            for node in self.loaders:
+                self.report(node)
+        if not self.set_epoch:
+            for node in self.samplers:
+                self.report(node, "DistributedSampler without sampler.set_epoch(epoch): every epoch sees the same order")
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DistributedSamplerCheck(Check, tip="PIT703"):
+    looks_at = "DistributedDataParallel training without a DistributedSampler"
+
+    def check(self, obs, th):
+        if not any(m.get("ddp") for m in obs.models) and (obs.settings.get("world_size") or 1) <= 1:
+            return
+        plain = [d for d in obs.train_loaders() if not d.get("distributed_sampler")]
+        if plain:
+            yield self.finding(
+                th, title="DDP without a DistributedSampler: every rank trains on the same data",
+                evidence=f"training runs on {obs.settings.get('world_size') or 'several'} ranks (DistributedDataParallel) "
+                         f"but the training DataLoader uses {plain[0]['sampler']}.",
+                fix="DataLoader(ds, sampler=DistributedSampler(ds), ...) and sampler.set_epoch(epoch) every epoch",
+                kind="correctness", severity="high", where=[d["where"] for d in plain if d.get("where")])

@@ -70,3 +70,25 @@ class AccumulationZeroGrad(Tip):
         "PyTorch docs, CUDA Automatic Mixed Precision examples — Gradient accumulation: https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-accumulation",
         "Seed 004 (4.2 Gradient Accumulation Example, which contains the bug)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class ZeroGradEveryMicroStepRule(LintRule, tip="PIT801"):
+    message = "zero_grad() every micro-step while step() is conditional: the accumulated gradients are wiped before each step"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.calls = []
+
+    def visit_Call(self, node):
+        if nodes.method(node) == "zero_grad":
+            self.calls.append((node, self.ctx.site()))
+
+    def finish(self):
+        for node, site in self.calls:
+            loop = site.inner_loop()
+            if loop is not None and loop.conditional_step and not site.conditional(loop):
+                self.report(node)

@@ -71,3 +71,44 @@ class AccumulationLossScale(Tip):
         "Goyal et al., Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour, 2017 (learning rate vs. batch size): https://arxiv.org/abs/1706.02677",
         "Seed 002 (Gradient accumulation snippet); seed 001 (7, gradient accumulation) has the same omission",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, cst, nodes
+
+
+class LossScaleRule(LintRule, tip="PIT802"):
+    message = "gradients accumulated over micro-steps but the loss is not divided by their number: the step is k times too large"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.backwards = []  # (call, site, receiver)
+        self.divided = []  # (name, site)
+
+    def visit_Call(self, node):
+        if nodes.method(node) == "backward":
+            self.backwards.append((node, self.ctx.site(), nodes.receiver(node)))
+
+    def visit_AugAssign(self, node):
+        if isinstance(node.operator, cst.DivideAssign):
+            self._divided(node.target)
+
+    def visit_Assign(self, node):
+        if nodes.contains_op(node.value, cst.Divide):
+            for t in node.targets:
+                self._divided(t.target)
+
+    def _divided(self, target):
+        name = nodes.dotted(target)
+        if name:
+            self.divided.append((name, self.ctx.site()))
+
+    def finish(self):
+        for node, site, recv in self.backwards:
+            loop = site.inner_loop()
+            if loop is None or not loop.conditional_step or nodes.contains_op(recv, cst.Divide):
+                continue
+            names = self.ctx.loss_names(recv)
+            if any(name in names and loop in s.frames for name, s in self.divided):
+                continue
+            self.report(node)

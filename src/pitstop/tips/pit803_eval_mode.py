@@ -71,3 +71,68 @@ class EvalMode(Tip):
         "PyTorch docs, torch.nn.BatchNorm2d (running statistics in training vs. evaluation): https://pytorch.org/docs/stable/generated/torch.nn.BatchNorm2d.html",
         "Seed 000 (inference_mode for evaluation), seed 002 (No grad and inference_mode decorators)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class EvalModeRule(LintRule, tip="PIT803"):
+    message = "evaluation runs the model without model.eval(): dropout and BatchNorm stay in training mode"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.stack = []  # per function: None, or [node, grad disabled?, model called?, eval called?]
+
+    def visit_FunctionDef(self, node):
+        ctx = self.ctx
+        if not ctx.is_eval_function(node):
+            self.stack.append(None)
+            return
+        self.stack.append([node, any(ctx.grad_mode(d.decorator) for d in node.decorators), False, False])
+
+    def leave_FunctionDef(self, node):
+        state = self.stack.pop()
+        if state is not None and state[1] and state[2] and not state[3]:
+            self.report(node.name, f"`{node.name.value}` runs the model without model.eval(): "
+                                   "dropout and BatchNorm stay in training mode")
+
+    def _state(self):
+        state = self.stack[-1] if self.stack else None
+        return state if state is not None and self.ctx.current_function() is state[0] else None
+
+    def visit_With(self, node):
+        state = self._state()
+        if state is not None and any(self.ctx.grad_mode(i.item) for i in node.items):
+            state[1] = True
+
+    def visit_Call(self, node):
+        state = self._state()
+        if state is None:
+            return
+        name = nodes.method(node)
+        if name == "eval" and not node.args or name == "train" and node.args and nodes.is_false(node.args[0].value):
+            state[3] = True
+        elif self.ctx.is_model_call(node):
+            state[2] = True
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class EvalModeCheck(Check, tip="PIT803"):
+    looks_at = "forwards without gradients while the model is in training mode"
+
+    def check(self, obs, th):
+        for m in obs.models:
+            n = m.get("forwards", {}).get("nograd_train_mode", 0)
+            if n and m.get("mode_dependent"):
+                where = obs.forwards.get("where", {}).get("nograd_train_mode", "?")
+                yield self.finding(
+                    th, title="Evaluation with the model in training mode",
+                    evidence=f"{n} forwards of {m['class']} ran without gradients while model.training was True "
+                             f"(first at {where}); it has dropout/batch-norm layers, so the results differ from eval "
+                             "mode and batch-norm statistics are updated by validation data.",
+                    fix="model.eval() before evaluating, model.train() after", kind="correctness",
+                    severity="high", where=[where])

@@ -63,3 +63,56 @@ class AliasNotCopy(Tip):
         "PyTorch docs, Autograd mechanics — In-place operations with autograd: https://pytorch.org/docs/stable/notes/autograd.html#in-place-operations-with-autograd",
         "Seed 002 (Common mistakes — Copy an array)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
+
+
+class AliasNotCopyRule(LintRule, tip="PIT804"):
+    message = "`b = a` does not copy a tensor: the in-place op that follows changes both; use a.clone()"
+    fix = UNSAFE
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.aliases = {}  # (scope, name) -> (assign node, source Name)
+
+    def _key(self, name):
+        return (self.ctx.scope, name)
+
+    def _inplace(self, name):
+        found = self.aliases.pop(self._key(name), None)
+        if found is not None:
+            assign, source = found
+            b, a = name, source.value
+            self.report(assign, f"`{b} = {a}` makes an alias, not a copy: the in-place op on `{b}` below also "
+                                f"changes `{a}`; use {a}.clone()",
+                        fix=self.ctx.fix(UNSAFE, f"Copy: {b} = {a}.clone()", (source, f"{a}.clone()")))
+
+    def visit_Assign(self, node):
+        for t in node.targets:
+            target = t.target
+            if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
+                self._inplace(target.value.value)
+            for name in _bound(target):
+                self.aliases.pop(self._key(name), None)
+        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, cst.Name):
+            if self.ctx.is_tensor_expr(self.ctx.value_of(node.value.value)):
+                self.aliases[self._key(node.targets[0].target.value)] = (node, node.value)
+
+    def visit_AugAssign(self, node):
+        if isinstance(node.target, cst.Name):
+            self._inplace(node.target.value)
+
+    def visit_Call(self, node):
+        name = nodes.method(node)
+        if name and name.endswith("_") and not name.endswith("__") and isinstance(nodes.receiver(node), cst.Name):
+            self._inplace(nodes.receiver(node).value)
+
+
+def _bound(target):
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for el in target.elements for n in _bound(el.value)]
+    return []

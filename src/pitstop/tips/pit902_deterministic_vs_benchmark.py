@@ -66,3 +66,50 @@ class DeterministicVsBenchmark(Tip):
         "PyTorch source, aten/src/ATen/native/cudnn/Conv_v7.cpp (getValidAlgorithms keeps only CUDNN_DETERMINISTIC algorithms when deterministic is set): https://github.com/pytorch/pytorch/blob/main/aten/src/ATen/native/cudnn/Conv_v7.cpp",
         "Seed 002 (Freeze seeds for reproducibility), seed 003 (cudnn.benchmark gives up determinism)",
     )
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class DeterministicVsBenchmarkRule(LintRule, tip="PIT902"):
+    message = "cudnn.benchmark = True contradicts cudnn.deterministic = True set in the same file: benchmark picks kernels by timing"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.deterministic = False
+        self.benchmarks = []
+
+    def visit_Assign(self, node):
+        if not nodes.is_true(node.value):
+            return
+        for t in node.targets:
+            q = self.ctx.qualname(t.target)
+            if q == "torch.backends.cudnn.deterministic":
+                self.deterministic = True
+            elif q == "torch.backends.cudnn.benchmark":
+                self.benchmarks.append(node)
+
+    def finish(self):
+        if self.deterministic:
+            for node in self.benchmarks:
+                self.report(node)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check  # noqa: E402
+
+
+class DeterministicBenchmarkCheck(Check, tip="PIT902"):
+    looks_at = "cudnn.deterministic and cudnn.benchmark both on while training runs"
+
+    def check(self, obs, th):
+        s = obs.settings
+        if s.get("cudnn_deterministic") and s.get("cudnn_benchmark"):
+            yield self.finding(
+                th, title="cudnn.deterministic and cudnn.benchmark are both on",
+                evidence="the two flags were both True while training ran: benchmark picks algorithms by timing, "
+                         "deterministic restricts them; the combination is neither fastest nor a clear intent"
+                         + ("" if obs.on_cuda else " (no effect on this CPU run)") + ".",
+                fix="choose one: benchmark for speed, or torch.use_deterministic_algorithms(True) for reproducibility",
+                kind="correctness", severity="medium" if obs.on_cuda else "low")

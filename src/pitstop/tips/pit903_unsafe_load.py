@@ -69,3 +69,17 @@ class UnsafeLoad(Tip):
         "Beyond the seeds; related: PIT404 (map_location), PIT904 (save a state_dict)",
     )
     engine = "pitstop.load_checkpoint (and fit's resume) loads with weights_only=True only; the engine stores RNG states and the recipe as tensors and plain types so its own checkpoints need nothing else, and a file that would need the full unpickler is refused with CheckpointError."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class UnsafeLoadRule(LintRule, tip="PIT903"):
+    message = "torch.load(weights_only=False) unpickles arbitrary objects: a crafted checkpoint runs code; keep weights_only=True"
+
+    def visit_Call(self, node):
+        if self.ctx.call_name(node) == "torch.load":
+            a = nodes.kwarg(node, "weights_only")
+            if a is not None and nodes.is_false(a.value):
+                self.report(a)

@@ -97,3 +97,30 @@ class SaveStateDict(Tip):
         "Seed 001 (3, Loading and save model), seed 002 (Save and load weights)",
     )
     engine = "fit's checkpoints hold the state_dicts of model, optimizer, scheduler and GradScaler plus step, epoch, position in the epoch, every RNG state and the recipe, written atomically (temp file, fsync, rename, fsync of the directory; pitstop.save_checkpoint)."
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, nodes
+
+
+class SaveStateDictRule(LintRule, tip="PIT904"):
+    message = "torch.save of a whole nn.Module pickles its class by import path; save model.state_dict() instead"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.modules = {}  # name -> bound to an nn.Module instance (last binding in file order)
+
+    def visit_Assign(self, node):
+        is_module = self.ctx.is_module_expr(node.value)
+        for t in node.targets:
+            key = nodes.dotted(t.target)
+            if key is not None:
+                self.modules[key] = is_module
+
+    def visit_Call(self, node):
+        if self.ctx.call_name(node) == "torch.save":
+            obj = nodes.arg(node, "obj", 0)
+            key = nodes.dotted(obj.value) if obj is not None else None
+            if key and self.modules.get(key):
+                self.report(node, f"torch.save({key}) pickles the whole module, class by import path; "
+                                  f"save {key}.state_dict() instead")

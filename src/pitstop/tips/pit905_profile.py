@@ -91,3 +91,29 @@ class Profile(Tip):
         "Seed 002 (Profile your code; Debugging)",
     )
     engine = "pitstop.engine.ProfileSteps(trace) is a fit callback that runs torch.profiler over a window of whole optimizer steps (wait, warmup, active) and writes a Chrome/Perfetto trace, plus a CUDA memory snapshot on CUDA."
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, pct  # noqa: E402
+
+
+class ProfileCheck(Check, tip="PIT905"):
+    looks_at = "step time not explained by data/forward/backward/optimizer/eval; GPU utilisation (MFU)"
+
+    def check(self, obs, th):
+        other = obs.share("other")
+        if other > th.unexplained_share:
+            yield self.finding(
+                th, title="A large part of the step is outside the measured phases",
+                evidence=f"{pct(other)} of the step is not data wait, forward, backward, optimizer or evaluation "
+                         "(logging, checkpointing, Python work between the phases).",
+                fix="look at a trace: pitstop doctor SCRIPT --trace DIR (open it in Perfetto)",
+                share=other, severity="low")
+        mfu = obs.flops.get("mfu")
+        if mfu is not None and mfu < th.utilisation:
+            yield self.finding(
+                th, title="Low model FLOP utilisation",
+                evidence=f"MFU {pct(mfu)} ({obs.flops['achieved_per_s'] / 1e12:.1f} TFLOP/s achieved vs "
+                         f"{obs.flops['peak_per_s'] / 1e12:.0f} peak, {obs.flops['peak_source']}).",
+                fix="see the breakdown: data wait (PIT101), precision (PIT301), syncs (PIT201); then a trace (--trace DIR)",
+                severity="low")

@@ -1,0 +1,149 @@
+"""Overhead of ``pitstop doctor``'s instrumentation on the bundled examples.
+
+Two measurements, both printed as ratios of medians with a 90% bootstrap interval
+(target: <= 5% overhead):
+
+1. **In-process A/B** (the headline number): one process builds the example's model,
+   DataLoader and optimizer (the naive scripts' settings, from ``pitstop.examples``) and
+   runs its training step in alternating blocks, plain and with the full instrumentation
+   installed (module hooks, DataLoader timing, sync patches, saved-tensor hooks, memory
+   samples; no probes), block after block, in ABBA order. Alternating short blocks in one process is what
+   keeps a noisy shared machine from favouring either side. The first step of each block
+   is dropped (install/uninstall and the one graph census land there). Wall time and the
+   process's CPU time are both reported; with ``--threads 1`` CPU time measures the work
+   done, which other processes on a busy machine barely disturb.
+2. ``--child``: the real ``pitstop doctor`` path, runs of the naive script in a child
+   process in ``light`` mode (step hooks only) vs ``full`` mode, interleaved, comparing the
+   observed steps' wall and CPU times. Much noisier (separate processes).
+
+    python benchmarks/doctor_overhead.py [--examples cnn gpt mlp] [--blocks 8] [--block 5] [--child]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch.nn import functional as F
+from torch.utils.data import DataLoader
+
+from pitstop.stats import quantile, ratio_interval
+
+
+def _workload(name: str):
+    from pitstop.examples import data, models
+
+    torch.manual_seed(0)
+    if name == "cnn":
+        model = models.make_cnn(naive=True)
+        loader = DataLoader(data.SyntheticImages(n=4096, work=6, seed=0), batch_size=64, shuffle=True)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, foreach=False)
+        loss_fn = F.cross_entropy
+    elif name == "gpt":
+        model = models.make_gpt(naive=True)
+        loader = DataLoader(data.SyntheticTokens(n=2048, seed=0), batch_size=16, shuffle=True)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+
+        def loss_fn(logits, y):
+            return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
+    elif name == "mlp":
+        from torch.utils.data import TensorDataset
+
+        table = data.SyntheticTabular(n=8192, seed=0)
+        model = models.make_mlp(naive=True)
+        loader = DataLoader(TensorDataset(torch.from_numpy(table.x), torch.from_numpy(table.y)), batch_size=128,
+                            shuffle=True)
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
+        loss_fn = F.cross_entropy
+    else:
+        raise SystemExit(f"unknown example {name!r}")
+    state = {"it": iter(loader)}
+
+    def step() -> None:
+        try:
+            x, y = next(state["it"])
+        except StopIteration:
+            state["it"] = iter(loader)
+            x, y = next(state["it"])
+        loss = loss_fn(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        f"{loss.item():.4f}"  # the naive scripts' per-step sync
+
+    return step
+
+
+def in_process(name: str, blocks: int, block: int) -> None:
+    from pitstop.doctor.instrument import Instrumentation
+
+    step = _workload(name)
+    for _ in range(3):
+        step()
+    times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in ("plain", "full") for c in ("wall", "cpu")}
+    for b in range(blocks):
+        for mode in (("plain", "full") if b % 2 == 0 else ("full", "plain")):  # ABBA: no order bias
+            inst = Instrumentation(10**9, 0, mode="full", stop=False).install() if mode == "full" else None
+            try:
+                for i in range(block + 1):
+                    t0, c0 = time.perf_counter(), time.process_time()
+                    step()
+                    if i:  # the first step of a block carries install and the graph census
+                        times[(mode, "wall")].append(time.perf_counter() - t0)
+                        times[(mode, "cpu")].append(time.process_time() - c0)
+            finally:
+                if inst is not None:
+                    inst.uninstall()
+    for clock in ("wall", "cpu"):
+        _print(name, f"in-proc {clock}", times[("plain", clock)], times[("full", clock)])
+
+
+def child(name: str, repeats: int, steps: int) -> None:
+    from pitstop.doctor import RunSpec, run_script
+
+    times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in ("light", "full") for c in ("wall", "cpu")}
+    for _ in range(repeats):
+        for mode in ("light", "full"):
+            spec = RunSpec(module=f"pitstop.examples.{name}", args=("--eval-every", "100000"), steps=steps,
+                           warmup=3, mode=mode, probes=False, stdout="devnull")
+            result = run_script(spec)
+            if result.status != "stopped":
+                raise SystemExit(f"{name} {mode}: {result.status}: {result.message}")
+            times[(mode, "wall")] += [s.wall for s in result.observed]
+            times[(mode, "cpu")] += [s.cpu for s in result.observed]
+    for clock in ("wall", "cpu"):
+        _print(name, f"child {clock}", times[("light", clock)], times[("full", clock)])
+
+
+def _print(name: str, how: str, base: list[float], inst: list[float]) -> None:
+    b, f = quantile(base, 0.5), quantile(inst, 0.5)
+    ri = ratio_interval(inst, base)  # median(instrumented) / median(baseline)
+    print(f"{name:5} {how:12} {b * 1e3:10.2f} {f * 1e3:10.2f} {100 * (f / b - 1):+8.1f}%  "
+          f"[{100 * (ri.low - 1):+.1f}%, {100 * (ri.high - 1):+.1f}%]  {len(inst)}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", nargs="+", default=["cnn", "gpt", "mlp"])
+    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--block", type=int, default=5, help="steps per block (in-process)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch intra-op threads (1 makes CPU time a clean work measure on a busy machine)")
+    parser.add_argument("--child", action="store_true", help="also compare light vs full child runs")
+    parser.add_argument("--repeats", type=int, default=3, help="child runs per mode (--child)")
+    parser.add_argument("--steps", type=int, default=10, help="observed steps per child run (--child)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}")
+    print(f"{'ex':5} {'how':12} {'base ms':>10} {'instr ms':>10} {'overhead':>9}  90% interval      steps")
+    for name in args.examples:
+        scale = 5 if name == "mlp" else 1
+        in_process(name, args.blocks, args.block * scale)
+        if args.child:
+            child(name, args.repeats, args.steps * scale)
+
+
+if __name__ == "__main__":
+    main()

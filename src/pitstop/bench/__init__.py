@@ -1,0 +1,31 @@
+"""``pitstop bench``: reproduce each tip's claim with a measured number on this machine (face B).
+
+- :mod:`pitstop.bench.base` (torch-free): :class:`Benchmark`, :class:`Claim`,
+  :class:`Measurement`, :class:`Outcome`, :class:`BenchSkip`: what tip modules import.
+- :mod:`pitstop.bench.verdict` (torch-free): the verdict rule.
+- :mod:`pitstop.bench.timing`: :class:`~pitstop.bench.timing.BenchContext` (Timer-based timing).
+- :mod:`pitstop.bench.runner`: selection, running, results; :mod:`pitstop.bench.render`: output.
+
+Only the torch-free names are imported here, so ``import pitstop.bench.base`` from a tip
+module never loads torch.
+"""
+
+from pitstop.bench.base import KINDS, Benchmark, BenchSkip, Claim, Comparison, Measurement, Outcome
+from pitstop.bench.verdict import CONFIRMED, NOT_HERE, REFUTED, SKIPPED, VERDICTS, Verdict, judge
+
+__all__ = [
+    "KINDS",
+    "Benchmark",
+    "BenchSkip",
+    "Claim",
+    "Comparison",
+    "Measurement",
+    "Outcome",
+    "CONFIRMED",
+    "NOT_HERE",
+    "REFUTED",
+    "SKIPPED",
+    "VERDICTS",
+    "Verdict",
+    "judge",
+]

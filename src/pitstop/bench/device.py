@@ -1,0 +1,85 @@
+"""Which device to benchmark on, and what it is (recorded with every result)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["pick_device", "device_info", "cpu_model", "cpu_flags", "load_average"]
+
+#: CPU flags that decide whether low-precision kernels are fast (bf16/fp16 matrix units).
+_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
+
+
+def pick_device(requested: str | None = None) -> str:
+    """``cuda`` when available, else ``cpu``; a forced ``cuda`` without one is an error."""
+    import torch
+
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {requested!r}; choose cpu or cuda")
+    if requested == "cuda" and not torch.cuda.is_available():
+        build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
+        raise ValueError(f"--device cuda: no CUDA device is available (torch {torch.__version__}, {build})")
+    return requested
+
+
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def cpu_model() -> str:
+    for line in _cpuinfo().splitlines():
+        if line.lower().startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_flags() -> list[str]:
+    """The flags of interest present in /proc/cpuinfo (empty where it does not exist)."""
+    for line in _cpuinfo().splitlines():
+        if line.startswith("flags"):
+            have = set(line.split(":", 1)[1].split())
+            return [f for f in _FLAGS_OF_INTEREST if f in have]
+    return []
+
+
+def load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def device_info(device: str, threads: int) -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {
+        "device": device,
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flags": cpu_flags(),
+        "torch_threads": threads,
+        "torch": torch.__version__,
+        "cuda_build": torch.version.cuda,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "gpu": None,
+    }
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        info["gpu"] = {
+            "name": props.name,
+            "capability": f"{props.major}.{props.minor}",
+            "memory_bytes": props.total_memory,
+            "count": torch.cuda.device_count(),
+        }
+    return info

@@ -1,0 +1,100 @@
+"""``pitstop doctor``: run a training script under instrumentation and say where time and memory go.
+
+Exit codes (the doctor's own; the CLI-wide "1 = findings" does not apply, findings are
+its normal output): 0 diagnosed, 2 usage/input error (missing script, syntax error),
+3 the script failed (raised, exited non-zero, crashed), 4 timed out, 5 nothing to
+diagnose (no optimizer step was observed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pitstop.cli import CliError, Command
+
+
+def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
+    """Everything after the first ``--`` belongs to the script, whatever it looks like, and
+    the doctor's own options may stand before or after SCRIPT (argparse alone refuses
+    ``SCRIPT --steps 3 -- ARGS`` once the positional slots are filled)."""
+    original = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        tail: list[str] = []
+        if "--" in args:
+            i = args.index("--")
+            args, tail = args[:i], args[i + 1:]
+        ns, extras = original(args, namespace)
+        ns.script_args = [*(ns.script_args or []), *tail]
+        return ns, extras
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+class DoctorCommand(Command):
+    name = "doctor"
+    help = "Run a training script (default: the bundled naive CNN) and report where time and memory go."
+    order = 20
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("script", nargs="?", help="training script to run as __main__ (default: the bundled naive CNN)")
+        parser.add_argument("script_args", nargs="*", metavar="-- SCRIPT_ARGS",
+                            help="arguments for the script, after --")
+        parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module as with python -m MODULE")
+        parser.add_argument("--steps", type=int, default=10, help="optimizer steps to observe (default 10)")
+        parser.add_argument("--warmup", type=int, default=2, help="optimizer steps to skip first (default 2)")
+        parser.add_argument("--timeout", type=float, default=600.0, help="seconds before the script is stopped (default 600)")
+        parser.add_argument("--format", choices=("text", "json"), default="text",
+                            help="json: the report on stdout, the script's own stdout sent to stderr")
+        parser.add_argument("--html", type=Path, metavar="PATH", help="also write a self-contained HTML report")
+        parser.add_argument("--trace", metavar="DIR", help="also write a torch.profiler Chrome/Perfetto trace of a few steps")
+        parser.add_argument("--no-probes", action="store_true", help="skip the hardware probes (a few seconds each) that gate PIT104/301/501")
+        parser.add_argument("--seed", type=int, default=0, help="seed python/numpy/torch before the script (default 0)")
+        parser.epilog = ("exit codes: 0 diagnosed (findings or not), 2 usage/input error, 3 the script failed, "
+                         "4 timed out (partial report), 5 nothing to diagnose (no optimizer step observed)")
+        _split_at_double_dash(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pitstop.doctor.diagnose import diagnose
+        from pitstop.doctor.runner import ScriptNotFoundError, ScriptSyntaxError, run_script
+        from pitstop.doctor.spec import RunSpec
+        from pitstop.examples import DEFAULT_SCRIPT
+
+        if args.module and args.script:
+            # with -m, the first positional is the first script argument
+            args.script_args = [args.script, *args.script_args]
+            args.script = None
+        if args.steps < 1:
+            raise CliError(f"--steps must be >= 1, got {args.steps}")
+        if args.warmup < 0:
+            raise CliError(f"--warmup must be >= 0, got {args.warmup}")
+        if args.timeout <= 0:
+            raise CliError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+        module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
+        try:
+            spec = RunSpec(script=args.script, module=module, args=tuple(args.script_args), steps=args.steps,
+                           warmup=args.warmup, timeout=args.timeout, trace_dir=args.trace, seed=args.seed,
+                           probes=not args.no_probes, stdout="stderr" if args.format == "json" else "inherit")
+            result = run_script(spec)
+        except (ScriptNotFoundError, ScriptSyntaxError) as exc:
+            raise CliError(str(exc)) from None
+        diag = diagnose(result)
+        if args.format == "json":
+            from pitstop.report.jsonout import dumps
+
+            sys.stdout.write(dumps(diag.to_dict()) + "\n")
+        else:
+            from pitstop.report.doctor_terminal import render
+
+            sys.stdout.flush()
+            render(diag)
+        if args.html:
+            from pitstop.report.doctor_html import doctor_html
+
+            args.html.parent.mkdir(parents=True, exist_ok=True)
+            args.html.write_text(doctor_html(diag), encoding="utf-8")
+            print(f"HTML report: {args.html}", file=sys.stderr)
+        return diag.exit_code

@@ -1,0 +1,109 @@
+"""pitstop doctor: run an unmodified training script under instrumentation (face D).
+
+Layout (each module small; this package imports nothing heavy until a name is used):
+
+- ``spec``: :class:`RunSpec`, :class:`Setup`, :class:`RunResult`, :class:`StepRecord` (torch-free)
+- ``runner``: :func:`run_script` -- the parent side (torch-free)
+- ``child``: the bootstrap run as ``python -m pitstop.doctor.child``
+- ``instrument``, ``syncs``, ``memory``, ``profiled``, ``probes``, ``collect``: measurements
+- ``observations``: :class:`Observations`, the plain data the checks read (torch-free)
+- ``check``: :class:`Check` (base of every tip's doctor face), :class:`Finding`, :class:`Thresholds`
+- ``diagnose``: :func:`diagnose` -- run the registered checks, rank findings
+- ``api``: :func:`doctor` -- the same instrumentation around a step function
+
+Runner API (what ``pitstop tune`` builds on)
+--------------------------------------------
+::
+
+    from pitstop.doctor import RunSpec, Setup, run_script
+
+    spec = RunSpec(
+        script="train.py",            # or module="pkg.train" (python -m); exactly one
+        args=("--lr", "3e-4"),        # the script's own arguments
+        steps=20, warmup=3,           # observed optimizer steps after warmup
+        timeout=600,                  # seconds; the child is killed past it (+ grace)
+        setups=(Setup("pitstop.tune.knobs:bf16_autocast", {"dtype": "bfloat16"}),),
+        seed=0,                       # python/numpy/torch seeded in the child (None: off)
+        mode="light",                 # "light": step wall times + losses only; "full": everything
+        probes=False,                 # full mode only: the hardware probes (seconds each)
+        stdout="devnull",             # "inherit" | "stderr" | "devnull" | a file path
+    )
+    result = run_script(spec)         # RunResult; never raises for the script's own failures
+
+- (a) ``setups``: importable ``"module:function"`` callables with JSON-able kwargs, run in
+  the child in order *after* the instrumentation is installed and seeding is done, and
+  *before* the script starts (patch ``DataLoader.__init__`` defaults, wrap a forward in
+  autocast, force ``fused=True`` ...). A setup that raises ends the run with status
+  ``setup_error`` and its traceback.
+- (b) ``seed`` (default 0): ``pitstop.seed_everything(seed)`` in the child before setups.
+- (c) ``result.steps``: one :class:`StepRecord` per optimizer step of the primary
+  optimizer (the first that stepped), warmup included (``kind``: ``warmup``,
+  ``observed``, ``profiled``, ``traced``), each with ``wall`` seconds and ``loss`` -- the sum of
+  the tensors ``.backward()`` was called on in that step (unscaled when a ``GradScaler``
+  scaled them), kept detached on the device and read once at the end: no per-step sync.
+  ``result.observed``, ``result.steps_per_s`` (observed steps / their total wall time),
+  ``result.losses`` and ``result.peak_memory`` (CUDA max allocated, else peak RSS) are there.
+- (d) ``mode="light"``: only the optimizer step hooks and the ``backward`` / ``GradScaler.scale``
+  wrappers are installed (no module hooks, no sync patches, no saved-tensor hooks, no
+  profiled step), so A/B trials are not slowed by the instrumentation.
+- (e) :class:`RunResult` is a dataclass; ``to_dict()`` / ``from_dict()`` round-trip JSON.
+  ``status`` is one of ``stopped`` (normal: the doctor stopped the script after the planned
+  steps), ``finished``, ``exited`` (``exit_code``), ``error`` (``traceback``), ``timeout``,
+  ``setup_error``, ``crashed``.
+
+:func:`run_script` raises only :class:`ScriptNotFoundError` / :class:`ScriptSyntaxError`
+(checked in the parent before any child starts; pass ``check=False`` to skip).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import Any
+
+_LAZY = {
+    "RunSpec": "pitstop.doctor.spec",
+    "Setup": "pitstop.doctor.spec",
+    "RunResult": "pitstop.doctor.spec",
+    "StepRecord": "pitstop.doctor.spec",
+    "run_script": "pitstop.doctor.runner",
+    "check_target": "pitstop.doctor.runner",
+    "ScriptNotFoundError": "pitstop.doctor.runner",
+    "ScriptSyntaxError": "pitstop.doctor.runner",
+    "Observations": "pitstop.doctor.observations",
+    "Check": "pitstop.doctor.check",
+    "Finding": "pitstop.doctor.check",
+    "Thresholds": "pitstop.doctor.check",
+    "Diagnosis": "pitstop.doctor.diagnose",
+    "diagnose": "pitstop.doctor.diagnose",
+    "EXIT_CODES": "pitstop.doctor.diagnose",
+    "DoctorReport": "pitstop.doctor.api",
+}
+
+__all__ = ["doctor", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "doctor":
+        return sys.modules[__name__]  # the package itself is callable: see below
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pitstop.doctor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+class _CallableModule(types.ModuleType):
+    """``pitstop.doctor`` is both this package and the function ``pitstop.doctor(step_fn, ...)``
+    (:func:`pitstop.doctor.api.doctor`): a subpackage attribute and a function of the same
+    name cannot otherwise coexist on ``pitstop``."""
+
+    def __call__(self, step_fn, *args: Any, **kwargs: Any):
+        from pitstop.doctor.api import doctor as _doctor
+
+        return _doctor(step_fn, *args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,158 @@
+"""Doctor checks (face D): the base class tip modules subclass, findings and thresholds.
+
+Torch-free on purpose: tip modules import this at catalog load time, and checks run in the
+parent process on the JSON :class:`~pitstop.doctor.observations.Observations` the child
+wrote. A check is one class per tip, appended to its tip module::
+
+    class DataWaitCheck(Check, tip="PIT101"):
+        def check(self, obs, th):
+            if obs.share("data") > th.data_wait_share:
+                yield self.finding(...)
+
+``requires = "cuda"`` makes the mechanism skip the check on other devices and say why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from pitstop.doctor.observations import Observations
+from pitstop.registry import Face
+
+__all__ = ["Check", "Finding", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib"]
+
+#: Severity order, most urgent first. ``high``: worth fixing now (>= ``high_share`` of the
+#: step time, or a correctness bug); ``medium``: measurable; ``low``: small or unmeasured.
+SEVERITIES = ("high", "medium", "low")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every number the checks compare against, documented in the README.
+
+    The first three start from the PyTorch profiler TensorBoard plugin's recommendations
+    (data loading > 5% of step time, GPU utilisation < 50%, memory > 90%).
+    """
+
+    #: PIT101: data wait above this share of the step (profiler plugin: 5%).
+    data_wait_share: float = 0.05
+    #: MFU below this on a known GPU is reported as low utilisation (profiler plugin: 50%).
+    utilisation: float = 0.50
+    #: peak memory above this share of device capacity is memory pressure (plugin: 90%).
+    memory_share: float = 0.90
+    #: a probe must measure at least this speed-up before a tip is recommended: below
+    #: ~10% the difference is within run-to-run noise on a shared 2-core machine.
+    probe_speedup: float = 1.10
+    #: a sync call site is "per step" when it fires in at least this share of steps.
+    per_step_fraction: float = 0.5
+    #: share of the step not explained by any phase before PIT905 says "profile it".
+    unexplained_share: float = 0.25
+    #: PIT202: live autograd nodes growing by at least this many per step.
+    graph_growth_nodes: float = 1.0
+    #: PIT401: activations above this share of the accounted memory.
+    activation_share: float = 0.5
+    #: PIT402: optimizer state above this share of the accounted memory.
+    optimizer_state_share: float = 0.3
+    #: severity cut-offs on the estimated share of step time (or bytes) a fix saves.
+    high_share: float = 0.10
+    medium_share: float = 0.02
+
+
+def severity_for(share: float | None, th: Thresholds) -> str:
+    if share is None:
+        return "low"
+    if share >= th.high_share:
+        return "high"
+    if share >= th.medium_share:
+        return "medium"
+    return "low"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One measured problem, tied to a catalog code.
+
+    ``impact_kind`` is ``time`` (``impact_share`` = estimated share of step time a fix
+    saves), ``memory`` (share of peak memory), or ``correctness`` (results are wrong or
+    training is degraded; no share). ``where`` lists source locations ("file:line").
+    """
+
+    code: str
+    title: str
+    evidence: str
+    fix: str
+    severity: str
+    impact_kind: str = "time"
+    impact_share: float | None = None
+    impact_seconds: float | None = None
+    impact_bytes: int | None = None
+    where: tuple[str, ...] = ()
+
+    @property
+    def explain(self) -> str:
+        return f"pitstop explain {self.code}"
+
+    def sort_key(self) -> tuple:
+        return (SEVERITIES.index(self.severity), -(self.impact_share or 0.0), self.code)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "title": self.title,
+            "severity": self.severity,
+            "impact": {"kind": self.impact_kind, "share": self.impact_share,
+                       "seconds_per_step": self.impact_seconds, "bytes": self.impact_bytes},
+            "evidence": self.evidence,
+            "fix": self.fix,
+            "explain": self.explain,
+            "where": list(self.where),
+        }
+
+
+class Check(Face, face="D"):
+    """Base of every doctor check. Subclass with ``tip="PITnnn"`` in the tip's module.
+
+    Override :meth:`check` (a generator of findings); optionally :meth:`skip_reason` to
+    say why the check cannot apply to this run. ``requires = "cuda"`` skips on CPU.
+    """
+
+    requires: ClassVar[str] = "any"
+    #: what the check looks at, shown when it is skipped or finds nothing.
+    looks_at: ClassVar[str] = ""
+
+    def skip_reason(self, obs: Observations) -> str | None:
+        if self.requires == "cuda" and not obs.on_cuda:
+            return f"needs a CUDA device (this run trained on {obs.device})"
+        return None
+
+    def check(self, obs: Observations, th: Thresholds) -> Iterable[Finding]:
+        raise NotImplementedError
+
+    # -- helpers for subclasses ------------------------------------------------------
+    def finding(self, th: Thresholds, *, title: str, evidence: str, fix: str,
+                share: float | None = None, kind: str = "time", seconds: float | None = None,
+                nbytes: int | None = None, severity: str | None = None,
+                where: Iterable[str] = ()) -> Finding:
+        if severity is None:
+            severity = severity_for(share, th)
+        if severity not in SEVERITIES:
+            raise ValueError(f"{type(self).__name__}: unknown severity {severity!r}")
+        fix = fix.rstrip() + f" (`pitstop explain {self.tip}`)"
+        return Finding(code=self.tip, title=title, evidence=evidence, fix=fix, severity=severity,
+                       impact_kind=kind, impact_share=share, impact_seconds=seconds,
+                       impact_bytes=nbytes, where=tuple(where))
+
+
+def pct(x: float | None) -> str:
+    """``0.123`` -> ``"12.3%"`` (for evidence strings)."""
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+def mib(nbytes: float | None) -> str:
+    return "n/a" if nbytes is None else f"{nbytes / 2**20:.1f} MiB"

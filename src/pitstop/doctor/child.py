@@ -1,0 +1,189 @@
+"""The child-process bootstrap: ``python -m pitstop.doctor.child SPEC.json RESULT.json``.
+
+Order of events: read the :class:`RunSpec`; start a watchdog thread (the timeout); seed
+python/numpy/torch (``spec.seed``); install the instrumentation; run the setup callables;
+run the script as ``__main__`` with ``runpy`` (``sys.argv`` and ``sys.path[0]`` set the way
+``python script.py ARGS`` sets them); when the planned steps are done the optimizer hook
+raises :class:`StopDoctor` and the script unwinds (its ``finally`` blocks run). Then the
+instrumentation is removed, the losses read, the probes run and the :class:`RunResult`
+written atomically to RESULT.json. The script's output goes where the spec says; results
+never travel through stdout.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import runpy
+import sys
+import threading
+import time
+import traceback
+
+from pitstop.doctor.spec import RunResult, RunSpec
+
+__all__ = ["main", "run_in_process"]
+
+_lock = threading.Lock()
+_written = False
+
+
+def _redirect_stdout(target: str) -> None:
+    if target == "inherit":
+        return
+    sys.stdout.flush()
+    if target == "stderr":
+        fd = os.dup(2)
+    else:
+        fd = os.open(os.devnull if target == "devnull" else target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.close(fd)
+
+
+def _script_traceback(exc: BaseException) -> str:
+    """The traceback from the script's frames on (bootstrap and runpy frames dropped)."""
+    tb = exc.__traceback__
+    here = os.path.dirname(os.path.abspath(__file__))
+    while tb is not None and (tb.tb_frame.f_code.co_filename.startswith(here)
+                              or tb.tb_frame.f_code.co_filename.endswith("runpy.py")):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, *, message: str = "",
+            exit_code: int | None = None, tb: str | None = None, timed_out: bool = False) -> None:
+    global _written
+    with _lock:
+        if _written:
+            return
+        from pitstop.doctor.collect import device_of
+        from pitstop.doctor.memory import peak_rss_bytes
+
+        result = RunResult(spec=spec, status=status, message=message, exit_code=exit_code, traceback=tb)
+        if inst is not None:
+            inst.uninstall()
+            import torch
+
+            device = device_of(inst)
+            if not (timed_out and device == "cuda"):  # a hung GPU would hang the read too
+                inst.read_losses()
+            result.steps = list(inst.records)
+            result.device = device
+            result.trace_path = inst.trace_path
+            if device == "cuda" and torch.cuda.is_initialized():
+                result.peak_memory = int(torch.cuda.max_memory_allocated())
+            else:
+                result.peak_memory = peak_rss_bytes()
+            if inst.full and not timed_out:
+                from pitstop.doctor.collect import observations
+
+                try:
+                    obs = observations(inst, probes=spec.probes)
+                    result.observations = obs.to_dict()
+                except Exception as exc:  # never lose the steps because a probe failed
+                    result.message += f" (observations failed: {type(exc).__name__}: {exc})"
+            elif inst.full:
+                from pitstop.doctor.collect import observations
+
+                try:
+                    result.observations = observations(inst, probes=False).to_dict()
+                except Exception:
+                    pass
+        result.elapsed = time.perf_counter() - started
+        result.write(result_path)
+        _written = True
+
+
+def _watchdog(spec: RunSpec, inst_box: list, started: float, result_path: str, done: threading.Event) -> None:
+    if done.wait(spec.timeout):
+        return
+    try:
+        inst = inst_box[0] if inst_box else None
+        n = inst.index if inst is not None else 0
+        _finish(spec, inst, "timeout", started, result_path, timed_out=True,
+                message=f"timed out after {spec.timeout:g} s ({n} optimizer steps done); the script was stopped")
+    finally:
+        sys.stderr.flush()
+        os._exit(0)
+
+
+def _run_setups(spec: RunSpec) -> None:
+    for setup in spec.setups:
+        mod_name, _, fn_name = setup.target.partition(":")
+        fn = getattr(importlib.import_module(mod_name), fn_name)
+        fn(**setup.kwargs)
+
+
+def run_in_process(spec: RunSpec, result_path: str) -> None:
+    """Everything the child does; separate from :func:`main` for readability."""
+    started = time.perf_counter()
+    _redirect_stdout(spec.stdout)
+    done = threading.Event()
+    inst_box: list = []
+    if spec.timeout is not None:
+        threading.Thread(target=_watchdog, args=(spec, inst_box, started, result_path, done),
+                         name="pitstop-doctor-watchdog", daemon=True).start()
+    if spec.seed is not None:
+        from pitstop.helpers.seed import seed_everything
+
+        seed_everything(spec.seed)
+    from pitstop.doctor.instrument import Instrumentation, StopDoctor
+
+    inst = Instrumentation(spec.steps, spec.warmup, mode=spec.mode, trace_dir=spec.trace_dir,
+                           trace_steps=spec.trace_steps, stop=spec.stop)
+    inst_box.append(inst)
+    inst.install()
+    try:
+        _run_setups(spec)
+    except BaseException as exc:
+        done.set()
+        _finish(spec, inst, "setup_error", started, result_path, tb=traceback.format_exc(),
+                message=f"setup failed: {type(exc).__name__}: {exc}")
+        return
+    if spec.script is not None:
+        sys.argv = [spec.script, *spec.args]
+        sys.path[0] = os.path.dirname(os.path.abspath(spec.script))
+    else:
+        sys.argv = [spec.module, *spec.args]
+        sys.path[0] = os.getcwd()
+    status, kw = "finished", {}
+    try:
+        if spec.script is not None:
+            runpy.run_path(spec.script, run_name="__main__")
+        else:
+            runpy.run_module(spec.module, run_name="__main__", alter_sys=True)
+        kw["message"] = "the script finished by itself"
+    except StopDoctor:
+        status = "stopped"
+        kw["message"] = f"stopped by the doctor after {inst.index} optimizer steps"
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        status, kw["exit_code"] = "exited", code
+        if not isinstance(exc.code, (int, type(None))):
+            print(exc.code, file=sys.stderr)
+        kw["message"] = f"the script called sys.exit({exc.code!r}) after {inst.index} optimizer steps"
+    except BaseException as exc:
+        status, kw["tb"] = "error", _script_traceback(exc)
+        kw["message"] = f"the script raised {type(exc).__name__}: {exc}"
+        sys.stderr.write(kw["tb"])
+    finally:
+        done.set()
+    sys.stdout.flush()
+    _finish(spec, inst, status, started, result_path, **kw)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m pitstop.doctor.child SPEC.json RESULT.json", file=sys.stderr)
+        return 2
+    import json
+
+    with open(argv[0], encoding="utf-8") as f:
+        spec = RunSpec.from_dict(json.load(f))
+    run_in_process(spec, argv[1])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

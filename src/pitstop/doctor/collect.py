@@ -1,0 +1,264 @@
+"""Turn the instrumentation's raw state into :class:`Observations` (plus the probes).
+
+Called once, after the instrumentation is uninstalled (so that the probes' own forward
+passes and optimizer steps are not measured as the script's).
+"""
+
+from __future__ import annotations
+
+import inspect
+import platform
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
+from pitstop.doctor import memory as mem
+from pitstop.doctor.instrument import Instrumentation
+from pitstop.doctor.observations import Observations
+from pitstop.doctor.profiled import peak_for
+from pitstop.stats import summarize
+
+__all__ = ["observations", "device_of"]
+
+_MEASURED = ("data", "forward", "backward", "optimizer", "eval")
+
+
+def _models(inst: Instrumentation) -> list[tuple[nn.Module, dict[str, Any]]]:
+    out = []
+    for info in inst.models.values():
+        m = info["ref"]()
+        if m is not None and next(m.parameters(), None) is not None:
+            out.append((m, info))
+    return sorted(out, key=lambda mi: -sum(p.numel() for p in mi[0].parameters()))
+
+
+def device_of(inst: Instrumentation) -> str:
+    models = _models(inst)
+    if models:
+        return models[0][1]["device"]
+    for opt in inst.optimizers.values():
+        for g in opt.param_groups:
+            for p in g["params"]:
+                return "cuda" if p.is_cuda else "cpu"
+    return "cpu"
+
+
+def _slope(ys: list[float]) -> float | None:
+    n = len(ys)
+    if n < 2:
+        return None
+    mx, my = (n - 1) / 2, sum(ys) / n
+    den = sum((i - mx) ** 2 for i in range(n))
+    return sum((i - mx) * (y - my) for i, y in enumerate(ys)) / den
+
+
+def _optimizer_mode(opt) -> str:
+    g = opt.param_groups[0]
+    if g.get("fused"):
+        return "fused"
+    if g.get("foreach"):
+        return "foreach"
+    if g.get("foreach") is None and not g.get("differentiable"):
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+
+        _, foreach = _default_to_fused_or_foreach([p for p in g["params"]], False, False)
+        return "foreach" if foreach else "for-loop"
+    return "for-loop"
+
+
+def _optimizer_info(opt) -> dict[str, Any]:
+    params = [p for g in opt.param_groups for p in g["params"]]
+    pbytes = mem.param_bytes(params)
+    sbytes = mem.state_bytes(opt)
+    rule_ratio, rule = mem.rule_for(opt)
+    decay_1d = [(p, g.get("weight_decay", 0)) for g in opt.param_groups if g.get("weight_decay", 0)
+                for p in g["params"] if p.dim() <= 1 and p.requires_grad]
+    frozen = [p for p in params if not p.requires_grad]
+    sig = inspect.signature(type(opt).__init__).parameters
+    return {"class": type(opt).__name__, "mode": _optimizer_mode(opt), "fused_available": "fused" in sig,
+            "params": len(params), "param_bytes": pbytes, "state_bytes": sbytes,
+            "state_ratio": sbytes / pbytes if pbytes else None, "rule_ratio": rule_ratio, "rule": rule,
+            "frozen_params": len(frozen), "frozen_numel": sum(p.numel() for p in frozen),
+            "decay_1d_params": len(decay_1d), "decay_1d_numel": sum(p.numel() for p, _ in decay_1d),
+            "weight_decay": max((wd for _, wd in decay_1d), default=0.0)}
+
+
+def _odd_sizes(model: nn.Module) -> list[dict[str, Any]]:
+    out = []
+    for name, m in model.named_modules():
+        dims: dict[str, int] = {}
+        if isinstance(m, nn.Linear):
+            dims = {"in_features": m.in_features, "out_features": m.out_features}
+        elif isinstance(m, nn.modules.conv._ConvNd):
+            dims = {"in_channels": m.in_channels, "out_channels": m.out_channels}
+        elif isinstance(m, nn.Embedding):
+            if m.num_embeddings % 64:
+                out.append({"module": name, "type": "Embedding", "num_embeddings": m.num_embeddings, "multiple": 64})
+            dims = {"embedding_dim": m.embedding_dim}
+        bad = {k: v for k, v in dims.items() if v % 8 and v > 8}
+        if bad:
+            out.append({"module": name, "type": type(m).__name__, **bad, "multiple": 8})
+    return out
+
+
+def _model_info(model: nn.Module, info: dict[str, Any]) -> dict[str, Any]:
+    params = list(model.parameters())
+    p0 = params[0]
+    return {"class": type(model).__name__, "params": sum(p.numel() for p in params),
+            "trainable": sum(p.numel() for p in params if p.requires_grad),
+            "param_dtype": str(p0.dtype).replace("torch.", ""), "device": info["device"],
+            "dataparallel": isinstance(model, nn.DataParallel),
+            "ddp": isinstance(model, nn.parallel.DistributedDataParallel),
+            "compiled": bool(info.get("compiled")),
+            "mode_dependent": any(isinstance(m, (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm))
+                                  for m in model.modules()),
+            "conv2d": sum(isinstance(m, nn.Conv2d) for m in model.modules()),
+            "forwards": dict(info["forwards"]), "odd_sizes": _odd_sizes(model)}
+
+
+def _settings() -> dict[str, Any]:
+    b = torch.backends
+    return {"cudnn_benchmark": bool(b.cudnn.benchmark), "cudnn_deterministic": bool(b.cudnn.deterministic),
+            "tf32_matmul": bool(b.cuda.matmul.allow_tf32), "tf32_cudnn": bool(b.cudnn.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+            "num_threads": torch.get_num_threads(), "world_size": _world_size()}
+
+
+def _world_size() -> int | None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size()
+    return None
+
+
+def _steps_stats(inst: Instrumentation) -> tuple[dict[str, float], dict[str, float]]:
+    obs = [r for r in inst.records if r.kind == "observed"]
+    if not obs:
+        return {}, {}
+    s = summarize([r.wall for r in obs])
+    step_time = {"median": s.median, "p90": s.p90, "mean": s.mean, "min": s.min, "max": s.max}
+    n = len(obs)
+    breakdown = {ph: sum(r.phases.get(ph, 0.0) for r in obs) / n for ph in _MEASURED}
+    breakdown["other"] = max(0.0, s.mean - sum(breakdown.values()))
+    return step_time, breakdown
+
+
+def _sites(table: dict[tuple[str, str], list[float]]) -> list[dict[str, Any]]:
+    rows = [{"where": site, "kind": kind, "calls": int(v[0]), "steps_with_calls": int(v[1]), "seconds": v[2]}
+            for (site, kind), v in table.items()]
+    return sorted(rows, key=lambda r: -r["calls"])
+
+
+def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: float = 1.0) -> Observations:
+    device = device_of(inst)
+    models = _models(inst)
+    step_time, breakdown = _steps_stats(inst)
+    n_obs = sum(1 for r in inst.records if r.kind == "observed")
+    o = Observations(device=device, steps_observed=n_obs, step_time=step_time, breakdown=breakdown,
+                     batch_size=inst.batch_size, backward_calls=inst.backward_total,
+                     scaler_calls=inst.scaler_calls, notes=list(inst.notes))
+    if device == "cuda":
+        o.device_name = torch.cuda.get_device_name()
+        o.capability = list(torch.cuda.get_device_capability())
+    else:
+        o.device_name = f"{platform.machine()} CPU ({torch.backends.cpu.get_cpu_capability()}), " \
+                        f"{torch.get_num_threads()} threads"
+    o.capacity = mem.capacity_bytes(device)
+    o.syncs = _sites(inst.sync_sites)
+    o.cuda_calls = _sites(inst.cuda_sites)
+    o.optimizers = [_optimizer_info(opt) for opt in inst.optimizers.values()]
+    o.models = [_model_info(m, info) for m, info in models]
+    if models:
+        flow = inst._flow
+        o.models[0]["conv_bias_bn"] = flow.conv_bias_bn if flow else []
+        o.models[0]["linear_linear"] = flow.linear_linear if flow else []
+    o.loaders = [{k: v for k, v in d.items()} for d in inst.loaders.values()]
+    o.forwards = {**dict(inst.forwards), "where": dict(inst.forward_where), "autocast": dict(inst.autocast)}
+    o.kernels = {**inst.profile_result.get("kernels", {}), "conv_input_shapes": dict(inst.input_shapes)}
+    o.settings = _settings()
+    o.graph = dict(inst.graph)
+    o.h2d = {k: v / n_obs for k, v in inst.h2d.items()} if n_obs else {}
+    o.memory = _memory(inst, device, models)
+    o.flops = _flops(inst, o)
+    o.compile = _compile_info(models)
+    if probes and models and n_obs:
+        o.probes = _probes(inst, o, models, probe_budget)
+    return o
+
+
+def _memory(inst: Instrumentation, device: str, models) -> dict[str, Any]:
+    params = {id(p): p for m, _ in models for p in m.parameters()}
+    for opt in inst.optimizers.values():
+        params.update({id(p): p for g in opt.param_groups for p in g["params"]})
+    acts = sorted(inst.activations)
+    samples = [r.memory for r in inst.records if r.kind == "observed" and r.memory is not None]
+    if device == "cuda" and torch.cuda.is_initialized():
+        peak = max(int(torch.cuda.max_memory_allocated()), inst.run_peak)
+        source = "cuda max_memory_allocated"
+    else:
+        peak, source = mem.peak_rss_bytes(), "process peak RSS"
+    return {"params": mem.param_bytes(params.values()), "grads": inst.grad_bytes,
+            "optimizer_state": sum(mem.state_bytes(o) for o in inst.optimizers.values()),
+            "activations": acts[len(acts) // 2] if acts else None, "peak": peak, "peak_source": source,
+            "capacity": mem.capacity_bytes(device), "growth_per_step": _slope(samples), "samples": samples,
+            "phase_peaks": dict(inst.phase_peaks)}
+
+
+def _flops(inst: Instrumentation, o: Observations) -> dict[str, Any]:
+    total = inst.profile_result.get("flops")
+    if not total or not o.step_time:
+        return {"per_step": total, "achieved_per_s": None, "peak_per_s": None, "mfu": None,
+                "peak_source": "not measured"}
+    achieved = total / o.step_time["median"]
+    peak, source = (None, "MFU needs a known GPU (n/a on CPU)")
+    if o.on_cuda:
+        kinds = o.kernels.get("matmul", {}) | o.kernels.get("conv", {})
+        dtype = max(kinds, key=kinds.get) if kinds else "float32"
+        if dtype == "float32" and o.settings.get("float32_matmul_precision") != "highest":
+            dtype = "tf32"
+        peak, source = peak_for(o.device_name, dtype)
+    return {"per_step": total, "achieved_per_s": achieved, "peak_per_s": peak,
+            "mfu": achieved / peak if peak else None, "peak_source": source}
+
+
+def _compile_info(models) -> dict[str, Any]:
+    compiled = any(info.get("compiled") for _, info in models)
+    breaks = None
+    if "torch._dynamo" in sys.modules:
+        try:
+            from torch._dynamo.utils import counters
+
+            breaks = int(sum(counters["graph_break"].values()))
+        except Exception:
+            breaks = None
+    return {"compiled": compiled, "graph_breaks": breaks}
+
+
+def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> dict[str, Any]:
+    from pitstop.doctor import probes as pr
+
+    out: dict[str, Any] = {}
+    model, info = models[0]
+    args = inst.last_train_args.get(id(model))
+    ac = o.forwards.get("autocast", {})
+    used = max(ac, key=ac.get) if ac else "none"
+
+    def guarded(name, fn):
+        try:
+            out[name] = fn()
+        except Exception as exc:
+            out[name] = {"skipped": f"{type(exc).__name__}: {exc}"}
+
+    if args is not None and not info.get("compiled"):
+        if used == "none" and o.models[0]["param_dtype"] == "float32":
+            guarded("precision", lambda: pr.precision_probe(model, args, o.device, budget))
+        if o.models[0]["conv2d"] and not o.kernels.get("conv_channels_last"):
+            guarded("channels_last", lambda: pr.channels_last_probe(model, args, o.device, used, budget))
+    for i, opt in enumerate(inst.optimizers.values()):
+        if _optimizer_mode(opt) != "fused":
+            guarded(f"optimizer{i if i else ''}", lambda opt=opt: pr.optimizer_probe(opt, budget))
+    return out

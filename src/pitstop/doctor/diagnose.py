@@ -1,0 +1,158 @@
+"""From a :class:`RunResult` to a :class:`Diagnosis`: run every registered check (torch-free).
+
+The mechanism knows no tip by name: it asks ``registry.implementations("D")`` after
+``tips.load_all()``, runs each check on the observations, ranks the findings and records
+which checks were skipped and why. :meth:`Diagnosis.to_dict` is the ``--format json``
+schema (documented in the README).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pitstop.doctor.check import Check, Finding, Thresholds
+from pitstop.doctor.observations import PHASES, Observations
+from pitstop.doctor.spec import RunResult
+
+__all__ = ["Diagnosis", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+#: ``pitstop doctor`` exit codes (documented in the README).
+EXIT_CODES = {
+    "diagnosed": 0,       # at least one observed step; findings or not
+    "usage": 2,           # bad options, missing script/module, syntax error
+    "script_failed": 3,   # the script raised, exited non-zero, a setup failed, or the child crashed
+    "timeout": 4,         # the script hung past --timeout and was killed (partial report)
+    "nothing": 5,         # no observed optimizer step: nothing to diagnose
+}
+
+
+@dataclass
+class Diagnosis:
+    result: RunResult
+    observations: Observations
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[dict[str, str]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    # -- verdict ------------------------------------------------------------------------
+    @property
+    def outcome(self) -> str:
+        st = self.result.status
+        if st == "timeout":
+            return "timeout"
+        if st in ("error", "setup_error", "crashed") or (st == "exited" and self.result.exit_code not in (0, None)):
+            return "script_failed"
+        if not self.result.observed:
+            return "nothing"
+        return "diagnosed"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
+
+    @property
+    def headline(self) -> str:
+        r, o = self.result, self.observations
+        n, planned = len(r.observed), r.spec.steps
+        if self.outcome == "nothing":
+            return "nothing to diagnose: " + self.seen()
+        if self.outcome == "timeout":
+            return f"{r.message}; partial report of {n} observed steps"
+        if self.outcome == "script_failed":
+            return f"{r.message}; report of what was measured before ({n} observed steps)"
+        if n < planned:
+            return f"{r.message}: partial report, {n} of {planned} planned steps observed"
+        return f"diagnosed {n} steps of {r.spec.target} on {o.device_name or r.device}"
+
+    def seen(self) -> str:
+        """What the run did see, for the "nothing to diagnose" message."""
+        r, o = self.result, self.observations
+        fw = o.forwards or {}
+        n_fw = sum(v for k, v in fw.items() if isinstance(v, int))
+        parts = [f"{len(r.steps)} optimizer steps ({len(r.observed)} observed after {r.spec.warmup} warmup)",
+                 f"{n_fw} forward passes of {len(o.models)} model(s) with parameters",
+                 f"{o.backward_calls} backward calls", f"{len(o.loaders)} DataLoader(s) iterated"]
+        why = r.message or r.status
+        return f"{why}; seen: " + ", ".join(parts) + (
+            ". The doctor measures training steps: the script must call optimizer.step() "
+            f"more than --warmup ({r.spec.warmup}) times." if not r.observed else "")
+
+    # -- numbers ----------------------------------------------------------------------------
+    def summary(self) -> dict[str, Any]:
+        o = self.observations
+        st = o.step_time or {}
+        sps = 1.0 / st["mean"] if st.get("mean") else None
+        return {"steps_per_s": sps, "samples_per_s": sps * o.batch_size if sps and o.batch_size else None,
+                "batch_size": o.batch_size}
+
+    def breakdown(self) -> dict[str, dict[str, float]]:
+        o = self.observations
+        return {ph: {"seconds": o.breakdown.get(ph, 0.0), "share": o.share(ph)} for ph in PHASES if o.breakdown}
+
+    def syncs_per_step(self) -> float:
+        n = max(len(self.result.observed), 1)
+        return sum(s["calls"] for s in self.observations.syncs) / n
+
+    def to_dict(self) -> dict[str, Any]:
+        r, o = self.result, self.observations
+        return {
+            "schema": SCHEMA_VERSION,
+            "target": r.spec.target,
+            "args": list(r.spec.args),
+            "status": r.status,
+            "outcome": self.outcome,
+            "exit_code": self.exit_code,
+            "message": self.headline,
+            "traceback": r.traceback,
+            "device": {"type": o.device, "name": o.device_name, "capability": o.capability},
+            "steps": {"planned": r.spec.steps, "warmup": r.spec.warmup, "observed": len(r.observed),
+                      "records": [{"index": s.index, "kind": s.kind, "wall": s.wall, "loss": s.loss,
+                                   "phases": s.phases, "memory": s.memory} for s in r.steps]},
+            "step_time": o.step_time,
+            "throughput": self.summary(),
+            "breakdown": self.breakdown(),
+            "memory": o.memory,
+            "syncs_per_step": self.syncs_per_step(),
+            "syncs": o.syncs,
+            "flops": o.flops,
+            "probes": o.probes,
+            "findings": [f.to_dict() for f in self.findings],
+            "skipped_checks": self.skipped,
+            "check_errors": self.errors,
+            "notes": o.notes,
+            "trace": r.trace_path,
+            "observations": o.to_dict(),
+        }
+
+
+def _checks() -> list[type[Check]]:
+    from pitstop import registry, tips
+
+    tips.load_all()
+    return sorted(registry.implementations("D"), key=lambda c: (c.tip, c.__name__))
+
+
+def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnosis:
+    th = thresholds or Thresholds()
+    obs = Observations.from_dict(result.observations)
+    if not obs.device_name:
+        obs.device = result.device
+    diag = Diagnosis(result=result, observations=obs, thresholds=th)
+    if not result.observed or result.observations is None:
+        return diag
+    for cls in _checks():
+        check = cls()
+        reason = check.skip_reason(obs)
+        if reason:
+            diag.skipped.append({"code": cls.tip, "check": cls.__name__, "reason": reason})
+            continue
+        try:
+            diag.findings.extend(check.check(obs, th))
+        except Exception as exc:  # a broken check must not hide the others' findings
+            diag.errors.append(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
+    diag.findings.sort(key=Finding.sort_key)
+    return diag

@@ -1,0 +1,129 @@
+"""The plain data the doctor gathers while a script trains (torch-free).
+
+The instrumentation (``instrument.py`` and friends, in the child process) fills one
+:class:`Observations`; the checks (face D, one per tip, in ``tips/pitNNN_*.py``) read it
+and turn it into findings. It holds only JSON types, so it crosses the process boundary
+as JSON and a check never needs torch. Every field is documented here; ``None`` / empty
+means "not measured" (light mode, or the script stopped before the measurement).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Observations", "PHASES"]
+
+#: Phases of the step-time breakdown, in display order. ``eval`` is time in forwards and
+#: DataLoader waits with gradients disabled (evaluation loops), split off so that a
+#: periodic validation does not read as "other".
+PHASES = ("data", "forward", "backward", "optimizer", "eval", "other")
+
+
+@dataclass
+class Observations:
+    #: ``"cpu"`` or ``"cuda"``: where the trained model's parameters live.
+    device: str = "cpu"
+    #: GPU name (``torch.cuda.get_device_name``) or the CPU's ISA level.
+    device_name: str = ""
+    #: CUDA compute capability ``[major, minor]``, None on CPU.
+    capability: list[int] | None = None
+    #: device memory (CUDA total memory, or the machine's RAM on CPU), bytes.
+    capacity: int | None = None
+    #: batch size inferred from the training batches (dim 0 of the first tensor).
+    batch_size: int | None = None
+    steps_observed: int = 0
+    #: seconds: median, p90, mean, min, max of the observed steps' wall times.
+    step_time: dict[str, float] = field(default_factory=dict)
+    #: mean seconds per observed step for each of :data:`PHASES`.
+    breakdown: dict[str, float] = field(default_factory=dict)
+    #: call sites of host-device syncs during observed steps: dicts with ``where``
+    #: ("file:line"), ``kind`` ("item", "cpu", "numpy", "tolist", "float", "int", "bool",
+    #: "cuda.synchronize", "sync-debug"), ``calls``, ``steps_with_calls``, ``seconds``.
+    syncs: list[dict[str, Any]] = field(default_factory=list)
+    #: call sites of ``torch.cuda.synchronize`` / ``empty_cache`` /
+    #: ``reset_max_memory_allocated`` during observed steps (same keys as ``syncs``).
+    cuda_calls: list[dict[str, Any]] = field(default_factory=list)
+    #: bytes: ``params``, ``grads``, ``optimizer_state``, ``activations`` (saved for
+    #: backward in one training step, parameters excluded), ``peak`` (``peak_source``:
+    #: "cuda max_memory_allocated" or "process peak RSS"), ``capacity``,
+    #: ``growth_per_step`` (slope of per-step memory in use), ``samples`` (per step).
+    memory: dict[str, Any] = field(default_factory=dict)
+    #: one dict per optimizer that stepped: ``class``, ``mode`` ("for-loop", "foreach",
+    #: "fused"), ``fused_available``, ``params``, ``param_bytes``, ``state_bytes``,
+    #: ``state_ratio`` (measured state / param bytes), ``rule_ratio`` and ``rule`` (PIT402's
+    #: rule of thumb), ``frozen_params``, ``frozen_numel``, ``decay_1d_params``,
+    #: ``decay_1d_numel``, ``weight_decay`` (max over groups holding 1-D params).
+    optimizers: list[dict[str, Any]] = field(default_factory=list)
+    #: one dict per top-level module whose forward ran: ``class``, ``params``,
+    #: ``trainable``, ``param_dtype``, ``dataparallel``, ``ddp``, ``compiled``,
+    #: ``mode_dependent`` (has dropout/batch norm), ``conv2d``, ``conv_bias_bn`` (pairs of
+    #: module names, found from the data flow of one training forward), ``linear_linear``
+    #: (pairs with ``saved_macs`` per sample), ``odd_sizes`` (layers whose sizes are not
+    #: multiples of 8, or 64 for embeddings/vocabularies).
+    models: list[dict[str, Any]] = field(default_factory=list)
+    #: one dict per DataLoader iterated: ``role`` ("train" when iterated with gradients
+    #: enabled, else "eval"), ``num_workers``, ``pin_memory``, ``persistent_workers``,
+    #: ``prefetch_factor``, ``batch_size``, ``sampler``, ``distributed_sampler``.
+    loaders: list[dict[str, Any]] = field(default_factory=list)
+    #: counts of top-level forwards by kind: ``train``, ``eval_no_grad``,
+    #: ``eval_inference_mode``, ``eval_with_grad`` (model.eval() but grad enabled),
+    #: ``nograd_train_mode`` (grad disabled but model.training True); ``where`` maps a kind
+    #: to its first call site; ``autocast`` maps the autocast dtype of training forwards
+    #: ("none", "bfloat16", "float16") to a count.
+    forwards: dict[str, Any] = field(default_factory=dict)
+    backward_calls: int = 0
+    #: calls of ``GradScaler.scale`` (fp16 without a scaler: PIT306).
+    scaler_calls: int = 0
+    #: from the profiled step: ``matmul`` / ``conv`` {dtype: count}, ``conv_channels_last``,
+    #: ``conv_nchw``, ``conv_input_shapes`` (distinct shapes seen in observed steps).
+    kernels: dict[str, Any] = field(default_factory=dict)
+    #: ``per_step`` FLOPs (FlopCounterMode, one step), ``achieved_per_s``, ``peak_per_s``
+    #: and ``mfu`` (known GPUs only, else None) with ``peak_source``.
+    flops: dict[str, Any] = field(default_factory=dict)
+    #: backend flags: ``cudnn_benchmark``, ``cudnn_deterministic``, ``tf32_matmul``,
+    #: ``tf32_cudnn``, ``float32_matmul_precision``, ``deterministic_algorithms``,
+    #: ``num_threads``.
+    settings: dict[str, Any] = field(default_factory=dict)
+    #: retained autograd graphs: ``nodes`` (autograd nodes reachable from live tensors,
+    #: after ``gc.collect()``, at the end of the first, middle and last observed step) and
+    #: ``steps`` (their step indices), ``live_losses`` (loss tensors of earlier steps still
+    #: alive at the last observed step), ``losses_tracked``.
+    graph: dict[str, Any] = field(default_factory=dict)
+    #: host-to-device copies per observed step on CUDA: ``blocking``, ``non_blocking``.
+    h2d: dict[str, Any] = field(default_factory=dict)
+    #: ``compiled`` (any torch.compile'd model), ``graph_breaks`` (dynamo counters).
+    compile: dict[str, Any] = field(default_factory=dict)
+    #: quick hardware probes, by name ("precision", "channels_last", "optimizer"): each a
+    #: dict with what was timed (``what``), the seconds of each variant and ``speedup``,
+    #: or ``skipped`` with the reason.
+    probes: dict[str, Any] = field(default_factory=dict)
+    #: measurements that could not be made, with the reason (e.g. FLOPs of a compiled model).
+    notes: list[str] = field(default_factory=list)
+
+    # -- derived ------------------------------------------------------------------
+    @property
+    def on_cuda(self) -> bool:
+        return self.device == "cuda"
+
+    def share(self, phase: str) -> float:
+        """Mean share of the step spent in ``phase`` (0 when unmeasured)."""
+        total = self.step_time.get("mean") or 0.0
+        return (self.breakdown.get(phase, 0.0) / total) if total > 0 else 0.0
+
+    @property
+    def compute_share(self) -> float:
+        """Share of the step in forward + backward (what precision/layout tricks speed up)."""
+        return self.share("forward") + self.share("backward")
+
+    def train_loaders(self) -> list[dict[str, Any]]:
+        return [d for d in self.loaders if d.get("role") == "train"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Observations:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (d or {}).items() if k in known})

@@ -1,0 +1,98 @@
+"""Lint many files: discovery results in, :class:`LintRun` out, in parallel across cores.
+
+Workers are forked processes (``concurrent.futures.ProcessPoolExecutor``) that inherit the
+loaded rule registry. If a worker dies (a native crash on some input), the files of its
+batch are re-run one per fresh process, so the culprit is reported as an error and every
+other file is still linted.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+
+from pitstop.lint.findings import FileError, FileResult, Finding
+from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes, lint_file
+
+__all__ = ["Task", "LintOptions", "LintRun", "run_tasks"]
+
+
+@dataclass(frozen=True)
+class Task:
+    path: str
+    display: str
+    codes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LintOptions:
+    fix: bool = False
+    unsafe: bool = False
+    diff: bool = False
+    max_size: int = DEFAULT_MAX_FILE_SIZE
+    jobs: int = 0  # 0: one per core
+
+
+@dataclass
+class LintRun:
+    results: list[FileResult] = field(default_factory=list)
+
+    @property
+    def findings(self) -> list[Finding]:
+        return sorted((f for r in self.results for f in r.findings), key=Finding.sort_key)
+
+    @property
+    def errors(self) -> list[FileError]:
+        return [r.error for r in self.results if r.error is not None]
+
+    @property
+    def fixed(self) -> int:
+        return sum(r.fixed for r in self.results)
+
+
+def _one(task: Task, opts: LintOptions) -> FileResult:
+    return lint_file(task.path, task.display, task.codes, fix=opts.fix, unsafe=opts.unsafe, diff=opts.diff,
+                     max_size=opts.max_size)
+
+
+def _batch(tasks: list[Task], opts: LintOptions) -> list[FileResult]:
+    return [_one(t, opts) for t in tasks]
+
+
+def _context():
+    if sys.platform.startswith("linux") and "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return multiprocessing.get_context()
+
+
+def run_tasks(tasks: list[Task], opts: LintOptions) -> LintRun:
+    all_rule_classes()  # load the catalog once, before forking
+    jobs = opts.jobs or os.cpu_count() or 1
+    jobs = min(jobs, len(tasks))
+    if jobs <= 1 or len(tasks) < 4:
+        return LintRun([_one(t, opts) for t in tasks])
+    size = max(1, min(32, len(tasks) // (jobs * 4)))
+    batches = [tasks[i:i + size] for i in range(0, len(tasks), size)]
+    results: list[FileResult] = []
+    failed: list[Task] = []
+    with ProcessPoolExecutor(jobs, mp_context=_context()) as pool:
+        futures = {pool.submit(_batch, b, opts): b for b in batches}
+        for fut in as_completed(futures):
+            try:
+                results.extend(fut.result())
+            except BrokenProcessPool:
+                failed.extend(futures[fut])
+    for task in failed:  # isolate: one fresh process per file
+        try:
+            with ProcessPoolExecutor(1, mp_context=_context()) as pool:
+                results.append(pool.submit(_one, task, opts).result())
+        except BrokenProcessPool:
+            results.append(FileResult(task.display, error=FileError(
+                task.display, "the linter process crashed on this file (nested too deeply for the parser?)")))
+    order = {t.display: i for i, t in enumerate(tasks)}
+    results.sort(key=lambda r: order.get(r.filename, 0))
+    return LintRun(results)

@@ -1,0 +1,137 @@
+"""Which files ``pitstop lint PATH ...`` lints.
+
+Directories are walked for ``*.py`` files, skipping VCS folders, virtualenvs (any folder with
+a ``pyvenv.cfg``), ``build/`` and tool caches, and whatever ``.gitignore`` files exclude. The
+gitignore semantics come from ``pathspec`` (git's wildmatch rules, nested .gitignore files,
+negation): it works in folders that are not git checkouts, needs no git binary, and costs no
+subprocess. Paths named explicitly are always linted. Symlinked folders are not followed (no
+loops); a broken or looping symlink to a file is reported, not skipped silently.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pathspec
+
+__all__ = ["discover", "excluded", "Discovered", "SKIP_DIRS"]
+
+SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "__pycache__", "build", ".venv", "venv", ".tox", ".nox",
+                       ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "node_modules",
+                       "site-packages", ".eggs", "__pypackages__"})
+
+
+@dataclass
+class Discovered:
+    files: list[Path]
+    errors: list[tuple[str, str]]  # (path, reason)
+
+
+def _gitignore(d: Path):
+    f = d / ".gitignore"
+    try:
+        if f.is_file():
+            return pathspec.GitIgnoreSpec.from_lines(f.read_text(encoding="utf-8", errors="replace").splitlines())
+    except OSError:
+        return None
+    return None
+
+
+def _parent_specs(start: Path) -> list[tuple[Path, object]]:
+    """.gitignore files of the folders above ``start`` up to the checkout root."""
+    specs = []
+    for d in start.parents:
+        spec = _gitignore(d)
+        if spec is not None:
+            specs.append((d, spec))
+        if (d / ".git").exists():
+            break
+    return list(reversed(specs))
+
+
+def _ignored(path: Path, is_dir: bool, specs) -> bool:
+    ignored = False
+    for base, spec in specs:
+        try:
+            rel = path.relative_to(base).as_posix()
+        except ValueError:
+            continue
+        result = spec.check_file(rel + ("/" if is_dir else ""))
+        if result.include is not None:
+            ignored = bool(result.include)
+    return ignored
+
+
+def excluded(p: Path) -> bool:
+    """Whether a walk would skip ``p`` (for ``--force-exclude`` on explicitly named files)."""
+    absp = p.absolute()
+    if any(part in SKIP_DIRS for part in absp.parts[:-1]):
+        return True
+    return _ignored(absp, False, _parent_specs(absp))
+
+
+def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
+    files: list[Path] = []
+    errors: list[tuple[str, str]] = []
+    seen: set[Path] = set()
+
+    def add(p: Path) -> None:
+        key = p.absolute()
+        if key not in seen:
+            seen.add(key)
+            files.append(p)
+
+    for root in paths:
+        if root.is_symlink() and not root.exists():
+            errors.append((str(root), _link_error(root)))
+            continue
+        if root.is_file():
+            if not (force_exclude and excluded(root)):
+                add(root)
+            continue
+        if not root.is_dir():
+            errors.append((str(root), "cannot read: No such file or directory"))
+            continue
+        absroot = root.absolute()
+        specs = _parent_specs(absroot)
+        own = _gitignore(absroot)
+        if own is not None:
+            specs.append((absroot, own))
+        stack = [(root, specs)]
+        while stack:
+            d, dspecs = stack.pop()
+            try:
+                entries = sorted(os.scandir(d), key=lambda e: e.name)
+            except OSError as exc:
+                errors.append((str(d), f"cannot read: {exc.strerror or exc}"))
+                continue
+            subdirs = []
+            for e in entries:
+                p = Path(e.path)
+                try:
+                    is_dir = e.is_dir(follow_symlinks=False)
+                except OSError:
+                    is_dir = False
+                if is_dir:
+                    if e.name in SKIP_DIRS or (p / "pyvenv.cfg").exists() or _ignored(p.absolute(), True, dspecs):
+                        continue
+                    subdirs.append(p)
+                elif e.name.endswith(".py") and not _ignored(p.absolute(), False, dspecs):
+                    if e.is_symlink() and not p.exists():
+                        errors.append((str(p), _link_error(p)))
+                    elif not e.is_symlink() or p.is_file():
+                        add(p)
+            for sd in reversed(subdirs):
+                spec = _gitignore(sd)
+                stack.append((sd, dspecs + [(sd.absolute(), spec)] if spec is not None else dspecs))
+    return Discovered(files, errors)
+
+
+def _link_error(p: Path) -> str:
+    try:
+        p.stat()
+    except OSError as exc:
+        return f"cannot read: {exc.strerror or exc}"
+    return "cannot read: broken symbolic link"

@@ -1,0 +1,169 @@
+"""Shared matching helpers of the lint rules (mixed into :class:`FileContext`): what counts
+as a DataLoader, an optimizer, a model call, an autocast or no-grad context, an eval function,
+a tensor expression; all matched by qualified name through imports and aliases."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from pitstop.lint.frames import OPTIMIZER_NAME, Loop, WithBlock
+from pitstop.lint.nodes import dotted, last_name
+
+__all__ = ["Matchers", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "loss_names"]
+
+DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
+DDP = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
+MODULE_BASES = frozenset({"torch.nn.Module", "torch.nn.modules.module.Module"})
+AUTOCASTS = frozenset({"torch.autocast", "torch.amp.autocast", "torch.cuda.amp.autocast", "torch.cpu.amp.autocast",
+                       "torch.amp.autocast_mode.autocast", "torch.cuda.amp.autocast_mode.autocast"})
+_NOT_TENSOR = frozenset({"device", "dtype", "no_grad", "enable_grad", "inference_mode", "autocast", "compile",
+                         "load", "save", "manual_seed", "seed", "set_grad_enabled", "get_default_dtype",
+                         "is_tensor", "numel", "jit", "set_printoptions", "finfo", "iinfo", "Generator",
+                         "Size", "typename", "use_deterministic_algorithms", "set_num_threads", "get_num_threads"})
+_EVAL_NAME = re.compile(r"eval|valid|test|predict|infer", re.I)
+_MODEL_NAME = re.compile(r"model|^net$|^network$|^(student|teacher)$", re.I)
+_ITER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "cycle", "track"})
+
+
+
+def _is_false(node) -> bool:
+    return isinstance(node, cst.Name) and node.value == "False"
+
+
+def loss_names(expr: cst.CSTNode | None) -> set[str]:
+    """Names a ``.backward()`` receiver is made of: ``loss`` in ``loss``, ``scaler.scale(loss)``,
+    ``(loss / k)``, ``loss.mean()``."""
+    if isinstance(expr, cst.Name):
+        return {expr.value}
+    if isinstance(expr, cst.Attribute):
+        key = dotted(expr)
+        return {key} if key else set()
+    if isinstance(expr, cst.BinaryOperation):
+        return loss_names(expr.left) | loss_names(expr.right)
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+        if expr.func.attr.value == "scale" and expr.args:
+            return loss_names(expr.args[0].value)
+        return loss_names(expr.func.value)
+    return set()
+
+
+class Matchers:
+    """Predicates over nodes; needs ``qualname``, ``call_name``, ``value_of`` and
+    ``function_frames`` from the class it is mixed into."""
+
+    def is_optimizer(self, expr: cst.BaseExpression) -> bool:
+        """Bound to a ``torch.optim.*`` constructor, or named like ``opt``/``optimizer``."""
+        name = last_name(expr)
+        if name is not None and OPTIMIZER_NAME.search(name.lower()):
+            return True
+        value = self.value_of(expr)
+        q = self.call_name(value) if value is not None else None
+        return bool(q and q.startswith("torch.optim.") and ".lr_scheduler." not in q)
+
+    def optimizer_class(self, node: cst.CSTNode | None) -> str | None:
+        """``torch.optim.AdamW`` when ``node`` constructs a torch.optim optimizer, else None."""
+        q = self.call_name(node) if node is not None else None
+        if q and q.startswith("torch.optim.") and q.rsplit(".", 1)[1][:1].isupper() \
+                and ".lr_scheduler." not in q and ".swa_utils." not in q:
+            return q
+        return None
+
+    def is_autocast(self, call: cst.CSTNode) -> bool:
+        """Any autocast context: torch.autocast, torch.amp/cuda.amp/cpu.amp.autocast, or a bare
+        imported ``autocast``."""
+        q = self.call_name(call)
+        return q in AUTOCASTS or (q is not None and isinstance(call.func, cst.Name) and call.func.value == "autocast")
+
+    def grad_mode(self, expr: cst.CSTNode) -> str | None:
+        """``"no_grad"`` / ``"inference_mode"`` when ``expr`` (a with item or decorator,
+        called or not) disables autograd; ``set_grad_enabled(False)`` counts as no_grad."""
+        func = expr.func if isinstance(expr, cst.Call) else expr
+        q = self.qualname(func)
+        if q in ("torch.no_grad", "torch.autograd.no_grad", "torch.autograd.grad_mode.no_grad"):
+            return "no_grad"
+        if q in ("torch.inference_mode", "torch.autograd.grad_mode.inference_mode"):
+            if isinstance(expr, cst.Call) and expr.args and _is_false(expr.args[0].value):
+                return None
+            return "inference_mode"
+        if q == "torch.set_grad_enabled" and isinstance(expr, cst.Call) and expr.args and _is_false(expr.args[0].value):
+            return "no_grad"
+        return None
+
+    def is_tensor_expr(self, expr: cst.CSTNode | None) -> bool:
+        """A call of a ``torch.<function>`` that returns a tensor (``torch.zeros(...)``), possibly
+        followed by method calls (``torch.zeros(3).cuda()``)."""
+        while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute):
+            q = self.call_name(expr)
+            if q is not None:
+                break
+            expr = expr.func.value
+        q = self.call_name(expr) if isinstance(expr, cst.Call) else None
+        if not q or not q.startswith("torch."):
+            return False
+        rest = q[6:]
+        return "." not in rest and rest[:1].islower() and rest not in _NOT_TENSOR and not rest.startswith(("set_", "is_", "get_", "use_"))
+
+    loss_names = staticmethod(lambda expr: loss_names(expr))
+
+    def loader_targets(self) -> frozenset[str]:
+        """Names bound by the enclosing ``for ... in <loader>`` loops of the current function."""
+        out: set[str] = set()
+        for f in self.function_frames():
+            if isinstance(f, Loop) and f.over_loader:
+                out |= f.targets
+        return frozenset(out)
+
+    def with_calls(self) -> list[cst.Call]:
+        """Calls of the items of the enclosing ``with`` blocks in the current function."""
+        return [c for f in self.function_frames() if isinstance(f, WithBlock) for c in f.calls]
+
+    def is_ddp(self, node: cst.CSTNode | None) -> bool:
+        """A ``DistributedDataParallel(...)`` construction."""
+        return self.call_name(node) in DDP if node is not None else False
+
+    def is_dataloader(self, node: cst.CSTNode | None) -> bool:
+        return self.call_name(node) in DATALOADER if node is not None else False
+
+    def is_module_expr(self, expr: cst.BaseExpression | None) -> bool:
+        """An ``nn.*`` layer constructor or a class of this file subclassing nn.Module,
+        optionally chained with ``.to(...)``, ``.cuda()`` or ``.cpu()``."""
+        while (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+               and expr.func.attr.value in ("to", "cuda", "cpu")):
+            expr = expr.func.value
+        if not isinstance(expr, cst.Call):
+            return False
+        q = self.call_name(expr)
+        if q and q.startswith("torch.nn.") and q.rsplit(".", 1)[1][:1].isupper():
+            return True
+        return isinstance(expr.func, cst.Name) and expr.func.value in self.module_classes
+
+    def is_model_call(self, call: cst.Call) -> bool:
+        """A call of something that looks like a model: named ``model``/``net``, or bound to
+        an nn.Module instance in this file."""
+        name = last_name(call.func)
+        if name is None:
+            return False
+        if _MODEL_NAME.search(name):
+            return True
+        return self.is_module_expr(self.value_of(call.func))
+
+    @staticmethod
+    def is_eval_function(node: cst.CSTNode | None) -> bool:
+        return isinstance(node, cst.FunctionDef) and _EVAL_NAME.search(node.name.value) is not None
+
+    def _iterates_loader(self, it: cst.BaseExpression) -> bool:
+        todo = [it]
+        while todo:
+            e = todo.pop()
+            if isinstance(e, cst.Call):
+                if self.is_dataloader(e):
+                    return True
+                if last_name(e.func) in _ITER_WRAPPERS:
+                    todo.extend(a.value for a in e.args if a.keyword is None)
+                continue
+            name = last_name(e)
+            if name is not None and ("loader" in name.lower() or self.is_dataloader(self.value_of(e))):
+                return True
+        return False

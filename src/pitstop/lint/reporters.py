@@ -1,0 +1,126 @@
+"""Output formats of ``pitstop lint``: text (ruff-like), JSON, SARIF 2.1.0, GitHub annotations."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from pitstop.lint.findings import FileError, Finding
+
+__all__ = ["text", "statistics", "json_report", "sarif", "github", "summary"]
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+
+
+def _fixable(f: Finding, unsafe: bool) -> bool:
+    return f.fix is not None and (f.fix.applicability == "safe" or unsafe)
+
+
+def text(findings: list[Finding], unsafe: bool = False) -> str:
+    """``path:line:col: CODE [*] message``; ``[*]``: fixable with the current options."""
+    return "".join(f"{f.filename}:{f.line}:{f.column}: {f.code} {'[*] ' if _fixable(f, unsafe) else ''}{f.message}\n"
+                   for f in findings)
+
+
+def summary(findings: list[Finding], fixed: int, unsafe: bool) -> str:
+    """The closing lines: counts, fixable counts and where to read more."""
+    lines = []
+    if fixed:
+        lines.append(f"Fixed {fixed} error{'s' * (fixed != 1)}.")
+    n = len(findings)
+    if n == 0:
+        if not fixed:
+            lines.append("All checks passed!")
+        return "\n".join(lines) + "\n"
+    if fixed:
+        lines.append(f"Found {n} remaining error{'s' * (n != 1)}.")
+    else:
+        lines.append(f"Found {n} error{'s' * (n != 1)}.")
+    safe = sum(1 for f in findings if f.fix and f.fix.applicability == "safe")
+    hidden = sum(1 for f in findings if f.fix and f.fix.applicability == "unsafe")
+    if unsafe:
+        safe, hidden = safe + hidden, 0
+    if safe or hidden:
+        s = f"[*] {safe} fixable with the `--fix` option" if safe else "No fixes available"
+        if hidden:
+            s += f" ({hidden} hidden fix{'es' * (hidden != 1)} can be enabled with the `--unsafe-fixes` option)"
+        lines.append(s + ".")
+    codes = sorted({f.code for f in findings})
+    lines.append(f"Why and what to do instead: `pitstop explain CODE` ({', '.join(codes)}).")
+    return "\n".join(lines) + "\n"
+
+
+def statistics(findings: list[Finding], unsafe: bool = False) -> str:
+    counts = Counter(f.code for f in findings)
+    fixable = {f.code for f in findings if _fixable(f, unsafe)}
+    names = {f.code: f.name for f in findings}
+    width = max((len(str(c)) for c in counts.values()), default=1)
+    return "".join(f"{n:>{width}}\t{code}\t[{'*' if code in fixable else ' '}] {names[code]}\n"
+                   for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def json_report(findings: list[Finding]) -> str:
+    return json.dumps([f.to_dict() for f in findings], indent=2) + "\n"
+
+
+def _region(line, column, end_line, end_column) -> dict:
+    return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
+
+
+def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[str, str, str]], version: str) -> str:
+    """SARIF 2.1.0: one run, the enabled rules as reportingDescriptors, fixes as replacements."""
+    index = {code: i for i, (code, _, _) in enumerate(rules)}
+    results = []
+    for f in findings:
+        result = {
+            "ruleId": f.code,
+            "ruleIndex": index.get(f.code, -1),
+            "level": "error",
+            "message": {"text": f.message},
+            "locations": [{"physicalLocation": {
+                "artifactLocation": {"uri": f.filename.replace("\\", "/")},
+                "region": _region(f.line, f.column, f.end_line, f.end_column)}}],
+        }
+        if f.fix:
+            result["fixes"] = [{
+                "description": {"text": f"{f.fix.message} ({f.fix.applicability})"},
+                "artifactChanges": [{
+                    "artifactLocation": {"uri": f.filename.replace("\\", "/")},
+                    "replacements": [{"deletedRegion": _region(e.line, e.column, e.end_line, e.end_column),
+                                      "insertedContent": {"text": e.content}} for e in f.fix.edits]}]}]
+        if result["ruleIndex"] < 0:
+            del result["ruleIndex"]
+        results.append(result)
+    driver = {
+        "name": "pitstop",
+        "version": version,
+        "informationUri": "https://example.invalid/pitstop",
+        "rules": [{"id": code, "name": name, "shortDescription": {"text": title},
+                   "help": {"text": f"pitstop explain {code}"},
+                   "helpUri": f"https://example.invalid/pitstop/docs/tips/{code}.md"}
+                  for code, name, title in rules],
+    }
+    invocation = {"executionSuccessful": not errors, "toolExecutionNotifications": [
+        {"level": "error", "message": {"text": f"cannot parse: {e.reason}"},
+         "locations": [{"physicalLocation": {"artifactLocation": {"uri": e.filename.replace("\\", "/")}}}]}
+        for e in errors]}
+    doc = {"$schema": SARIF_SCHEMA, "version": "2.1.0",
+           "runs": [{"tool": {"driver": driver}, "invocations": [invocation], "results": results}]}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def _escape(s: str, prop: bool = False) -> str:
+    s = s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return s.replace(":", "%3A").replace(",", "%2C") if prop else s
+
+
+def github(findings: list[Finding], errors: list[FileError]) -> str:
+    """GitHub Actions workflow commands: one ``::error`` annotation per finding."""
+    out = []
+    for f in findings:
+        props = (f"title={_escape(f'pitstop ({f.code})', True)},file={_escape(f.filename, True)},line={f.line},"
+                 f"col={f.column},endLine={f.end_line},endColumn={f.end_column}")
+        out.append(f"::error {props}::{_escape(f'{f.filename}:{f.line}:{f.column}: {f.code} {f.message}')}\n")
+    for e in errors:
+        out.append(f"::error title=pitstop,file={_escape(e.filename, True)}::{_escape(str(e))}\n")
+    return "".join(out)

@@ -1,0 +1,95 @@
+"""The lint face: :class:`LintRule`, the base class of every static rule (torch-free, cheap).
+
+A tip module subclasses it with ``tip="PITnnn"`` and is registered by
+:class:`pitstop.registry.Face`. A rule is a set of callbacks fed by ONE traversal of each
+file: ``visit_<Node>(self, node)`` / ``leave_<Node>(self, node)`` for libcst node class
+names (``visit_Call``, ``leave_ClassDef``, ...) and ``finish(self)`` once the file is done.
+One instance is made per file, so a rule may keep per-file state in ``self``.
+
+Everything a rule needs to know about the file (qualified names, training loops, interval
+guards, "CUDA implied", eval functions, bindings) is asked of ``self.ctx``, a
+:class:`pitstop.lint.context.FileContext`; findings are made with :meth:`LintRule.report`.
+
+This module imports neither torch nor libcst: loading the tip catalog stays fast. Rules use
+``cst`` and ``nodes`` from here: proxies that import libcst (and the helpers built on it)
+on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
+
+from pitstop.registry import Face
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pitstop.lint.context import FileContext, FixSpec
+
+__all__ = ["LintRule", "SAFE", "UNSAFE", "cst", "nodes"]
+
+SAFE, UNSAFE = "safe", "unsafe"
+
+_HOOK = re.compile(r"^(visit|leave)_([A-Z][A-Za-z]*)$")
+
+
+class _LazyModule:
+    """A module imported on first attribute access; later lookups hit the instance dict."""
+
+    def __init__(self, name: str):
+        self.__dict__["_name"] = name
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(importlib.import_module(self.__dict__["_name"]), attr)
+        self.__dict__[attr] = value
+        return value
+
+
+#: ``libcst``, imported when a rule first touches it (at lint time, never at catalog load).
+cst: Any = _LazyModule("libcst")
+#: :mod:`pitstop.lint.nodes` (argument/literal helpers), imported on first use as well.
+nodes: Any = _LazyModule("pitstop.lint.nodes")
+
+
+class LintRule(Face, face="L"):
+    """Base of the static rules. Subclasses set ``message`` and implement callbacks.
+
+    Class attributes:
+
+    - ``message``: the default message (one sentence, what is wrong and what to do).
+    - ``fix``: the best fix applicability the rule offers: ``"safe"``, ``"unsafe"`` or ``None``.
+    """
+
+    message: ClassVar[str] = ""
+    fix: ClassVar[str | None] = None
+    #: node class name -> (visit method names, leave method names); filled per subclass
+    hooks: ClassVar[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {}
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        hooks: dict[str, tuple[list[str], list[str]]] = {}
+        for attr in dir(cls):
+            m = _HOOK.match(attr)
+            if m:
+                visit, leave = hooks.setdefault(m[2], ([], []))
+                (visit if m[1] == "visit" else leave).append(attr)
+        cls.hooks = {k: (tuple(v), tuple(lv)) for k, (v, lv) in hooks.items()}
+        if cls.tip and not cls.message:
+            raise TypeError(f"{cls.__qualname__}: a lint rule needs a message")
+        if cls.fix not in (None, SAFE, UNSAFE):
+            raise ValueError(f"{cls.__qualname__}: fix must be 'safe', 'unsafe' or None")
+
+    def __init__(self, ctx: FileContext):
+        self.ctx = ctx
+
+    @property
+    def code(self) -> str:
+        return self.tip
+
+    def report(self, node: Any, message: str | None = None, *, fix: FixSpec | None = None,
+               when: Callable[[], bool] | None = None) -> None:
+        """Report ``node``; ``when`` (evaluated after the whole file was seen) can veto it."""
+        self.ctx.report(self.tip, node, message or self.message, fix, when)
+
+    def finish(self) -> None:
+        """Called once after the traversal, for rules that decide on the whole file."""

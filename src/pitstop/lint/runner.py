@@ -1,0 +1,289 @@
+"""Lint one source text or one file: parse once, walk once, position the findings, suppress
+``# noqa``, and apply fixes (only ever writing a file whose fixed text parses and compiles)."""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import io
+import os
+import re
+import tempfile
+import tokenize
+from pathlib import Path
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from pitstop.lint.context import FileContext, FixSpec, Pending
+from pitstop.lint.findings import Edit, FileError, FileResult, Finding, Fix
+from pitstop.lint.nodes import strip_parens
+from pitstop.lint.rule import SAFE
+
+__all__ = ["lint_source", "fix_source", "lint_file", "rules_for", "all_rule_classes", "ParseError",
+           "DEFAULT_MAX_FILE_SIZE", "is_valid_python"]
+
+DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
+MAX_FIX_ROUNDS = 10
+_NEWLINE = re.compile(r"\r\n?|\n")
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+[A-Za-z]+\d+)*))?", re.I)
+_FILE_NOQA = re.compile(r"#\s*pitstop:\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+[A-Za-z]+\d+)*))?\s*$", re.I)
+
+
+class ParseError(Exception):
+    """The text cannot be linted; the message is the reason shown after ``cannot parse:``."""
+
+
+# -- rules ------------------------------------------------------------------------------
+_RULES: dict[str, list[type]] | None = None
+_SLUGS: dict[str, str] = {}
+
+
+def all_rule_classes() -> dict[str, list[type]]:
+    """Every registered lint rule class, by code (loads the tip catalog once)."""
+    global _RULES
+    if _RULES is None:
+        from pitstop import registry, tips
+
+        tips.load_all()
+        rules: dict[str, list[type]] = {}
+        for cls in registry.implementations("L"):
+            rules.setdefault(cls.tip, []).append(cls)
+            _SLUGS[cls.tip] = tips.get(cls.tip).slug
+        _RULES = dict(sorted(rules.items()))
+    return _RULES
+
+
+def rules_for(codes) -> list[type]:
+    table = all_rule_classes()
+    return [cls for code in sorted(set(codes)) for cls in table.get(code, ())]
+
+
+def slug(code: str) -> str:
+    all_rule_classes()
+    return _SLUGS.get(code, code.lower())
+
+
+# -- one source text ---------------------------------------------------------------------
+def _file_noqa(source: str) -> set[str] | None:
+    """Codes silenced by ``# pitstop: noqa`` in the file's leading comment block
+    (``{"*"}`` for all), or None."""
+    for line in source.splitlines():
+        s = line.strip()
+        if s and not s.startswith("#"):
+            return None
+        m = _FILE_NOQA.match(s)
+        if m:
+            return set(re.split(r"[\s,]+", m["codes"].upper())) if m["codes"] else {"*"}
+    return None
+
+
+def _parse(source: str, filename: str) -> cst.Module:
+    try:  # CPython's parser first: exact messages, and it refuses what would crash libcst's
+        ast.parse(source, filename)
+    except SyntaxError as exc:
+        raise ParseError(f"SyntaxError: {exc.msg} (line {exc.lineno}, column {exc.offset})") from None
+    except (RecursionError, MemoryError) as exc:
+        raise ParseError(f"expression nested too deeply ({type(exc).__name__})") from None
+    except ValueError as exc:
+        raise ParseError(str(exc)) from None
+    try:
+        return cst.parse_module(source)
+    except cst.ParserSyntaxError as exc:
+        raise ParseError(f"libcst: {str(exc).splitlines()[0]} (line {exc.raw_line}, column {exc.raw_column})") from None
+    except RecursionError:
+        raise ParseError("expression nested too deeply (RecursionError)") from None
+
+
+def is_valid_python(source: str, filename: str = "<fixed>") -> bool:
+    """Parses (CPython and libcst) and compiles: the bar every fixed text must clear."""
+    try:
+        compile(source, filename, "exec", dont_inherit=True)
+        cst.parse_module(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, cst.ParserSyntaxError):
+        return False
+    return True
+
+
+def lint_source(source: str, filename: str, rules: list[type]) -> list[Finding]:
+    """Findings of ``rules`` in ``source`` (sorted, ``# noqa`` applied). Raises ParseError."""
+    silenced = _file_noqa(source)
+    if silenced == {"*"}:
+        return []
+    module = _parse(source, filename)
+    if silenced:
+        rules = [r for r in rules if r.tip not in silenced]
+    try:
+        pending = FileContext(module, rules).run()
+    except RecursionError:
+        raise ParseError("expression nested too deeply for the linter (RecursionError)") from None
+    if not pending:
+        return []
+    try:
+        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    except RecursionError:
+        raise ParseError("expression nested too deeply for the linter (RecursionError)") from None
+    starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
+    lines = source.splitlines()
+    out = []
+    seen = set()
+    for p in pending:
+        f = _finding(p, filename, module, positions, starts)
+        if f is None or (f.code, f.line, f.column) in seen or _noqa(lines, f):
+            continue
+        seen.add((f.code, f.line, f.column))
+        out.append(f)
+    return sorted(out, key=Finding.sort_key)
+
+
+def _noqa(lines: list[str], f: Finding) -> bool:
+    if f.line > len(lines) or "noqa" not in lines[f.line - 1].lower():
+        return False
+    m = _NOQA.search(lines[f.line - 1])
+    if m is None:
+        return False
+    return not m["codes"] or f.code in re.split(r"[\s,]+", m["codes"].upper())
+
+
+def _finding(p: Pending, filename, module, positions, starts) -> Finding | None:
+    rng = positions.get(p.node)
+    if rng is None:
+        return None
+    fix = _resolve_fix(p.fix, module, positions, starts) if p.fix else None
+    return Finding(p.code, slug(p.code), p.message, filename, rng.start.line, rng.start.column + 1,
+                   rng.end.line, rng.end.column + 1, fix)
+
+
+def _resolve_fix(spec: FixSpec, module, positions, starts) -> Fix | None:
+    edits = []
+    for node, new in spec.edits:
+        rng = positions.get(node)
+        if rng is None:
+            return None
+        content = new if isinstance(new, str) else module.code_for_node(strip_parens(new))
+        start = starts[rng.start.line - 1] + rng.start.column
+        end = starts[rng.end.line - 1] + rng.end.column
+        edits.append(Edit(content, rng.start.line, rng.start.column + 1, rng.end.line, rng.end.column + 1, start, end))
+    return Fix(spec.applicability, spec.message, tuple(sorted(edits, key=lambda e: e.start)))
+
+
+# -- fixes -------------------------------------------------------------------------------
+def _apply(source: str, fixes: list[Fix]) -> tuple[str, int]:
+    """Apply non-overlapping fixes (first come first served); the rest wait for a later round."""
+    taken: list[tuple[int, int]] = []
+    chosen: list[Edit] = []
+    n = 0
+    for fix in sorted(fixes, key=lambda f: f.edits[0].start):
+        if any(e.start < b and a < e.end or (e.start == e.end == a) for e in fix.edits for a, b in taken):
+            continue
+        taken += [(e.start, e.end) for e in fix.edits]
+        chosen += fix.edits
+        n += 1
+    for e in sorted(chosen, key=lambda e: e.start, reverse=True):
+        source = source[: e.start] + e.content + source[e.end:]
+    return source, n
+
+
+def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = False
+               ) -> tuple[str, list[Finding], int, str]:
+    """Apply fixes until none applies. Returns (text, remaining findings, fixes applied, note).
+
+    Every round's result must parse and compile; a fix that breaks that is dropped (tried
+    alone), so the returned text is always valid Python. Raises ParseError for the input."""
+    findings = lint_source(source, filename, rules)
+    applied, note, refused = 0, "", set()
+    for _ in range(MAX_FIX_ROUNDS):
+        todo = [f for f in findings if f.fix and (f.fix.applicability == SAFE or unsafe)
+                and _key(f, source) not in refused]
+        if not todo:
+            return source, findings, applied, note
+        new, n = _apply(source, [f.fix for f in todo])
+        if not is_valid_python(new, filename):
+            n = 0
+            for f in todo:
+                trial, _ = _apply(source, [f.fix])
+                if is_valid_python(trial, filename):
+                    new, n = trial, 1
+                    break
+                refused.add(_key(f, source))
+                note = f"a {f.code} fix was not applied: the fixed file would not compile"
+            if n == 0:
+                continue
+        source, applied = new, applied + n
+        findings = lint_source(source, filename, rules)
+    note = note or f"fixes did not settle after {MAX_FIX_ROUNDS} rounds"
+    return source, findings, applied, note
+
+
+def _key(f: Finding, source: str) -> tuple:
+    e = f.fix.edits[0]
+    return (f.code, source[e.start:e.end], e.content)
+
+
+# -- one file ----------------------------------------------------------------------------
+def read_source(path: Path, max_size: int = DEFAULT_MAX_FILE_SIZE) -> tuple[str, str]:
+    """(text, encoding) of a Python file, or ParseError with a clear reason."""
+    try:
+        size = path.stat().st_size
+        if max_size and size > max_size:
+            raise ParseError(f"file is {size / 2**20:.1f} MiB, over the {max_size / 2**20:.1f} MiB limit "
+                             "(generated code?); raise it with --max-file-size")
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ParseError(f"cannot read: {exc.strerror or exc}") from None
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ParseError(f"binary file (NUL byte at offset {nul})")
+    try:
+        try:
+            encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+        except SyntaxError as exc:  # no usable coding cookie: the bytes are not UTF-8
+            data.decode("utf-8")
+            raise ParseError(f"bad encoding declaration: {exc.msg}") from None
+        return data.decode(encoding), encoding
+    except (UnicodeDecodeError, LookupError) as exc:
+        where = f" (byte 0x{data[exc.start]:02x} at offset {exc.start})" if isinstance(exc, UnicodeDecodeError) else ""
+        raise ParseError(f"not valid {getattr(exc, 'encoding', 'text')}{where}") from None
+
+
+def write_atomic(path: Path, text: str, encoding: str) -> None:
+    """Write via a temporary file in the same folder and ``os.replace`` (keeps the mode)."""
+    data = text.encode(encoding)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".pitstop", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = False, unsafe: bool = False,
+              diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE) -> FileResult:
+    """Lint (and with ``fix``/``diff`` fix) one file. Never raises for bad input."""
+    result = FileResult(display)
+    rules = rules_for(codes)
+    try:
+        source, encoding = read_source(Path(path), max_size)
+        if not (fix or diff):
+            result.findings = lint_source(source, display, rules)
+            return result
+        new, result.findings, result.fixed, result.note = fix_source(source, display, rules, unsafe)
+        if new != source:
+            if diff:
+                result.diff = "".join(difflib.unified_diff(
+                    source.splitlines(keepends=True), new.splitlines(keepends=True),
+                    fromfile=f"a/{display}", tofile=f"b/{display}"))
+            else:
+                write_atomic(Path(path), new, encoding)
+                result.written = True
+    except ParseError as exc:
+        result.error = FileError(display, str(exc))
+    except OSError as exc:
+        result.error = FileError(display, f"cannot write the fixed file: {exc}")
+    return result

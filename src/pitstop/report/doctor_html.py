@@ -1,0 +1,94 @@
+"""Self-contained HTML page of a doctor diagnosis (``pitstop doctor --html PATH``).
+
+Charts come from :mod:`pitstop.report.html` (inline SVG, no CDN, no JavaScript): the
+step-time breakdown, the memory breakdown and the per-step wall times.
+"""
+
+from __future__ import annotations
+
+import html
+
+from pitstop.report.doctor_terminal import impact_label
+from pitstop.report.html import bar_chart, html_page, line_chart, stacked_bar
+from pitstop.report.terminal import fmt_bytes, fmt_seconds
+
+__all__ = ["doctor_html"]
+
+_esc = html.escape
+_MEMORY_PARTS = (("parameters", "params"), ("gradients", "grads"), ("optimizer state", "optimizer_state"),
+                 ("activations", "activations"), ("peak", "peak"))
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{_esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def doctor_html(diag) -> str:
+    d = diag.to_dict()
+    sections: list[tuple[str, str]] = []
+    st, tp = d["step_time"] or {}, d["throughput"]
+    summary = [["outcome", _esc(d["outcome"])], ["target", f"<code>{_esc(d['target'])}</code>"],
+               ["device", _esc(d["device"]["name"] or d["device"]["type"])],
+               ["observed steps", f"{d['steps']['observed']} (after {d['steps']['warmup']} warmup)"]]
+    if st:
+        summary += [["step time", f"median {fmt_seconds(st['median'])}, p90 {fmt_seconds(st['p90'])}"],
+                    ["throughput", f"{tp['steps_per_s']:.2f} steps/s"
+                     + (f", {tp['samples_per_s']:.1f} samples/s (batch {tp['batch_size']})" if tp.get("samples_per_s") else "")],
+                    ["syncs per step", f"{d['syncs_per_step']:.1f}"]]
+    fl = d["flops"] or {}
+    if fl.get("per_step"):
+        mfu = f"{100 * fl['mfu']:.1f}%" if fl.get("mfu") is not None else "n/a"
+        summary.append(["FLOPs", f"{fl['per_step'] / 1e9:.2f} GFLOP/step, {fl['achieved_per_s'] / 1e9:.1f} GFLOP/s, "
+                                 f"MFU {mfu} ({_esc(fl['peak_source'])})"])
+    sections.append(("Summary", _table(["measure", "value"], summary)))
+    if d["traceback"]:
+        sections.append(("The script failed", f"<pre>{_esc(d['traceback'])}</pre>"))
+
+    if d["breakdown"]:
+        parts = [(ph, v["seconds"] * 1e3) for ph, v in d["breakdown"].items()]
+        chart = stacked_bar("Step time breakdown (mean per observed step)", parts, unit="ms")
+        sections.append(("Where the step time goes", chart.to_html()))
+    records = d["steps"]["records"]
+    if records:
+        walls = [r["wall"] * 1e3 for r in records]
+        chart = line_chart("Wall time of every optimizer step (warmup included)", walls,
+                           xs=[r["index"] for r in records], unit="ms")
+        kinds = ", ".join(f"{r['index']}: {r['kind']}" for r in records if r["kind"] != "observed")
+        sections.append(("Per-step times", chart.to_html() + (f'<p class="muted">not observed: {_esc(kinds)}</p>' if kinds else "")))
+    m = d["memory"] or {}
+    if m and d["steps"]["observed"]:
+        labels = [lab for lab, key in _MEMORY_PARTS if m.get(key)]
+        values = [m[key] / 2**20 for lab, key in _MEMORY_PARTS if m.get(key)]
+        chart = bar_chart("Memory breakdown", labels, values, unit="MiB")
+        note = f'<p class="muted">peak: {_esc(m.get("peak_source", ""))}; capacity {fmt_bytes(m.get("capacity"))}</p>'
+        sections.append(("Memory", chart.to_html() + note))
+
+    if d["findings"]:
+        rows = [[str(i), f"<code>{_esc(f['code'])}</code>", _esc(f["severity"]), _esc(impact_label(f)),
+                 f"<b>{_esc(f['title'])}</b><br>{_esc(f['evidence'])}<br><i>fix:</i> {_esc(f['fix'])}"]
+                for i, f in enumerate(d["findings"], 1)]
+        body = _table(["#", "code", "severity", "impact", "finding"], rows)
+    else:
+        body = "<p>No findings.</p>"
+    sections.append(("Findings, ranked by impact", body))
+    if d["probes"]:
+        rows = []
+        for name, p in d["probes"].items():
+            if "skipped" in p:
+                rows.append([_esc(name), "skipped", _esc(p["skipped"])])
+            else:
+                sp = p.get("speedup") or p.get("speedup_vs_for_loop")
+                rows.append([_esc(name), f"{sp:.2f}x", _esc(p["what"])])
+        sections.append(("Hardware probes", _table(["probe", "speed-up", "what was timed"], rows)))
+    if d["syncs"]:
+        rows = [[f"<code>{_esc(s['where'])}</code>", _esc(s["kind"]), str(s["calls"]), str(s["steps_with_calls"])]
+                for s in d["syncs"]]
+        sections.append(("Host-device syncs (observed steps)", _table(["where", "kind", "calls", "steps"], rows)))
+    if d["skipped_checks"]:
+        rows = [[_esc(s["code"]), _esc(s["reason"])] for s in d["skipped_checks"]]
+        sections.append(("Checks skipped", _table(["code", "why"], rows)))
+    if d["trace"]:
+        sections.append(("Trace", f"<p><code>{_esc(d['trace'])}</code>: open in Perfetto or chrome://tracing</p>"))
+    return html_page(f"pitstop doctor: {d['target']}", sections, subtitle=d["message"])

@@ -1,0 +1,108 @@
+"""Terminal rendering of a doctor :class:`~pitstop.doctor.diagnose.Diagnosis` (rich)."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from rich.table import Table
+from rich.text import Text
+
+from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
+
+__all__ = ["render", "impact_label"]
+
+_SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
+
+
+def impact_label(f: dict[str, Any]) -> str:
+    imp = f["impact"]
+    if imp["kind"] == "correctness":
+        return "correctness"
+    if imp["share"] is not None:
+        unit = "of step" if imp["kind"] == "time" else "of memory"
+        return f"{100 * imp['share']:.1f}% {unit}"
+    if imp["bytes"]:
+        return fmt_bytes(imp["bytes"])
+    return "n/a"
+
+
+def _memory_rows(d: dict[str, Any]) -> list[tuple[str, str, str]]:
+    m = d["memory"] or {}
+    opts = d["observations"].get("optimizers") or []
+    rule = "; ".join(f"{o['class']}: {o['state_ratio']:.1f}x params measured, rule {o['rule']}"
+                     for o in opts if o.get("state_ratio") is not None)
+    growth = m.get("growth_per_step")
+    return [
+        ("parameters", fmt_bytes(m.get("params")), ""),
+        ("gradients", fmt_bytes(m.get("grads")), "at the last observed optimizer step"),
+        ("optimizer state", fmt_bytes(m.get("optimizer_state")), rule),
+        ("activations", fmt_bytes(m.get("activations")), "saved for backward in one step"),
+        ("peak", fmt_bytes(m.get("peak")), m.get("peak_source", "")),
+        ("capacity", fmt_bytes(m.get("capacity")), ""),
+        ("growth / step", fmt_bytes(growth) if growth is not None else "n/a",
+         "slope of memory in use across observed steps (RSS is noisy on CPU)"),
+    ]
+
+
+def render(diag, file: IO[str] | None = None) -> None:
+    d = diag.to_dict()
+    con = make_console(file)
+    style = "bold green" if d["outcome"] == "diagnosed" else "bold red"
+    con.print(Text(f"pitstop doctor: {d['message']}", style=style))
+    st, tp = d["step_time"] or {}, d["throughput"]
+    if st:
+        rate = f"{tp['steps_per_s']:.2f} steps/s" if tp.get("steps_per_s") else ""
+        if tp.get("samples_per_s"):
+            rate += f", {tp['samples_per_s']:.1f} samples/s (batch {tp['batch_size']})"
+        con.print(f"device: {d['device']['name'] or d['device']['type']}  |  {d['steps']['observed']} observed steps "
+                  f"after {d['steps']['warmup']} warmup  |  step time median {fmt_seconds(st['median'])}, "
+                  f"p90 {fmt_seconds(st['p90'])}  |  {rate}")
+    if d["traceback"]:
+        con.print(Text("\nThe script's traceback:", style="bold"))
+        con.print(Text(d["traceback"].rstrip()))
+    if d["breakdown"]:
+        con.print(Text("\nStep time breakdown (mean per observed step)", style="bold"))
+        for phase, v in d["breakdown"].items():
+            con.print(f"  {phase:<10} {text_bar(v['share'], 30)} {100 * v['share']:5.1f}%  {fmt_seconds(v['seconds'])}")
+    if d["memory"] and d["steps"]["observed"]:
+        table = Table(title="Memory", title_justify="left")
+        for col in ("part", "bytes", "note"):
+            table.add_column(col, overflow="fold")
+        for row in _memory_rows(d):
+            table.add_row(*row)
+        con.print(table)
+        syncs = d["syncs"]
+        con.print(f"syncs per step: {d['syncs_per_step']:.1f}"
+                  + ("" if not syncs else "  (" + ", ".join(f"{s['kind']} at {s['where']}: {s['calls']}" for s in syncs[:3]) + ")"))
+        fl = d["flops"] or {}
+        if fl.get("per_step"):
+            mfu = f"{100 * fl['mfu']:.1f}%" if fl.get("mfu") is not None else "n/a"
+            con.print(f"FLOPs per step: {fl['per_step'] / 1e9:.2f} GFLOP; achieved {fl['achieved_per_s'] / 1e9:.1f} "
+                      f"GFLOP/s; MFU {mfu} ({fl['peak_source']})")
+        for name, p in (d["probes"] or {}).items():
+            if "skipped" in p:
+                con.print(f"probe {name}: skipped ({p['skipped']})")
+            else:
+                sp = p.get("speedup") or p.get("speedup_vs_for_loop")
+                con.print(f"probe {name}: {p['what']}: {sp:.2f}x" + (f" ({p['fastest']} fastest)" if "fastest" in p else ""))
+    findings = d["findings"]
+    if findings:
+        table = Table(title=f"Findings ({len(findings)}, ranked by impact)", title_justify="left", show_lines=True)
+        for col in ("#", "code", "severity", "impact", "finding"):
+            table.add_column(col, overflow="fold")
+        for i, f in enumerate(findings, 1):
+            body = Text(f["title"], style="bold")
+            body.append(f"\n{f['evidence']}\nfix: {f['fix']}", style="")
+            table.add_row(str(i), f["code"], Text(f["severity"], style=_SEV_STYLE[f["severity"]]),
+                          impact_label(f), body)
+        con.print(table)
+    elif d["outcome"] == "diagnosed":
+        con.print(Text("\nNo findings: no check found a problem worth fixing in this run.", style="green"))
+    if d["skipped_checks"]:
+        con.print(Text("\nChecks skipped", style="bold"))
+        for s in d["skipped_checks"]:
+            con.print(f"  {s['code']}: {s['reason']}")
+    for note in d["notes"] + d["check_errors"]:
+        con.print(f"note: {note}")
+    if d["trace"]:
+        con.print(f"trace: {d['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")

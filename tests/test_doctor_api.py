@@ -1,0 +1,159 @@
+"""The Python API (pitstop.doctor(step_fn)), the runner API tune builds on, and checks on plain data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import pitstop
+from pitstop.doctor import Observations, RunResult, RunSpec, Setup, Thresholds, diagnose, run_script
+from pitstop.doctor.spec import StepRecord
+from pitstop.registry import implementations
+
+from conftest import FIXTURES
+
+TINY = str(FIXTURES / "doctor" / "tiny.py")
+
+
+def _step_fn(sync: bool):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(32, 16), torch.randint(0, 4, (32,))
+    kept = []
+
+    def step():
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if sync:
+            kept.append(loss)  # PIT202
+            loss.item()  # PIT201
+    return step, model
+
+
+def test_doctor_api_diagnoses_a_step_function():
+    step, model = _step_fn(sync=True)
+    before = [p.detach().clone() for p in model.parameters()]
+    report = pitstop.doctor(step, steps=4, warmup=1, probes=False)
+    assert report.outcome == "diagnosed" and report.exit_code == 0
+    assert len(report.result.observed) == 4
+    assert [s.kind for s in report.result.steps] == ["warmup"] + ["observed"] * 4 + ["profiled"]
+    losses = [s.loss for s in report.result.steps]
+    assert all(isinstance(v, float) for v in losses) and losses[-1] < losses[0]  # it trained
+    codes = {f.code for f in report.findings}
+    assert {"PIT201", "PIT202"} <= codes
+    sync = next(f for f in report.findings if f.code == "PIT201")
+    line = next(i for i, text in enumerate(open(__file__), 1) if text.strip() == "loss.item()  # PIT201")
+    assert any(w.endswith(f"test_doctor_api.py:{line}") for w in sync.where), (line, sync.where)
+    assert report.observations.batch_size == 32
+    assert not torch.equal(before[0], next(model.parameters()))  # the user's model really trained
+    # the instrumentation is gone afterwards
+    assert torch.autograd.backward.__module__ == "torch.autograd"
+    assert torch.Tensor.item.__class__.__name__ != "function"
+
+
+def test_doctor_api_clean_step_has_no_sync_or_leak_findings():
+    step, _ = _step_fn(sync=False)
+    report = pitstop.doctor(step, steps=3, warmup=1, probes=False)
+    assert not {"PIT201", "PIT202"} & {f.code for f in report.findings}
+    assert json.loads(json.dumps(report.to_dict(), default=str))["outcome"] == "diagnosed"
+
+
+def test_doctor_api_step_function_that_never_steps():
+    model = nn.Linear(4, 4)
+    report = pitstop.doctor(lambda: model(torch.randn(2, 4)), steps=2, warmup=0, probes=False, max_calls=5)
+    assert report.outcome == "nothing" and report.exit_code == 5
+    assert "nothing to diagnose" in report.headline and "5 forward passes" in report.headline
+
+
+def test_doctor_api_step_function_that_raises():
+    def step():
+        raise ValueError("bad batch")
+    report = pitstop.doctor(step, steps=2, warmup=0, probes=False)
+    assert report.outcome == "script_failed" and "ValueError: bad batch" in report.result.traceback
+
+
+@pytest.mark.slow
+def test_light_mode_seeding_and_setups_for_tune():
+    base = dict(script=TINY, steps=4, warmup=1, mode="light", stdout="devnull", args=("--steps", "20"))
+    a, b = run_script(RunSpec(**base)), run_script(RunSpec(**base))
+    for r in (a, b):
+        assert r.status == "stopped" and r.observations is None
+        assert [s.kind for s in r.steps] == ["warmup"] + ["observed"] * 4  # no profiled step in light mode
+        assert set(r.steps[1].phases) <= {"backward", "optimizer"}
+        assert r.steps_per_s > 0 and r.peak_memory > 0
+    assert a.losses == b.losses and all(v is not None for v in a.losses)  # seeded the same way
+    # a setup runs after the seeding and before the script: reseeding changes the data
+    c = run_script(RunSpec(**base, setups=(Setup("pitstop.helpers.seed:seed_everything", {"seed": 1}),)))
+    assert c.status == "stopped" and c.losses != a.losses
+    # results round-trip through JSON
+    again = RunResult.from_dict(json.loads(json.dumps(c.to_dict())))
+    assert again.losses == c.losses and again.spec == c.spec
+    # a failing setup is reported, not raised
+    d = run_script(RunSpec(**base, setups=(Setup("pitstop.helpers.seed:seed_everything", {"seed": -1}),)))
+    assert d.status == "setup_error" and "seed must be an int" in d.traceback
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError, match="exactly one"):
+        RunSpec()
+    with pytest.raises(ValueError, match="module:function"):
+        Setup("no_colon")
+    with pytest.raises(TypeError):
+        Setup("a:b", {"x": object()})
+    with pytest.raises(ValueError, match="mode"):
+        RunSpec(script="x.py", mode="heavy")
+
+
+def _result(**obs) -> RunResult:
+    spec = RunSpec(script="x.py", steps=2, warmup=0)
+    steps = [StepRecord(index=i, kind="observed", wall=0.1) for i in range(2)]
+    base = {"step_time": {"median": 0.1, "mean": 0.1, "p90": 0.1, "min": 0.1, "max": 0.1},
+            "breakdown": {"data": 0.0, "forward": 0.04, "backward": 0.05, "optimizer": 0.01, "eval": 0.0, "other": 0.0},
+            "steps_observed": 2}
+    return RunResult(spec=spec, status="stopped", steps=steps, observations={**base, **obs})
+
+
+def test_cuda_only_checks_are_skipped_on_cpu_and_run_on_cuda():
+    cpu = diagnose(_result(device="cpu"))
+    assert {s["code"] for s in cpu.skipped} >= {"PIT102", "PIT103", "PIT304", "PIT602", "PIT604"}
+    cuda = diagnose(_result(device="cuda", capability=[8, 0], device_name="NVIDIA A100",
+                            kernels={"matmul": {"float32": 12}, "conv": {}},
+                            settings={"float32_matmul_precision": "highest", "tf32_matmul": False}))
+    assert "PIT304" not in {s["code"] for s in cuda.skipped}
+    assert "PIT304" in {f.code for f in cuda.findings}
+
+
+def test_thresholds_decide_the_data_wait_finding():
+    loaders = [{"role": "train", "num_workers": 0, "where": "t.py:3"}]
+    br = {"data": 0.006, "forward": 0.04, "backward": 0.044, "optimizer": 0.01, "eval": 0.0, "other": 0.0}
+    r = _result(loaders=loaders, breakdown=br)
+    assert "PIT101" in {f.code for f in diagnose(r).findings}  # 6% > 5%
+    assert "PIT101" not in {f.code for f in diagnose(r, Thresholds(data_wait_share=0.10)).findings}
+
+
+def test_every_doctor_check_is_torch_free_and_runs_on_empty_observations():
+    obs = Observations(steps_observed=1, step_time={"mean": 1.0, "median": 1.0}, breakdown={"other": 1.0})
+    for cls in implementations("D"):
+        check = cls()
+        if check.skip_reason(obs) is None:
+            list(check.check(obs, Thresholds()))  # must not raise on a run that saw nothing
+
+
+@pytest.mark.slow
+def test_trace_writes_a_chrome_trace_of_extra_steps(cli, tmp_path):
+    out = cli("doctor", "--format", "json", "--no-probes", "--steps", "2", "--warmup", "1",
+              "--trace", str(tmp_path / "trace"), TINY)
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert [r["kind"] for r in d["steps"]["records"]][-3:] == ["traced"] * 3
+    assert d["steps"]["observed"] == 2  # traced steps do not enter the statistics
+    trace = json.loads((tmp_path / "trace" / "pitstop_trace.json").read_text())
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert "Optimizer.step#SGD.step" in names
