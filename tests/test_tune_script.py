@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pytest
@@ -44,7 +45,7 @@ SCHEMA = {
 # machine other processes keep the cores busy, and two OpenMP threads then spend most of a step
 # waiting for each other (measured here: every configuration of the CNN ~550 ms/step and bf16
 # *slower*, 0.88x, with 2 threads under load; ~130 ms/step and bf16 ~1.9x with one thread).
-CNN_ARGS = ("--only", "PIT301,PIT104,PIT101", "--steps", "10", "--warmup", "2", "--repeats", "3", "--threads", "1")
+CNN_ARGS = ("--only", "PIT301,PIT104,PIT101", "--steps", "10", "--warmup", "2", "--repeats", "2", "--threads", "1")
 CNN_SCRIPT_ARGS = ("--", "--batch-size", "32", "--work", "1", "--eval-every", "1000")
 
 
@@ -95,7 +96,7 @@ def test_cnn_keeps_workers_only_when_they_beat_the_noise(cnn):
     for t in workers:
         assert t["loss_check"]["status"] == "ok"
         if t["status"] == "kept":
-            assert t["speedup"]["low"] > _bar(d) and t["speedup"]["rounds_won"] == t["speedup"]["rounds"]
+            assert t["speedup"]["low"] > _bar(d) and t["speedup"]["rounds_won"] >= math.ceil(0.75 * t["speedup"]["rounds"])
         else:
             assert t["status"] in ("no_gain", "slower") and t["speedup"]["low"] <= _bar(d) or "rounds" in t["reason"]
 

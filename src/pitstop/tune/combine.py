@@ -1,8 +1,9 @@
 """The greedy combination of kept tricks (step 4 of :mod:`pitstop.tune.search`; torch-free).
 
 The best value of each kept knob, fastest first, then the *promising* knobs (not
-significantly faster alone, point estimate above 1, loss-equivalent), at most
-``max_combine`` candidates. Each step runs interleaved rounds of (baseline, current
+significantly faster alone but not slower either, loss-equivalent, not expensive to try;
+best point estimate first), at most ``max_combine`` candidates. Effects interact: on
+oneDNN channels_last pays most under bf16, and workers only once the compute got shorter. Each step runs interleaved rounds of (baseline, current
 combination, combination + candidate); the candidate stays when the combination gets
 faster than the current one beyond the noise and stays equivalent to the baseline.
 Candidates whose Recipe fields conflict with the combination's are skipped.
@@ -26,7 +27,7 @@ def _best_per_knob(trials: Sequence[Trial], status: str) -> list[Trial]:
     for t in trials:
         if len(t.settings) != 1 or t.status != status or not t.speedup:
             continue
-        if status == "no_gain" and (t.speedup["ratio"] <= 1.0 or t.loss_check and t.loss_check["status"] not in ("ok", "unchecked")):
+        if status == "no_gain" and (t.expensive or t.loss_check and t.loss_check["status"] not in ("ok", "unchecked")):
             continue
         k = (t.settings[0].code, t.settings[0].knob)
         if k not in best or t.speedup["ratio"] > best[k].speedup["ratio"]:

@@ -87,7 +87,11 @@ def speed_verdict(speed: Speed | None, noise: float, margin: float = DEFAULT_MAR
                                "rounds: not consistent on this machine")
         return "kept", f"beats the {need}; faster in {speed.rounds_won}/{speed.rounds} rounds"
     if speed.high < 1.0 / bar:
-        return "slower", f"measurably slower (interval below 1/{bar:.2f})"
+        lost = speed.rounds - speed.rounds_won
+        if speed.rounds and lost < math.ceil(0.75 * speed.rounds):
+            return "no_gain", (f"below 1/{bar:.2f} but slower in only {lost} of {speed.rounds} rounds: "
+                               "not consistent on this machine")
+        return "slower", f"measurably slower (interval below 1/{bar:.2f}; slower in {lost}/{speed.rounds} rounds)"
     return "no_gain", f"within the noise: needs the interval above the {need}"
 
 
