@@ -217,3 +217,23 @@ def test_channels_last_and_optimizer_and_loader_patches(patches):
     patches.reset()
     assert DataLoader(list(range(8))).num_workers == 0
     assert torch.optim.SGD(model.parameters(), lr=0.1).param_groups[0]["fused"] is None
+
+
+def test_comparisons_use_the_baseline_runs_of_the_same_rounds():
+    """A configuration measured later, under another load, is compared with the baseline as
+    it ran then (rounds 3-5 here ran twice as slow for everyone)."""
+    quiet = _runs(0.100, rounds=3)
+    busy = [Run("ok", step_times=[0.200] * 10, round=r) for r in (3, 4, 5)]
+    trial_busy = [Run("ok", step_times=[0.190] * 10, round=r) for r in (3, 4, 5)]
+    speed = compare(quiet + busy, trial_busy)
+    assert speed.ratio == pytest.approx(0.200 / 0.190) and speed.rounds == 3 and speed.rounds_won == 3
+
+
+def test_slower_needs_the_rounds_too():
+    base = _runs(0.100, rounds=3)
+    trial = _runs(0.200, rounds=3)
+    assert speed_verdict(compare(base, trial), 0.0)[0] == "slower"
+    trial[0].step_times = trial[1].step_times = [0.09] * 10  # faster in two of three rounds
+    trial[2].step_times = [0.5] * 200
+    status, reason = speed_verdict(compare(base, trial), 0.0)
+    assert status == "no_gain" and "rounds" in reason

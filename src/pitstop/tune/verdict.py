@@ -60,7 +60,14 @@ def noise_floor(baseline_runs: Sequence[Run]) -> float:
 
 def compare(baseline_runs: Sequence[Run], trial_runs: Sequence[Run], *, confidence: float = DEFAULT_CONFIDENCE,
             seed: int = 0) -> Speed | None:
-    """Speed of ``trial_runs`` relative to ``baseline_runs`` (None if either has no steps)."""
+    """Speed of ``trial_runs`` relative to ``baseline_runs`` (None if either has no steps).
+
+    Only the baseline runs of the rounds the trial ran in count (all of them when no round
+    matches): a configuration re-measured later, under another load, is compared with the
+    baseline as it ran *then*."""
+    rounds_of_trial = {r.round for r in trial_runs if r.ok}
+    matched = [r for r in baseline_runs if r.ok and r.round in rounds_of_trial]
+    baseline_runs = matched or [r for r in baseline_runs if r.ok]
     base = [t for r in baseline_runs if r.ok for t in r.step_times]
     trial = [t for r in trial_runs if r.ok for t in r.step_times]
     if not base or not trial:
