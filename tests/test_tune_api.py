@@ -201,3 +201,20 @@ def test_text_report_shows_verdicts_reasons_and_the_recipe(result):
         assert name in text
     assert "REJECTED" in text and "FAILED" in text and "no_such_block" in text
     assert ("best: the baseline" in text) or ("paste into your script" in text)
+
+
+def test_budget_bounds_the_search_and_says_what_was_skipped():
+    import time
+
+    loader = DataLoader(_data(), batch_size=32, shuffle=True)
+    t0 = time.perf_counter()
+    res = pitstop.tune(_model(), _opt, _loss, loader, steps=40, warmup=2, repeats=3, sweep=False, threads=THREADS,
+                       budget=1.0, knobs=[SameKnob(), ClipKnob(), FP16Knob()])
+    spent = time.perf_counter() - t0
+    assert res.budget["exhausted"] and res.budget["seconds"] == 1.0
+    assert len(res.baseline.runs) >= 2  # the noise floor's two baseline runs always happen
+    cut = [t for t in res.trials if t.status == "skipped" or len(t.ok_runs) < 3]  # not run, or fewer rounds
+    assert cut and all("budget" in t.reason for t in cut if t.status not in ("failed", "rejected"))
+    assert any("budget" in n for n in res.notes)
+    one_run = max(r.elapsed for r in res.baseline.runs)
+    assert spent < 1.0 + 4 * one_run + 5  # a run already started finishes; nothing new starts

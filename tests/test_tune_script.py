@@ -68,11 +68,19 @@ def _bar(d):
     return (1 + d["baseline"]["noise"]) * (1 + d["settings"]["margin"])
 
 
-def test_cnn_keeps_bf16_autocast(cnn):
+def test_cnn_bf16_autocast_is_equivalent_and_judged_by_its_interval(cnn):
+    """bf16 is the largest gain on this CNN (measured 1.3-2.2x on a quiet machine: see the
+    README) but the verdict is timing, and timing on a shared CI machine is not a test: assert
+    what must hold whatever the load. The keep/slower decisions themselves are tested with
+    planted, load-independent costs below."""
     d, _ = cnn
     (bf16,) = _trials(d, "PIT301")
-    assert bf16["status"] == "kept", (bf16["reason"], d["baseline"])
-    assert bf16["speedup"]["low"] > _bar(d) and bf16["loss_check"]["status"] == "ok"
+    assert bf16["loss_check"]["status"] == "ok", bf16["loss_check"]  # bf16 trains the same
+    assert bf16["status"] in ("kept", "no_gain", "slower"), bf16
+    if bf16["status"] == "kept":
+        assert bf16["speedup"]["low"] > _bar(d)
+    else:
+        assert bf16["speedup"]["low"] <= _bar(d) or "rounds" in bf16["reason"]
 
 
 def test_cnn_channels_last_is_kept_or_an_honest_no_gain(cnn):
@@ -101,14 +109,16 @@ def test_cnn_keeps_workers_only_when_they_beat_the_noise(cnn):
             assert t["status"] in ("no_gain", "slower") and t["speedup"]["low"] <= _bar(d) or "rounds" in t["reason"]
 
 
-def test_cnn_reports_a_combined_speedup_snippet_and_recipe(cnn):
+def test_cnn_reports_a_combination_snippet_and_recipe(cnn):
     d, recipe_path = cnn
     best = d["best"]
-    assert "PIT301" in {k["code"] for k in best["knobs"]}
-    assert best["speedup"]["ratio"] > 1 and best["speedup"]["low"] > 1
-    assert best["recipe"]["precision"] == "bf16-mixed"
-    assert "torch.autocast" in best["snippet"]
-    assert d["combination"] and d["combination"][0]["status"] == "kept"
+    kept = {t["knobs"][0]["code"] for t in d["trials"] if t["status"] == "kept"}
+    assert {k["code"] for k in best["knobs"]} <= kept | {t["knobs"][0]["code"] for t in d["trials"]
+                                                         if t["status"] == "no_gain"}
+    if best["knobs"]:
+        assert best["speedup"]["low"] > 1 and d["combination"][0]["status"] == "kept"
+    if "PIT301" in {k["code"] for k in best["knobs"]}:
+        assert best["recipe"]["precision"] == "bf16-mixed" and "torch.autocast" in best["snippet"]
     loaded = Recipe.load(recipe_path)
     assert loaded == Recipe.from_dict(best["recipe"])  # --save-recipe round-trips
     n_a = {t["knobs"][0]["code"] for t in d["trials"] if t["status"] == "not_applicable"}
@@ -147,6 +157,29 @@ def planted_result():
 
     knobs = [planted.PerturbLossKnob(), planted.CrashKnob(), planted.HangKnob(), planted.OOMKnob(), planted.NoopKnob()]
     return tune_script(str(TUNE / "tiny_train.py"), steps=5, warmup=2, repeats=2, timeout=15, threads=1, knobs=knobs)
+
+
+@pytest.fixture(scope="module")
+def paced_result():
+    """tiny_train.py sleeping 40 ms per step: removing the sleep is a 2x+ speed-up and a 30 ms
+    sleep per forward a slow-down, whatever else runs on the machine."""
+    from pitstop.tune.tuning import tune_script
+
+    knobs = [planted.SkipPaceKnob(), planted.SlowKnob()]
+    return tune_script(str(TUNE / "tiny_train.py"), args=("--pace", "40"), steps=6, warmup=2, repeats=2, timeout=60,
+                       threads=1, knobs=knobs)
+
+
+def test_a_real_speedup_is_kept_a_slowdown_called_slower_and_the_best_is_the_winner(paced_result):
+    r = paced_result
+    fast, slow = r.trial("skip-pace"), r.trial("slow")
+    bar = (1 + r.noise) * (1 + r.settings["margin"])
+    assert fast.status == "kept", fast.reason
+    assert fast.speedup["low"] > bar and fast.speedup["ratio"] > 1.5
+    assert slow.status == "slower", slow.reason
+    assert slow.speedup["high"] < 1
+    assert r.best is not None and "skip-pace" in {s.knob for s in r.best.settings}
+    assert "slow" not in {s.knob for s in r.best.settings}
 
 
 def test_script_mode_rejects_the_planted_loss_perturbation(planted_result):

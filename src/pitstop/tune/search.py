@@ -366,11 +366,11 @@ def search(backend: Backend, knobs: Sequence[Knob], options: TuneOptions, *, pro
 
 def _not_applicable(knob: Knob, ctx: Context, mode: str) -> Trial | None:
     reason = None
-    if mode not in knob.modes:
+    if knob.memory_role is not None:
+        reason = ("memory knob: it makes no step faster; the batch-size sweep of pitstop.tune(...) (API mode) "
+                  "uses it") if mode == "script" else "memory knob: used by the batch-size sweep"
+    elif mode not in knob.modes:
         reason = f"not available in {mode} mode" + (" (use pitstop.tune(...) on an engine training)" if "api" in knob.modes else "")
-    elif knob.memory_role is not None:
-        reason = ("memory knob: it does not make a step faster; pitstop.tune(...) (API mode) uses it in the "
-                  "batch-size sweep") if mode == "script" else "memory knob: used by the batch-size sweep"
     else:
         app = knob.applies(ctx)
         if not app:
