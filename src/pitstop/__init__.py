@@ -39,6 +39,8 @@ _LAZY: dict[str, str] = {
     "fix_source": "pitstop.lint.runner",
     # doctor (face D): pitstop.doctor(step_fn, ...); the package itself is callable
     "doctor": "pitstop.doctor",
+    # tune (face K): the package is callable, pitstop.tune(model, optimizer_factory, loss_fn, loader)
+    "tune": "pitstop.tune",
 }
 
 __all__ = ["__version__", *_LAZY]

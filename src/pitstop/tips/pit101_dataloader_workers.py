@@ -163,3 +163,57 @@ class DataWaitCheck(Check, tip="PIT101"):
             fix = "more workers or a larger prefetch_factor, or cheaper per-sample work"
         yield self.finding(th, title="Training waits for data", evidence=evidence, fix=fix, share=share,
                            seconds=wait, where=[d["where"] for d in loaders if d.get("where")])
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class WorkersKnob(Knob, tip="PIT101"):
+    """DataLoader workers (persistent): a few counts up to the number of cores.
+
+    Script mode patches ``DataLoader.__init__`` in the child so that every loader the
+    script builds with ``num_workers=0`` gets ``value`` workers and ``persistent_workers=True``
+    (evaluation loaders too: the script is not changed, so they cannot be told apart).
+    """
+
+    name = "workers"
+    title = "DataLoader workers"
+    order = 40
+
+    def applies(self, ctx):
+        if ctx.loader_workers is None:
+            return Applicability(False, "no torch DataLoader was iterated for training")
+        if ctx.loader_workers > 0:
+            return Applicability(False, f"the training DataLoader already uses num_workers={ctx.loader_workers}")
+        if ctx.cpu_count < 2:
+            return Applicability(False, "one CPU core: workers could only take it away from the training process")
+        return Applicability(True)
+
+    def values(self, ctx):
+        c = ctx.cpu_count
+        return sorted({v for v in (1 if c <= 2 else 2, max(1, c // 2), c) if 1 <= v <= c})
+
+    def label(self, value):
+        return f"num_workers={value}"
+
+    def recipe_fields(self, value, ctx):
+        return {"num_workers": int(value), "persistent_workers": True}
+
+    def apply_in_child(self, value, **options):
+        from torch.utils.data import DataLoader
+
+        from pitstop.tune.patch import patch_init
+
+        def change(args):
+            if args.get("num_workers", 0) == 0:
+                args["num_workers"] = int(value)
+                args["persistent_workers"] = True
+
+        patch_init(DataLoader, change)
+
+    def snippet(self, value, ctx):
+        return f"""
+            train_loader = DataLoader(train_set, batch_size=..., shuffle=True,
+                                      num_workers={value}, persistent_workers=True)
+        """

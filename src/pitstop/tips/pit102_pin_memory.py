@@ -112,3 +112,49 @@ class PinMemoryCheck(Check, tip="PIT102"):
                      f"step take {ms(seconds)} of host time per step.",
             fix="DataLoader(..., pin_memory=True) and .to(device, non_blocking=True)",
             share=share, seconds=seconds, where=[d["where"] for d in unpinned if d.get("where")])
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class PinMemoryKnob(Knob, tip="PIT102"):
+    """Pinned host batches (CUDA only). Script mode patches ``DataLoader.__init__`` in the
+    child: loaders built without ``pin_memory`` get ``pin_memory=True``."""
+
+    name = "pin-memory"
+    title = "pinned host memory"
+    order = 45
+
+    def applies(self, ctx):
+        if not ctx.on_cuda:
+            return Applicability(False, "CUDA only: pinned memory only speeds up host-to-GPU copies "
+                                        f"(training runs on {ctx.device})")
+        if ctx.loader_workers is None:
+            return Applicability(False, "no torch DataLoader was iterated for training")
+        if ctx.pin_memory:
+            return Applicability(False, "the training DataLoader already pins memory")
+        return Applicability(True)
+
+    def label(self, value):
+        return "pin_memory=True"
+
+    def recipe_fields(self, value, ctx):
+        return {"pin_memory": True}
+
+    def apply_in_child(self, value, **options):
+        from torch.utils.data import DataLoader
+
+        from pitstop.tune.patch import patch_init
+
+        def change(args):
+            args["pin_memory"] = True
+
+        patch_init(DataLoader, change)
+
+    def snippet(self, value, ctx):
+        return """
+            train_loader = DataLoader(train_set, batch_size=..., shuffle=True, pin_memory=True)
+            ...
+            x = x.to("cuda", non_blocking=True)   # pinned + non_blocking: the copy overlaps compute
+        """

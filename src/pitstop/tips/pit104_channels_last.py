@@ -161,3 +161,63 @@ class ChannelsLastCheck(Check, tip="PIT104"):
                      f"is {speedup:.2f}x faster in channels_last; forward+backward are {pct(obs.compute_share)} of the step.",
             fix="model.to(memory_format=torch.channels_last) and x.to(memory_format=torch.channels_last)",
             share=share, seconds=share * obs.step_time["mean"])
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class ChannelsLastKnob(Knob, tip="PIT104"):
+    """channels_last for the top-level model and its 4-D inputs.
+
+    Script mode: right before the model's first training forward, the model is converted in
+    place (``model.to(memory_format=torch.channels_last)``: the parameters keep their
+    identity, so the optimizer still holds them) and its forward converts every 4-D floating
+    input to channels_last.
+    """
+
+    name = "channels-last"
+    title = "channels_last memory format"
+    order = 10
+
+    def applies(self, ctx):
+        if not ctx.conv2d:
+            return Applicability(False, "no Conv2d layer: channels_last only changes how convolutions read memory")
+        if ctx.input_dims is not None and ctx.input_dims != 4:
+            return Applicability(False, f"the model's inputs are {ctx.input_dims}-D, not 4-D images")
+        return Applicability(True)
+
+    def label(self, value):
+        return "channels_last"
+
+    def recipe_fields(self, value, ctx):
+        return {"channels_last": True}
+
+    def apply_in_child(self, value, **options):
+        import torch
+
+        from pitstop.tune.patch import map_tensors, on_model, wrap_forward
+
+        def to_cl(t):
+            if t.dim() == 4 and t.is_floating_point():
+                return t.contiguous(memory_format=torch.channels_last)
+            return t
+
+        def convert(model):
+            model.to(memory_format=torch.channels_last)
+
+            def wrapper(forward):
+                def channels_last_forward(*args, **kwargs):
+                    return forward(*map_tensors(args, to_cl), **map_tensors(kwargs, to_cl))
+                return channels_last_forward
+
+            wrap_forward(model, wrapper)
+
+        on_model(convert, order=self.order)
+
+    def snippet(self, value, ctx):
+        return """
+            model = model.to(memory_format=torch.channels_last)
+            ...
+            x = x.to(memory_format=torch.channels_last)   # every 4-D input batch
+        """

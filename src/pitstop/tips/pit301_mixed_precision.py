@@ -177,3 +177,81 @@ class MixedPrecisionCheck(Check, tip="PIT301"):
             fix=f"with torch.autocast(device_type, dtype=torch.{dtype}): around the forward and the loss"
                 + (" (fp16 also needs torch.amp.GradScaler)" if dtype == "float16" else ""),
             share=share, seconds=share * obs.step_time["mean"])
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class AutocastKnob(Knob, tip="PIT301"):
+    """bf16 autocast around the top-level model's forward (script and API); fp16 with a
+    GradScaler through the engine API only.
+
+    Script mode wraps the model's forward in ``torch.autocast(device, bfloat16)`` and turns
+    its low-precision floating outputs back to fp32, so the script's own loss runs in fp32
+    (what Lightning Fabric's precision plugins do). The backward stays outside autocast.
+    """
+
+    name = "autocast"
+    title = "mixed precision (autocast)"
+    order = 20
+    reduced_precision = True
+
+    def applies(self, ctx):
+        if ctx.autocast:
+            return Applicability(False, f"training forwards already run under {ctx.autocast} autocast")
+        if not self.values(ctx):
+            return Applicability(False, "this GPU has no bf16 (compute capability < 8.0) and fp16 needs a GradScaler "
+                                        "in the script: try fp16 through pitstop.tune(...) on the engine")
+        return Applicability(True)
+
+    def values(self, ctx):
+        bf16 = not ctx.on_cuda or (ctx.capability is not None and tuple(ctx.capability) >= (8, 0))
+        out = ["bf16"] if bf16 else []
+        if ctx.mode == "api":
+            out.append("fp16")  # with the engine's GradScaler
+        return out
+
+    def label(self, value):
+        return "bf16 autocast" if value == "bf16" else "fp16 autocast + GradScaler"
+
+    def recipe_fields(self, value, ctx):
+        return {"precision": "bf16-mixed" if value == "bf16" else "fp16-mixed"}
+
+    def child_kwargs(self, value, ctx):
+        return {"device": "cuda" if ctx.on_cuda else "cpu"}
+
+    def apply_in_child(self, value, device="cpu", **options):
+        if value != "bf16":
+            raise ValueError(f"script mode applies bf16 autocast only (fp16 needs a GradScaler), got {value!r}")
+        import torch
+
+        from pitstop.tune.patch import on_model, to_float, wrap_forward
+
+        def wrapper(forward):
+            def autocast_forward(*args, **kwargs):
+                with torch.autocast(device_type=device, dtype=torch.bfloat16):
+                    out = forward(*args, **kwargs)
+                return to_float(out)
+            return autocast_forward
+
+        on_model(lambda model: wrap_forward(model, wrapper), order=self.order)
+
+    def snippet(self, value, ctx):
+        dev = "cuda" if ctx.on_cuda else "cpu"
+        if value == "bf16":
+            return f"""
+                with torch.autocast(device_type="{dev}", dtype=torch.bfloat16):
+                    out = model(x)
+                    loss = loss_fn(out, y)          # forward and loss only
+                loss.backward()                     # outside autocast (PIT305)
+                optimizer.step()
+            """
+        return f"""
+            scaler = torch.amp.GradScaler("{dev}")
+            with torch.autocast(device_type="{dev}", dtype=torch.float16):
+                loss = loss_fn(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        """

@@ -90,3 +90,43 @@ class TF32Check(Check, tip="PIT304"):
                      f"(capability {obs.capability[0]}.{obs.capability[1]}); float32_matmul_precision is 'highest'.",
             fix='torch.set_float32_matmul_precision("high") at start-up (or bf16 autocast, PIT301)',
             share=None, severity="medium")
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class TF32Knob(Knob, tip="PIT304"):
+    """TF32 tensor-core math for fp32 matmuls and convolutions (NVIDIA Ampere+)."""
+
+    name = "tf32"
+    title = "TF32 matmuls/convolutions"
+    order = 25
+    reduced_precision = True
+
+    def applies(self, ctx):
+        if not ctx.on_cuda:
+            return Applicability(False, f"CUDA only: TF32 is an NVIDIA tensor-core format (training runs on {ctx.device})")
+        if ctx.capability is not None and tuple(ctx.capability) < (8, 0):
+            return Applicability(False, f"TF32 needs an Ampere or newer GPU (compute capability {ctx.capability})")
+        if ctx.float32_matmul_precision in ("high", "medium"):
+            return Applicability(False, f"already on: float32_matmul_precision={ctx.float32_matmul_precision!r}")
+        return Applicability(True)
+
+    def label(self, value):
+        return "tf32"
+
+    def recipe_fields(self, value, ctx):
+        return {"precision": "tf32"}
+
+    def apply_in_child(self, value, **options):
+        import torch
+
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+
+    def snippet(self, value, ctx):
+        return """
+            torch.set_float32_matmul_precision("high")   # TF32 matmuls
+            torch.backends.cudnn.allow_tf32 = True       # TF32 convolutions (the default)
+        """

@@ -102,3 +102,40 @@ class ActivationMemoryCheck(Check, tip="PIT401"):
                      f"{mib(acts)}, {pct(acts / accounted)} of params+grads+optimizer state+activations.",
             fix="torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False) on the largest blocks",
             kind="memory", share=acts / peak / 2, nbytes=acts // 2, severity="high")
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class CheckpointKnob(Knob, tip="PIT401"):
+    """Activation checkpointing of the model's repeated blocks: a memory knob. It makes a
+    step slower, never faster, so it is not A/B-timed on its own: the batch-size sweep of
+    ``pitstop.tune(...)`` uses it to find how much larger a batch fits, and what that batch
+    does to samples/s."""
+
+    name = "checkpoint"
+    title = "activation checkpointing"
+    modes = ("api",)
+    memory_role = "recompute"
+    order = 60
+
+    def applies(self, ctx):
+        if not ctx.blocks:
+            return Applicability(False, "no submodule blocks to recompute were found in the model")
+        return Applicability(True)
+
+    def values(self, ctx):
+        return [list(ctx.blocks)]
+
+    def label(self, value):
+        return "checkpoint " + ",".join(value)
+
+    def recipe_fields(self, value, ctx):
+        return {"checkpoint_activations": tuple(value)}
+
+    def snippet(self, value, ctx):
+        return f"""
+            recipe = pitstop.Recipe(checkpoint_activations={tuple(value)!r})   # recompute in backward
+            # by hand: out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
+        """

@@ -78,3 +78,34 @@ class GradientAccumulation(Tip):
         "Seed 001 (Gradient accumulation), seed 002 (Gradient accumulation), seed 004 (4.2 Gradient Accumulation Example)",
     )
     engine = "Recipe.accumulate sets the micro-batches per optimizer step: fit weights each loss by its share of the group's samples (1/k for full groups, also right for the epoch's short tail group) and steps once per group; under DDP the non-final micro-batches run in no_sync()."
+
+
+# --- knob face ---
+from pitstop.tune.knob import Knob  # noqa: E402
+
+
+class AccumulateKnob(Knob, tip="PIT406"):
+    """Gradient accumulation: a memory knob. The batch-size sweep of ``pitstop.tune(...)``
+    uses it to keep the effective batch the user asked for (``effective_batch=``) while
+    the micro-batch shrinks or grows: ``accumulate = effective_batch // micro_batch``."""
+
+    name = "accumulate"
+    title = "gradient accumulation"
+    modes = ("api",)
+    memory_role = "accumulate"
+    order = 61
+
+    def values(self, ctx):
+        return []  # chosen by the sweep from the effective batch
+
+    def label(self, value):
+        return f"accumulate={value}"
+
+    def recipe_fields(self, value, ctx):
+        return {"accumulate": int(value)}
+
+    def snippet(self, value, ctx):
+        return f"""
+            recipe = pitstop.Recipe(accumulate={int(value)})   # the engine divides the loss by {int(value)}
+            # by hand: (loss / {int(value)}).backward() every micro-batch, optimizer.step() every {int(value)}
+        """

@@ -258,3 +258,63 @@ class FusedOptimizerCheck(Check, tip="PIT501"):
                 evidence=f"probe: {probe['what']}: {o['mode']} {seconds[o['mode']] * 1e3:.2f} ms, {fastest} "
                          f"{seconds[fastest] * 1e3:.2f} ms ({speedup:.2f}x); optimizer.step() is {pct(opt_share)} of the step.",
                 fix=fix, share=share, seconds=share * obs.step_time["mean"] if share is not None else None)
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class OptimizerImplKnob(Knob, tip="PIT501"):
+    """The optimizer's implementation: ``fused`` (where the class has it) and ``foreach``.
+
+    Script mode patches the constructors of the ``torch.optim`` classes that accept the flag,
+    so the script's own ``torch.optim.X(..., foreach=False)`` builds the other implementation.
+    """
+
+    name = "optimizer"
+    title = "fused / foreach optimizer"
+    order = 30
+
+    def applies(self, ctx):
+        if ctx.optimizer is None:
+            return Applicability(False, "no optimizer step was seen")
+        if not self.values(ctx):
+            return Applicability(False, f"{ctx.optimizer} already runs {ctx.optimizer_mode}")
+        return Applicability(True)
+
+    def values(self, ctx):
+        out = ["fused"] if ctx.fused_available else []
+        out.append("foreach")
+        return [v for v in out if v != ctx.optimizer_mode and ctx.optimizer_mode != "fused"]
+
+    def label(self, value):
+        return f"{value} optimizer"
+
+    def recipe_fields(self, value, ctx):
+        return {"optimizer_impl": value}
+
+    def apply_in_child(self, value, **options):
+        import inspect
+
+        import torch
+
+        from pitstop.tune.patch import patch_init
+
+        flag = "fused" if value == "fused" else "foreach"
+
+        def change(args):
+            args[flag] = True
+            other = "foreach" if flag == "fused" else "fused"
+            if args.get(other):
+                args[other] = None
+
+        for obj in vars(torch.optim).values():
+            if isinstance(obj, type) and issubclass(obj, torch.optim.Optimizer) and obj is not torch.optim.Optimizer \
+                    and flag in inspect.signature(obj.__init__).parameters and "__init__" in vars(obj):
+                patch_init(obj, change)
+
+    def snippet(self, value, ctx):
+        opt = ctx.optimizer or "AdamW"
+        return f"""
+            optimizer = torch.optim.{opt}(model.parameters(), ..., {value}=True)
+        """

@@ -158,3 +158,57 @@ class CompileCheck(Check, tip="PIT601"):
                 fix='find them with TORCH_LOGS="graph_breaks" python train.py and remove them '
                     "(prints, .item(), data-dependent control flow in forward)",
                 severity="medium")
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class CompileKnob(Knob, tip="PIT601"):
+    """``torch.compile`` of the top-level model's forward. Expensive to try (compilation
+    takes tens of seconds on a small CPU), so it runs last in each round; the one-off compile
+    time is reported apart from the steady-state speed, with the step count after which it
+    pays off.
+
+    Script mode replaces the model's forward by ``torch.compile(model.forward)`` right before
+    its first training forward (``nn.Module.compile()`` in spirit; the instance keeps its
+    class and ``state_dict`` keys). Evaluation in ``eval()`` mode recompiles once.
+    """
+
+    name = "compile"
+    title = "torch.compile"
+    order = 90
+    expensive = True
+
+    def applies(self, ctx):
+        if ctx.compiled:
+            return Applicability(False, "the script already compiles its model")
+        if not ctx.on_cuda:
+            import shutil
+
+            if not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+                return Applicability(False, "torch.compile's CPU backend (inductor) needs a C++ compiler; none on PATH")
+        return Applicability(True)
+
+    def values(self, ctx):
+        return ["default"]
+
+    def label(self, value):
+        return "torch.compile" if value == "default" else f"torch.compile(mode={value!r})"
+
+    def recipe_fields(self, value, ctx):
+        return {"compile": value}
+
+    def apply_in_child(self, value, **options):
+        import torch
+
+        from pitstop.tune.patch import on_model, wrap_forward
+
+        mode = None if value == "default" else value
+        on_model(lambda model: wrap_forward(model, lambda fwd: torch.compile(fwd, mode=mode)), order=self.order)
+
+    def snippet(self, value, ctx):
+        arg = "" if value == "default" else f", mode={value!r}"
+        return f"""
+            model = torch.compile(model{arg})   # compiles on the first steps; count graph breaks
+        """

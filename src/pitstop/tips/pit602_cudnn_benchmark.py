@@ -87,3 +87,40 @@ class CudnnBenchmarkCheck(Check, tip="PIT602"):
                      f"the shape {next(iter(shapes))}.",
             fix="torch.backends.cudnn.benchmark = True at start-up (not with varying shapes, not with PIT902)",
             severity="low")
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class CudnnBenchmarkKnob(Knob, tip="PIT602"):
+    """``torch.backends.cudnn.benchmark = True`` (CUDA convolutions with static shapes)."""
+
+    name = "cudnn-benchmark"
+    title = "cudnn.benchmark"
+    order = 50
+
+    def applies(self, ctx):
+        if not ctx.on_cuda:
+            return Applicability(False, f"CUDA only: cuDNN autotuning (training runs on {ctx.device})")
+        if not ctx.conv2d:
+            return Applicability(False, "no convolution: cudnn.benchmark tunes convolution algorithms only")
+        if ctx.cudnn_benchmark:
+            return Applicability(False, "already on")
+        return Applicability(True)
+
+    def label(self, value):
+        return "cudnn.benchmark"
+
+    def recipe_fields(self, value, ctx):
+        return {"cudnn_benchmark": True}
+
+    def apply_in_child(self, value, **options):
+        import torch
+
+        torch.backends.cudnn.benchmark = True
+
+    def snippet(self, value, ctx):
+        return """
+            torch.backends.cudnn.benchmark = True   # static input shapes; not with deterministic mode (PIT902)
+        """

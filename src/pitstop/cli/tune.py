@@ -1,0 +1,140 @@
+"""``pitstop tune``: A/B-measure each trick on a training script, keep what is faster and equivalent.
+
+Exit codes: 0 the search ran (keeping nothing is a normal result), 2 usage or input error
+(missing script, syntax error, unknown --only code, bad numbers), 3 the script itself
+fails (its baseline run raised, exited early or timed out: nothing can be tuned).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from pitstop.cli import EXIT_OK, CliError, Command
+
+EXIT_SCRIPT_FAILED = 3
+
+
+def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
+    """Everything after the first ``--`` belongs to the script; tune's own options may stand
+    before or after SCRIPT."""
+    original = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        tail: list[str] = []
+        if "--" in args:
+            i = args.index("--")
+            args, tail = args[:i], args[i + 1:]
+        ns, extras = original(args, namespace)
+        ns.script_args = [*(ns.script_args or []), *tail]
+        return ns, extras
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
+
+
+def _codes(text: str) -> tuple[str, ...]:
+    return tuple(c.strip() for c in text.replace(" ", ",").split(",") if c.strip())
+
+
+class TuneCommand(Command):
+    name = "tune"
+    help = ("A/B-measure each speed trick on a training script (default: the bundled naive CNN); keep only "
+            "what is faster beyond the noise and loss-equivalent, and print the winning recipe.")
+    order = 30
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("script", nargs="?", help="training script (default: the bundled naive CNN)")
+        parser.add_argument("script_args", nargs="*", metavar="-- SCRIPT_ARGS", help="arguments for the script, after --")
+        parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module as with python -m MODULE")
+        parser.add_argument("--steps", type=int, default=10, help="optimizer steps measured per run (default 10)")
+        parser.add_argument("--warmup", type=int, default=3, help="optimizer steps before measuring (default 3)")
+        parser.add_argument("--repeats", type=int, default=3,
+                            help="interleaved rounds; the baseline runs at least twice (default 3)")
+        parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                            help="bound the whole search; runs that no longer fit are skipped (default: none)")
+        parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                            help="one run longer than this is stopped and reported failed (default 300)")
+        parser.add_argument("--only", type=_codes, default=(), metavar="CODES",
+                            help="comma-separated tip codes or knob names, e.g. PIT301,PIT104")
+        parser.add_argument("--margin", type=float, default=None,
+                            help="speed-up needed beyond the noise floor to keep a trick (default 0.05)")
+        parser.add_argument("--threads", type=int, default=None, metavar="N",
+                            help="torch.set_num_threads(N) in every run, baseline included (default: torch's)")
+        parser.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
+        parser.add_argument("--format", choices=("text", "json"), default="text")
+        parser.add_argument("--save-recipe", type=Path, metavar="PATH",
+                            help="write the winning Recipe (.toml or .json) for pitstop.fit / Recipe.load")
+        parser.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
+                            help="progress bar on stderr (auto: when stderr is a terminal)")
+        _split_at_double_dash(parser)
+
+    def run(self, args: argparse.Namespace) -> int:
+        from pitstop.examples import DEFAULT_SCRIPT
+        from pitstop.tune.search import TuneError
+
+        if args.module and args.script:
+            args.script_args = [args.script, *args.script_args]  # with -m the first positional is a script arg
+            args.script = None
+        for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1)):
+            if getattr(args, name) < low:
+                raise CliError(f"--{name} must be >= {low}, got {getattr(args, name)}")
+        if args.budget is not None and args.budget <= 0:
+            raise CliError(f"--budget must be > 0 seconds, got {args.budget:g}")
+        if args.timeout <= 0:
+            raise CliError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+        if args.threads is not None and args.threads < 1:
+            raise CliError(f"--threads must be >= 1, got {args.threads}")
+        if args.save_recipe is not None and args.save_recipe.suffix.lower() not in (".toml", ".json"):
+            raise CliError(f"--save-recipe {args.save_recipe}: use a .toml or .json file name")
+        module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
+        from pitstop.tune.knob import all_knobs
+        from pitstop.tune.script import TuneInputError
+        from pitstop.tune.search import select_knobs
+        from pitstop.tune.tuning import tune_script
+
+        try:
+            select_knobs(all_knobs(), args.only)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        progress = {"auto": None, "on": True, "off": False}[args.progress]
+        try:
+            result = tune_script(script=args.script, module=module, args=args.script_args, steps=args.steps,
+                                 warmup=args.warmup, repeats=args.repeats, budget=args.budget, only=args.only,
+                                 timeout=args.timeout, margin=args.margin, seed=args.seed, progress=progress,
+                                 threads=args.threads)
+        except TuneInputError as exc:
+            raise CliError(str(exc)) from None
+        except TuneError as exc:
+            print(f"pitstop tune: {exc}", file=sys.stderr)
+            return EXIT_SCRIPT_FAILED
+        if args.save_recipe is not None:
+            _save(result.recipe(), args.save_recipe)
+        if args.format == "json":
+            from pitstop.tune.report import render_json
+
+            sys.stdout.write(render_json(result) + "\n")
+        else:
+            from pitstop.tune.report import render_text
+
+            render_text(result)
+        if args.save_recipe is not None:
+            print(f"recipe written to {args.save_recipe} (load it with pitstop.Recipe.load)", file=sys.stderr)
+        return EXIT_OK
+
+
+def _save(recipe, path: Path) -> None:
+    """Write atomically: a reader never sees half a recipe file."""
+    import json
+
+    text = recipe.to_toml() if path.suffix.lower() == ".toml" else json.dumps(recipe.to_dict(), indent=2) + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise CliError(f"--save-recipe {path}: cannot write: {exc.strerror or exc}") from None

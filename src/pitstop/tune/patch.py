@@ -1,0 +1,134 @@
+"""Helpers that knobs use in the child process to change an unmodified script (script mode).
+
+They run before the user's script starts (through the doctor's setup seam), so they cannot
+take the script's objects as arguments. Instead:
+
+- :func:`on_model` calls a function with the **top-level model** just before its first
+  training forward: the first module called from outside any other module, with gradients
+  enabled, in training mode, that has trainable parameters. It is found by wrapping
+  ``nn.Module.__call__`` only until that call; the wrapper is then removed, so the steps
+  measured afterwards pay nothing for it. Functions run in ``order`` (layout before
+  precision before compilation), and may replace ``model.forward`` on the instance with
+  :func:`wrap_forward` (the engine's activation checkpointing does the same: ``state_dict``
+  keys do not change).
+- :func:`patch_init` changes the default keyword arguments of a class's constructor
+  (``DataLoader(num_workers=...)``, ``torch.optim.SGD(fused=...)``) for objects the script
+  builds afterwards; arguments the user passed explicitly are changed only where the knob
+  says so.
+- :func:`to_float`: floating outputs of an autocast forward back to fp32 (what Lightning
+  Fabric's precision plugins do with module outputs), so the script's loss runs in fp32.
+
+Torch is imported inside the functions: this module is imported by tip modules' methods only.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["on_model", "wrap_forward", "patch_init", "to_float", "map_tensors", "reset"]
+
+_callbacks: list[tuple[int, int, Callable[[Any], None]]] = []
+_installed: dict[str, Any] = {}
+
+
+def _trainable(module: Any) -> bool:
+    return any(p.requires_grad for p in module.parameters())
+
+
+def on_model(callback: Callable[[Any], None], *, order: int = 50) -> None:
+    """Call ``callback(model)`` once, right before the top-level model's first training forward."""
+    _callbacks.append((order, len(_callbacks), callback))
+    if "call" in _installed:
+        return
+    import torch
+    from torch import nn
+
+    original = nn.Module.__call__
+    depth = [0]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if "call" not in _installed:  # already found (another thread/recursion): plain call
+            return original(self, *args, **kwargs)
+        if depth[0] == 0 and self.training and torch.is_grad_enabled() and _trainable(self):
+            nn.Module.__call__ = original  # found: from here on the plain, unwrapped call
+            del _installed["call"]
+            for _, _, fn in sorted(_callbacks, key=lambda c: (c[0], c[1])):
+                fn(self)
+            _callbacks.clear()
+            return original(self, *args, **kwargs)  # looks up self.forward: the wrappers apply
+        depth[0] += 1
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    _installed["call"] = original
+    nn.Module.__call__ = __call__
+
+
+def wrap_forward(model: Any, wrapper: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """Replace ``model.forward`` on the instance by ``wrapper(current forward)``."""
+    model.forward = wrapper(model.forward)
+
+
+def map_tensors(obj: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to every tensor in a (nested) tuple/list/dict; other values unchanged."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):
+        return type(obj)(*(map_tensors(o, fn) for o in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(map_tensors(o, fn) for o in obj)
+    if isinstance(obj, dict):
+        return type(obj)((k, map_tensors(v, fn)) for k, v in obj.items())
+    return obj
+
+
+def to_float(obj: Any) -> Any:
+    """Floating tensors of lower precision (bf16/fp16) converted to fp32."""
+    import torch
+
+    def cast(t: torch.Tensor) -> torch.Tensor:
+        return t.float() if t.is_floating_point() and t.dtype in (torch.bfloat16, torch.float16) else t
+
+    return map_tensors(obj, cast)
+
+
+def patch_init(cls: type, change: Callable[[dict[str, Any]], None]) -> None:
+    """Wrap ``cls.__init__`` so that ``change(arguments)`` may edit the bound arguments
+    (a dict: name -> value, only those passed explicitly) before the real constructor runs."""
+    original = cls.__init__
+    sig = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            bound = sig.bind(self, *args, **kwargs)
+        except TypeError:  # let the real constructor raise its own error
+            return original(self, *args, **kwargs)
+        change(bound.arguments)
+        return original(*bound.args, **bound.kwargs)
+
+    __init__._pitstop_original = original  # type: ignore[attr-defined]
+    _installed.setdefault("init", []).append((cls, cls.__dict__.get("__init__")))
+    cls.__init__ = __init__
+
+
+def reset() -> None:
+    """Undo :func:`on_model` and :func:`patch_init` (tests; the child process just exits)."""
+    from torch import nn
+
+    original = _installed.pop("call", None)
+    if original is not None:
+        nn.Module.__call__ = original
+    _callbacks.clear()
+    for cls, own in reversed(_installed.pop("init", [])):
+        if own is None:
+            del cls.__init__
+        else:
+            cls.__init__ = own

@@ -1,0 +1,121 @@
+"""Render a :class:`TuneResult`: the terminal report (rich) and JSON (``pitstop.report``)."""
+
+from __future__ import annotations
+
+from typing import IO, Any
+
+from pitstop.report import dumps, fmt_bytes, make_console
+from pitstop.tune.result import TuneResult
+
+__all__ = ["render_text", "render_json", "VERDICT_TEXT"]
+
+VERDICT_TEXT = {"kept": "KEPT", "no_gain": "no gain", "slower": "slower", "rejected": "REJECTED",
+                "failed": "FAILED", "not_applicable": "n/a", "skipped": "skipped"}
+_STYLE = {"kept": "bold green", "rejected": "bold red", "failed": "red", "slower": "yellow"}
+
+
+def render_json(result: TuneResult) -> str:
+    return dumps(result.to_dict())
+
+
+def _speed(sp: dict[str, Any] | None) -> str:
+    if not sp:
+        return "-"
+    return f"{sp['ratio']:.2f}x [{sp['low']:.2f}, {sp['high']:.2f}]"
+
+
+def _loss(lc: dict[str, Any] | None) -> str:
+    if not lc:
+        return "-"
+    if lc["status"] == "ok":
+        return f"ok ({lc['deviation']:.2%})"
+    if lc["status"] == "diverged":
+        return f"DIVERGED ({lc['deviation']:.1%} > {lc['tolerance']:.1%})"
+    return lc["status"]
+
+
+def _mem(delta: int | None) -> str:
+    if delta is None:
+        return "-"
+    return ("+" if delta > 0 else "") + fmt_bytes(delta)
+
+
+def render_text(result: TuneResult, file: IO[str] | None = None, width: int | None = None) -> None:
+    from rich.table import Table
+
+    console = make_console(file, width=width or 150)
+    d = result.to_dict()
+    base = d["baseline"]
+    sps = base["steps_per_s"]
+    console.print(f"[bold]pitstop tune[/bold] {result.target}  ({result.mode} mode, {result.device}; "
+                  f"{d['settings']['steps']} steps after {d['settings']['warmup']} warmup, "
+                  f"{d['settings']['repeats']} interleaved rounds)")
+    console.print(f"baseline: {sps:.2f} steps/s" if sps else "baseline: not measured", end="")
+    if base["samples_per_s"]:
+        console.print(f", {base['samples_per_s']:.1f} samples/s", end="")
+    console.print(f"; noise floor {result.noise:.1%} (spread of {base['runs']} baseline runs)"
+                  if result.noise is not None else "")
+    table = Table(title_justify="left", show_lines=False)
+    for col, kw in (("trick", {}), ("code", {}), ("steps/s", {"justify": "right"}),
+                    ("speed-up [90% CI]", {"justify": "right"}), ("peak mem", {"justify": "right"}),
+                    ("loss check", {}), ("verdict", {}), ("reason", {"overflow": "fold", "ratio": 1})):
+        table.add_column(col, **kw)
+    for t in result.trials:
+        codes = " ".join(dict.fromkeys(s.code for s in t.settings))
+        verdict = VERDICT_TEXT.get(t.status, t.status)
+        style = _STYLE.get(t.status, "")
+        reason = t.reason
+        if t.compile:
+            be = t.compile.get("break_even_steps")
+            reason += (f"; compile {t.compile['compile_s']:.1f} s, pays off after {be} steps" if be
+                       else f"; compile {t.compile['compile_s']:.1f} s, never pays off (not faster)")
+        table.add_row(t.name, codes, f"{t.steps_per_s:.2f}" if t.steps_per_s else "-", _speed(t.speedup),
+                      _mem(t.memory_change), _loss(t.loss_check), f"[{style}]{verdict}[/]" if style else verdict, reason)
+    console.print(table)
+    if result.combination:
+        console.print("[bold]greedy combination[/bold]")
+        for step in result.combination:
+            console.print(f"  {VERDICT_TEXT.get(step['status'], step['status']):8s} {step['added']}: {step['reason']}")
+    best = d["best"]
+    if result.best is not None:
+        console.print(f"[bold green]best: {result.best.name}[/] -> {_speed(best['speedup'])} vs the baseline "
+                      f"({best['steps_per_s']:.2f} steps/s), loss {_loss(best['loss_check'])}")
+        console.print("\n[bold]paste into your script[/bold]")
+        console.print(result.snippet, markup=False, highlight=False)
+        from pitstop.tune.snippet import recipe_snippet
+
+        console.print("[bold]or train with the engine[/bold] (pitstop.fit; --save-recipe writes it as a file)")
+        console.print(recipe_snippet(best["recipe_changed"]), markup=False, highlight=False)
+    else:
+        console.print("[bold]best: the baseline[/bold]: no trick was faster beyond the noise and loss-equivalent")
+    if result.sweep:
+        _sweep(console, result.sweep)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+    b = result.budget
+    if b:
+        console.print(f"time: {b.get('spent', 0):.0f} s" + (f" of a {b['seconds']:.0f} s budget" if b.get("seconds") else "")
+                      + (" (budget exhausted: some runs were skipped)" if b.get("exhausted") else ""))
+
+
+def _sweep(console: Any, sweep: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    cap = sweep.get("cap")
+    title = (f"batch-size sweep (memory: {sweep['memory_measure']}; cap {fmt_bytes(cap)} = {sweep['cap_source']}, "
+             f"margin {sweep['margin']:.0%})")
+    table = Table(title=title, title_justify="left")
+    for col in ("batch", "variant", "accumulate", "peak mem", "fits", "samples/s", "note"):
+        table.add_column(col)
+    for r in sweep["rows"]:
+        table.add_row(str(r["batch_size"]), r["variant"], str(r["accumulate"]), fmt_bytes(r["peak_memory"]),
+                      {True: "yes", False: "no", None: "-"}[r["fits"]],
+                      f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "-", r["reason"] or r["status"])
+    console.print(table)
+    largest = ", ".join(f"{k}: {v if v is not None else 'none'}" for k, v in sweep["largest_fit"].items())
+    console.print(f"largest batch that fits: {largest}")
+    rec = sweep.get("recommended")
+    if rec:
+        console.print(f"fastest that fits: batch {rec['batch_size']} ({rec['variant']}, accumulate {rec['accumulate']}): "
+                      f"{rec['samples_per_s']:.1f} samples/s")
+    console.print(f"note: {sweep['note']}", markup=False, highlight=False)

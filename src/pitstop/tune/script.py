@@ -1,0 +1,131 @@
+"""Script mode: every run is the user's unmodified script in a fresh child process.
+
+Built on the doctor's runner (:func:`pitstop.doctor.run_script`): the child bootstrap seeds
+python/numpy/torch the same way for every run, installs the light instrumentation (optimizer
+step hooks for step boundaries and wall times, the ``backward`` wrapper for the loss), runs
+the setup callables, then the script as ``__main__``, and stops it after
+``warmup + steps`` optimizer steps. A trial's knobs are the setups: one
+``pitstop.tune.child:apply_knob`` call per knob, in the knobs' ``order``.
+
+Before the search, one *survey* run in the doctor's full mode (a couple of steps, no probes)
+observes the training, so knobs can say whether they apply. The script's own output is
+discarded during tuning (it would repeat for every run); a failing run's traceback is kept.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from pitstop.tune.context import context_from_observations
+from pitstop.tune.knob import Context, Knob, Setting
+from pitstop.tune.result import Run
+from pitstop.tune.search import TuneError
+
+__all__ = ["ScriptBackend", "run_from_result", "TuneInputError"]
+
+_OOM_MARKERS = ("OutOfMemoryError", "out of memory", "MemoryError", "Cannot allocate memory")
+
+
+class TuneInputError(ValueError):
+    """The target cannot run at all: missing script or module, syntax error."""
+
+
+def _doctor():
+    try:
+        from pitstop.doctor import runner, spec
+    except ImportError as exc:  # pragma: no cover - only before the doctor exists
+        raise TuneError(f"script mode needs pitstop.doctor's runner: {exc}") from None
+    return runner, spec
+
+
+def run_from_result(result: Any, steps: int) -> Run:
+    """A :class:`Run` from the doctor's :class:`RunResult`."""
+    recs = [s for s in result.steps if s.kind in ("warmup", "observed")]
+    run = Run(status="ok", step_times=[s.wall for s in recs if s.kind == "observed"],
+              warmup_times=[s.wall for s in recs if s.kind == "warmup"], losses=[s.loss for s in recs],
+              peak_memory=result.peak_memory, elapsed=result.elapsed, message=result.message,
+              traceback=result.traceback)
+    run.batch_size = next((s.batch_size for s in recs if s.batch_size), None)
+    status = result.status
+    text = f"{result.message}\n{result.traceback or ''}"
+    if status == "stopped":
+        return run
+    if status in ("finished", "exited") and run.step_times and not (status == "exited" and result.exit_code):
+        run.message = f"{result.message} ({len(run.step_times)} of {steps} steps measured)"
+        return run
+    if status == "error":
+        run.status = "oom" if any(m in text for m in _OOM_MARKERS) else "error"
+    elif status in ("finished", "exited"):
+        run.status = "error" if status == "exited" and result.exit_code else "too_few_steps"
+    elif status == "crashed" and result.returncode == -9:
+        run.status = "crashed"
+        run.message = f"{result.message} (SIGKILL: the system may have run out of memory)"
+    else:
+        run.status = status if status in ("timeout", "setup_error", "crashed") else "error"
+    return run
+
+
+class ScriptBackend:
+    mode = "script"
+
+    def __init__(self, script: str | None = None, module: str | None = None, args: Sequence[str] = (), *,
+                 seed: int = 0, cwd: str | None = None, survey_steps: int = 2, timeout: float = 300.0,
+                 python: str = sys.executable, threads: int | None = None) -> None:
+        runner, spec = _doctor()
+        if module is None and script is None:
+            raise TuneInputError("give a script path or a module name")
+        self._spec = dict(script=script, module=module, args=tuple(args), seed=seed, cwd=cwd, python=python)
+        try:
+            runner.check_target(spec.RunSpec(**self._spec))
+        except (runner.ScriptNotFoundError, runner.ScriptSyntaxError) as exc:
+            raise TuneInputError(str(exc)) from None
+        self.target = script if script is not None else f"-m {module}"
+        self.survey_steps, self.timeout, self.threads = survey_steps, timeout, threads
+        self.ctx: Context | None = None
+        self.survey: Any = None
+
+    def context(self) -> Context:
+        runner, spec = _doctor()
+        rs = spec.RunSpec(**self._spec, steps=self.survey_steps, warmup=1, timeout=self.timeout, mode="full",
+                          probes=False, stdout="devnull", setups=self._base_setups())
+        result = runner.run_script(rs, check=False)
+        self.survey = result
+        if result.status not in ("stopped", "finished", "exited") or not result.observations:
+            raise TuneError(f"the script could not be surveyed ({result.status}): {result.message}"
+                            + (f"\n{result.traceback}" if result.traceback else ""))
+        if not result.observed:
+            raise TuneError(f"the script ran no optimizer step ({result.message}): nothing to tune")
+        self.ctx = context_from_observations(result.observations)
+        return self.ctx
+
+    def _base_setups(self) -> tuple[Any, ...]:
+        from pitstop.tune.child import THREADS_TARGET
+
+        _, spec = _doctor()
+        return (spec.Setup(THREADS_TARGET, {"n": self.threads}),) if self.threads else ()
+
+    def setups(self, settings: Sequence[Setting], knobs: Sequence[Knob]) -> tuple[Any, ...]:
+        from pitstop.tune.child import TARGET, setup_kwargs
+
+        _, spec = _doctor()
+        index = {(k.tip, k.name): k for k in knobs}
+        pairs = sorted(((index[(s.code, s.knob)], s.value) for s in settings), key=lambda kv: (kv[0].order, kv[0].tip))
+        ctx = self.ctx or Context()
+        return self._base_setups() + tuple(spec.Setup(TARGET, setup_kwargs(k, v, ctx)) for k, v in pairs)
+
+    def run(self, settings: tuple[Setting, ...], knobs: Sequence[Knob], *, round: int = 0, timeout: float = 300.0,
+            steps: int = 10, warmup: int = 3) -> Run:
+        runner, spec = _doctor()
+        rs = spec.RunSpec(**self._spec, steps=steps, warmup=warmup, timeout=timeout,
+                          setups=self.setups(settings, knobs), mode="light", probes=False, stdout="devnull")
+        started = time.perf_counter()
+        result = runner.run_script(rs, check=False)
+        run = run_from_result(result, steps)
+        run.elapsed = time.perf_counter() - started  # with the child's start-up: what the budget pays
+        if run.batch_size is None and self.ctx is not None:
+            run.batch_size = self.ctx.batch_size
+        run.round = round
+        return run
