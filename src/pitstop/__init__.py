@@ -6,8 +6,7 @@ first access (PEP 562), so ``pitstop lint`` starts fast and works where torch is
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pitstop._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -46,14 +45,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pitstop' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

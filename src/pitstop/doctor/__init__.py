@@ -57,10 +57,7 @@ Runner API (what ``pitstop tune`` builds on)
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
-from typing import Any
+from pitstop._lazy import lazy_exports, make_callable
 
 _LAZY = {
     "RunSpec": "pitstop.doctor.spec",
@@ -84,26 +81,6 @@ _LAZY = {
 __all__ = ["doctor", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "doctor":
-        return sys.modules[__name__]  # the package itself is callable: see below
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pitstop.doctor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-class _CallableModule(types.ModuleType):
-    """``pitstop.doctor`` is both this package and the function ``pitstop.doctor(step_fn, ...)``
-    (:func:`pitstop.doctor.api.doctor`): a subpackage attribute and a function of the same
-    name cannot otherwise coexist on ``pitstop``."""
-
-    def __call__(self, step_fn, *args: Any, **kwargs: Any):
-        from pitstop.doctor.api import doctor as _doctor
-
-        return _doctor(step_fn, *args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, itself="doctor")
+make_callable(__name__, "pitstop.doctor.api:doctor",
+              "Run the doctor around a step function: see :func:`pitstop.doctor.api.doctor`.")

@@ -13,8 +13,7 @@ its torch-backed names lazily, like the top-level ``pitstop`` package.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pitstop._lazy import lazy_exports
 
 _LAZY: dict[str, str] = {
     "Recipe": "pitstop.engine.recipe",
@@ -42,14 +41,4 @@ _LAZY: dict[str, str] = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pitstop.engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

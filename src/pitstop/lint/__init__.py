@@ -6,9 +6,7 @@ at catalog load, so everything built on libcst is imported lazily (PEP 562).
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from pitstop._lazy import lazy_exports
 from pitstop.lint.rule import SAFE, UNSAFE, LintRule
 
 _LAZY = {
@@ -31,10 +29,4 @@ _LAZY = {
 __all__ = ["LintRule", "SAFE", "UNSAFE", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pitstop.lint' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -18,11 +18,7 @@ otherwise coexist on ``pitstop``).
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
-from typing import Any
-
+from pitstop._lazy import lazy_exports, make_callable
 from pitstop.tune.knob import Applicability, Context, Knob, Setting, all_knobs
 
 _LAZY = {
@@ -41,22 +37,6 @@ _LAZY = {
 __all__ = ["tune", "Knob", "Context", "Setting", "Applicability", "all_knobs", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "tune":
-        return sys.modules[__name__]  # the callable package (see below)
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pitstop.tune' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-class _CallableModule(types.ModuleType):
-    def __call__(self, model: Any, optimizer_factory: Any, loss_fn: Any, loader: Any, **kwargs: Any):
-        from pitstop.tune.tuning import tune as _tune
-
-        return _tune(model, optimizer_factory, loss_fn, loader, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, itself="tune")
+make_callable(__name__, "pitstop.tune.tuning:tune",
+              "Tune an engine training (API mode): see :func:`pitstop.tune.tuning.tune`.")
