@@ -16,7 +16,7 @@ import pkgutil
 import sys
 from typing import ClassVar
 
-__all__ = ["Command", "CliError", "main", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE"]
+__all__ = ["Command", "CliError", "main", "split_at_double_dash", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
 
@@ -93,3 +93,23 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
+
+
+def split_at_double_dash(parser: argparse.ArgumentParser) -> None:
+    """For commands that run a user's script (doctor, tune): everything after the first ``--``
+    goes to ``ns.script_args`` whatever it looks like, and the command's own options may stand
+    before or after SCRIPT (argparse alone refuses ``SCRIPT --steps 3 -- ARGS`` once the
+    positional slots are filled)."""
+    original = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        tail: list[str] = []
+        if "--" in args:
+            i = args.index("--")
+            args, tail = args[:i], args[i + 1:]
+        ns, extras = original(args, namespace)
+        ns.script_args = [*(ns.script_args or []), *tail]
+        return ns, extras
+
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]

@@ -12,26 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from pitstop.cli import CliError, Command
+from pitstop.cli import CliError, Command, split_at_double_dash
 
-
-def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
-    """Everything after the first ``--`` belongs to the script, whatever it looks like, and
-    the doctor's own options may stand before or after SCRIPT (argparse alone refuses
-    ``SCRIPT --steps 3 -- ARGS`` once the positional slots are filled)."""
-    original = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):
-        args = list(sys.argv[1:] if args is None else args)
-        tail: list[str] = []
-        if "--" in args:
-            i = args.index("--")
-            args, tail = args[:i], args[i + 1:]
-        ns, extras = original(args, namespace)
-        ns.script_args = [*(ns.script_args or []), *tail]
-        return ns, extras
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
 class DoctorCommand(Command):
@@ -55,7 +37,7 @@ class DoctorCommand(Command):
         parser.add_argument("--seed", type=int, default=0, help="seed python/numpy/torch before the script (default 0)")
         parser.epilog = ("exit codes: 0 diagnosed (findings or not), 2 usage/input error, 3 the script failed, "
                          "4 timed out (partial report), 5 nothing to diagnose (no optimizer step observed)")
-        _split_at_double_dash(parser)
+        split_at_double_dash(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from pitstop.doctor.diagnose import diagnose

@@ -12,27 +12,10 @@ import os
 import sys
 from pathlib import Path
 
-from pitstop.cli import EXIT_OK, CliError, Command
+from pitstop.cli import EXIT_OK, CliError, Command, split_at_double_dash
 
 EXIT_SCRIPT_FAILED = 3
 
-
-def _split_at_double_dash(parser: argparse.ArgumentParser) -> None:
-    """Everything after the first ``--`` belongs to the script; tune's own options may stand
-    before or after SCRIPT."""
-    original = parser.parse_known_args
-
-    def parse_known_args(args=None, namespace=None):
-        args = list(sys.argv[1:] if args is None else args)
-        tail: list[str] = []
-        if "--" in args:
-            i = args.index("--")
-            args, tail = args[:i], args[i + 1:]
-        ns, extras = original(args, namespace)
-        ns.script_args = [*(ns.script_args or []), *tail]
-        return ns, extras
-
-    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
 def _codes(text: str) -> tuple[str, ...]:
@@ -69,7 +52,7 @@ class TuneCommand(Command):
                             help="write the winning Recipe (.toml or .json) for pitstop.fit / Recipe.load")
         parser.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                             help="progress bar on stderr (auto: when stderr is a terminal)")
-        _split_at_double_dash(parser)
+        split_at_double_dash(parser)
 
     def run(self, args: argparse.Namespace) -> int:
         from pitstop.examples import DEFAULT_SCRIPT
