@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 
+from pitstop.report.doctor_probes import speedup_cell
 from pitstop.report.doctor_terminal import impact_label
 from pitstop.report.html import bar_chart, html_page, line_chart, stacked_bar
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
@@ -76,12 +77,12 @@ def doctor_html(diag) -> str:
     if d["probes"]:
         rows = []
         for name, p in d["probes"].items():
-            if "skipped" in p:
-                rows.append([_esc(name), "skipped", _esc(p["skipped"])])
+            if "skipped" in p or "error" in p:
+                rows.append([_esc(name), "skipped" if "skipped" in p else "error", _esc(p.get("skipped") or p["error"])])
             else:
-                sp = p.get("speedup") or p.get("speedup_vs_for_loop")
-                rows.append([_esc(name), f"{sp:.2f}x", _esc(p["what"])])
-        sections.append(("Hardware probes", _table(["probe", "speed-up", "what was timed"], rows)))
+                rows.append([_esc(name), _esc(speedup_cell(p)), _esc(p["what"])])
+        sections.append(("Hardware probes (compute only; estimates, `pitstop tune` measures the real loop)",
+                         _table(["probe", "speed-up of the best candidate (interval)", "what was timed"], rows)))
     if d["syncs"]:
         rows = [[f"<code>{_esc(s['where'])}</code>", _esc(s["kind"]), str(s["calls"]), str(s["steps_with_calls"])]
                 for s in d["syncs"]]

@@ -7,6 +7,7 @@ from typing import IO, Any
 from rich.table import Table
 from rich.text import Text
 
+from pitstop.report.doctor_probes import probe_line
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
 __all__ = ["render", "impact_label"]
@@ -80,11 +81,7 @@ def render(diag, file: IO[str] | None = None) -> None:
             con.print(f"FLOPs per step: {fl['per_step'] / 1e9:.2f} GFLOP; achieved {fl['achieved_per_s'] / 1e9:.1f} "
                       f"GFLOP/s; MFU {mfu} ({fl['peak_source']})")
         for name, p in (d["probes"] or {}).items():
-            if "skipped" in p:
-                con.print(f"probe {name}: skipped ({p['skipped']})")
-            else:
-                sp = p.get("speedup") or p.get("speedup_vs_for_loop")
-                con.print(f"probe {name}: {p['what']}: {sp:.2f}x" + (f" ({p['fastest']} fastest)" if "fastest" in p else ""))
+            con.print(f"probe {name}: {probe_line(p)}")
     findings = d["findings"]
     if findings:
         table = Table(title=f"Findings ({len(findings)}, ranked by impact)", title_justify="left", show_lines=True)
