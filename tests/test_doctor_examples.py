@@ -30,7 +30,9 @@ def _doctor(tmp: Path, module: str, *script_args: str, probes: bool = True) -> t
         args.insert(1, "--no-probes")
     out = run_cli(*args, "--", "--eval-every", "2", *script_args, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout), html
+    d = json.loads(out.stdout)
+    assert d["check_errors"] == []  # a crashing check or probe would hide its findings
+    return d, html
 
 
 @pytest.fixture(scope="module")
