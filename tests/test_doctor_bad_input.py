@@ -105,3 +105,21 @@ def test_syntax_error_names_file_and_line(cli):
 def test_bad_options_are_usage_errors(cli):
     assert cli("doctor", TINY, "--steps", "0").returncode == 2
     assert cli("doctor", TINY, "--timeout", "-1").returncode == 2
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--html", "/dev/null/x.html", "'/dev/null' is not a directory"),
+    ("--trace", "/dev/null/tr", "'/dev/null' is not a directory"),
+    ("--html", "{tmp}", "is a directory"),
+    ("--trace", "{tmp}/file.txt", "is not a directory"),
+])
+def test_bad_output_paths_are_input_errors_before_the_script_runs(cli, tmp_path, option, value, message):
+    (tmp_path / "file.txt").write_text("x")
+    marker = tmp_path / "ran"
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    out, d = doctor_json(cli, *FAST, option, value.format(tmp=tmp_path), str(script))
+    assert out.returncode == 2 and d is None
+    assert f"error: {option}: " in out.stderr and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert not marker.exists()  # the script never started
