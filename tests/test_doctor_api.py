@@ -170,6 +170,32 @@ def test_probe_gate_uses_the_interval_lower_bound():
     assert pit301.impact_share == pytest.approx(0.9 * (1 - 1 / 1.5), rel=1e-6)
 
 
+def test_reports_render_probe_results_skips_and_errors():
+    import io
+
+    from pitstop.report.doctor_html import doctor_html
+    from pitstop.report.doctor_terminal import render
+
+    probes = {"optimizer": {"what": "SGD.step()", "baseline": "for-loop", "seconds": {"for-loop": 2e-3, "foreach": 1e-3},
+                            "runs": 9, "speedups": {"foreach": {"ratio": 2.0, "low": 1.6, "high": 2.4}},
+                            "candidate": "foreach", "speedup": 2.0, "interval": [1.6, 2.4], "confidence": 0.9,
+                            "compute_only": True},
+              "channels_last": {"skipped": "no Conv2d layers in the model"},
+              "precision": {"error": "PIT301 PrecisionProbe: RuntimeError: broken"}}
+    optimizers = [{"class": "SGD", "mode": "for-loop", "state_ratio": 1.0, "state_bytes": 10, "options": {}}]
+    diag = diagnose(_result(probes=probes, optimizers=optimizers,
+                            memory={"params": 10, "grads": 10, "optimizer_state": 10, "activations": 10, "peak": 40}))
+    assert diag.errors == ["probe precision: PIT301 PrecisionProbe: RuntimeError: broken"]
+    buf = io.StringIO()
+    render(diag, file=buf)
+    text = buf.getvalue()
+    assert "foreach 2.00x (90% 1.60x-2.40x, 9 rounds) vs for-loop" in text
+    assert "probe channels_last: skipped (no Conv2d layers in the model)" in text
+    assert "RuntimeError: broken" in text
+    page = doctor_html(diag)
+    assert "foreach 2.00x (90% 1.60x-2.40x, 9 rounds) vs for-loop" in page and "RuntimeError: broken" in page
+
+
 def test_thresholds_decide_the_data_wait_finding():
     loaders = [{"role": "train", "num_workers": 0, "where": "t.py:3"}]
     br = {"data": 0.006, "forward": 0.04, "backward": 0.044, "optimizer": 0.01, "eval": 0.0, "other": 0.0}

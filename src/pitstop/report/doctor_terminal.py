@@ -30,7 +30,7 @@ def impact_label(f: dict[str, Any]) -> str:
 def _memory_rows(d: dict[str, Any]) -> list[tuple[str, str, str]]:
     m = d["memory"] or {}
     opts = d["observations"].get("optimizers") or []
-    rule = "; ".join(f"{o['class']}: {o['state_ratio']:.1f}x params measured, rule {o['rule']}"
+    rule = "; ".join(f"{o['class']}: {o['state_ratio']:.1f}x its parameters, measured from optimizer.state"
                      for o in opts if o.get("state_ratio") is not None)
     growth = m.get("growth_per_step")
     return [
@@ -58,9 +58,9 @@ def render(diag, file: IO[str] | None = None) -> None:
         con.print(f"device: {d['device']['name'] or d['device']['type']}  |  {d['steps']['observed']} observed steps "
                   f"after {d['steps']['warmup']} warmup  |  step time median {fmt_seconds(st['median'])}, "
                   f"p90 {fmt_seconds(st['p90'])}  |  {rate}")
-    if d["traceback"]:
-        con.print(Text("\nThe script's traceback:", style="bold"))
-        con.print(Text(d["traceback"].rstrip()))
+    if d["traceback"]:  # the child already wrote it to the script's stderr, above: not twice
+        last = d["traceback"].rstrip().splitlines()[-1]
+        con.print(Text(f"\nThe script's traceback is above (on stderr); it ends: {last}", style="bold"))
     if d["breakdown"]:
         con.print(Text("\nStep time breakdown (mean per observed step)", style="bold"))
         for phase, v in d["breakdown"].items():
