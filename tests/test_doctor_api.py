@@ -204,6 +204,23 @@ def test_thresholds_decide_the_data_wait_finding():
     assert "PIT101" not in {f.code for f in diagnose(r, Thresholds(data_wait_share=0.10)).findings}
 
 
+def test_data_wait_is_an_upper_bound_that_counts_the_cores():
+    loaders = [{"role": "train", "num_workers": 0, "where": "t.py:3"}]
+    br = {"data": 0.03, "forward": 0.03, "backward": 0.03, "optimizer": 0.01, "eval": 0.0, "other": 0.0}
+
+    def pit101(cores, threads):
+        d = diagnose(_result(loaders=loaders, breakdown=br, device="cpu",
+                             settings={"cpu_cores": cores, "num_threads": threads}))
+        assert d.errors == []
+        return next(f for f in d.findings if f.code == "PIT101")
+
+    busy, spare = pit101(2, 2), pit101(8, 2)
+    assert "up to 30.0%" in busy.evidence and "up to 30.0%" in spare.evidence
+    assert busy.severity == "low" and "take cores from compute" in busy.evidence
+    assert spare.severity == "high" and "take cores" not in spare.evidence
+    assert "pitstop tune" in spare.fix
+
+
 def test_every_doctor_check_is_torch_free_and_runs_on_empty_observations():
     obs = Observations(steps_observed=1, step_time={"mean": 1.0, "median": 1.0}, breakdown={"other": 1.0})
     for cls in implementations("D"):
