@@ -53,11 +53,14 @@ def doctor_html(diag) -> str:
         sections.append(("Where the step time goes", chart.to_html()))
     records = d["steps"]["records"]
     if records:
-        walls = [r["wall"] * 1e3 for r in records]
-        chart = line_chart("Wall time of every optimizer step (warmup included)", walls,
-                           xs=[r["index"] for r in records], unit="ms")
-        kinds = ", ".join(f"{r['index']}: {r['kind']}" for r in records if r["kind"] != "observed")
-        sections.append(("Per-step times", chart.to_html() + (f'<p class="muted">not observed: {_esc(kinds)}</p>' if kinds else "")))
+        # observed steps only: a warm-up step (compilation, allocator, caches) can take many
+        # times longer and would flatten the others against the axis; it is listed below
+        observed = [r for r in records if r["kind"] == "observed"]
+        chart = line_chart("Wall time of each observed optimizer step", [r["wall"] * 1e3 for r in observed],
+                           xs=[r["index"] for r in observed], unit="ms", x_label="step")
+        kinds = ", ".join(f"step {r['index']} ({r['kind']}): {r['wall'] * 1e3:.0f} ms"
+                          for r in records if r["kind"] != "observed" and r["wall"] is not None)
+        sections.append(("Per-step times", chart.to_html() + (f'<p class="muted">not observed, not plotted: {_esc(kinds)}</p>' if kinds else "")))
     m = d["memory"] or {}
     if m and d["steps"]["observed"]:
         labels = [lab for lab, key in _MEMORY_PARTS if m.get(key)]
