@@ -221,6 +221,21 @@ def test_data_wait_is_an_upper_bound_that_counts_the_cores():
     assert "pitstop tune" in spare.fix
 
 
+def test_optimizer_state_rule_of_thumb_lives_in_its_tip():
+    from pitstop.tips.pit402_optimizer_state import rule_for
+
+    assert rule_for("SGD", {"momentum": 0.0})[0] == 0.0 and rule_for("SGD", {"momentum": 0.9})[0] == 1.0
+    assert rule_for("AdamW", {"amsgrad": True})[0] == 3.0 and rule_for("Adam", {})[0] == 2.0
+    assert rule_for("RMSprop", {"momentum": 0.9, "centered": True})[0] == 3.0
+    assert rule_for("LBFGS", {})[0] is None
+    opts = [{"class": "SGD", "mode": "for-loop", "state_ratio": 1.0, "state_bytes": 40, "options": {"momentum": 0.9}}]
+    d = diagnose(_result(optimizers=opts, memory={"params": 40, "grads": 40, "optimizer_state": 40, "activations": 10,
+                                                  "peak": 130}))
+    assert d.errors == []
+    f = next(f for f in d.findings if f.code == "PIT402")
+    assert "1.0x its parameters (rule of thumb 1.0x: SGD 0x (1x with momentum))" in f.evidence
+
+
 def test_every_doctor_check_is_torch_free_and_runs_on_empty_observations():
     obs = Observations(steps_observed=1, step_time={"mean": 1.0, "median": 1.0}, breakdown={"other": 1.0})
     for cls in implementations("D"):
