@@ -164,6 +164,16 @@ def test_probes_are_a_registered_face_the_mechanism_never_names():
     assert all(c().skip_reason(obs) for c in by_tip.values())
 
 
+def test_probe_timing_pairs_rounds_in_abba_order():
+    from pitstop.doctor.probes import time_variants
+
+    calls: list[str] = []
+    t = time_variants({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, "cpu",
+                      budget_s=0.0, min_reps=4, warmup=2)
+    assert calls == ["a", "b"] * 2 + ["a", "b", "b", "a", "a", "b", "b", "a"]  # warm-up, then ABBA rounds
+    assert len(t["a"]) == len(t["b"]) == 4 and all(x >= 0 for x in t["a"] + t["b"])
+
+
 def test_probe_gate_uses_the_interval_lower_bound():
     """A probe whose median ratio clears the gate but whose interval does not is no finding."""
     def probe(low):
