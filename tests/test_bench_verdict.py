@@ -134,7 +134,7 @@ def test_measurement_rates_and_validation():
 
 
 def test_rounds_that_disagree_are_not_a_clear_win():
-    from pitstop.bench.intervals import round_ratio_interval
+    from pitstop.stats import round_ratio_interval
 
     # Within each round the samples are tight, but the rounds disagree (load bursts):
     # round 0: candidate 1.6x faster, round 1: 0.8x, round 2: 1.3x.
@@ -150,7 +150,7 @@ def test_rounds_that_disagree_are_not_a_clear_win():
 
 
 def test_rounds_that_agree_keep_a_tight_interval():
-    from pitstop.bench.intervals import round_ratio_interval
+    from pitstop.stats import round_ratio_interval
 
     base = [(r, 1.0 + 0.01 * ((r + i) % 3)) for r in range(5) for i in range(6)]
     cand = [(r, v / 2) for r, v in base]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import ast
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,6 +14,8 @@ from torch.nn import functional as F
 
 import pitstop
 from pitstop.doctor import Observations, RunResult, RunSpec, Setup, Thresholds, diagnose, run_script
+from pitstop.doctor.check import Check
+from pitstop.doctor.probe import Probe
 from pitstop.doctor.spec import StepRecord
 from pitstop.registry import implementations
 
@@ -41,7 +46,7 @@ def test_doctor_api_diagnoses_a_step_function():
     step, model = _step_fn(sync=True)
     before = [p.detach().clone() for p in model.parameters()]
     report = pitstop.doctor(step, steps=4, warmup=1, probes=False)
-    assert report.outcome == "diagnosed" and report.exit_code == 0
+    assert report.outcome == "diagnosed" and report.exit_code == 0 and report.errors == []
     assert len(report.result.observed) == 4
     assert [s.kind for s in report.result.steps] == ["warmup"] + ["observed"] * 4 + ["profiled"]
     losses = [s.loss for s in report.result.steps]
@@ -61,6 +66,7 @@ def test_doctor_api_diagnoses_a_step_function():
 def test_doctor_api_clean_step_has_no_sync_or_leak_findings():
     step, _ = _step_fn(sync=False)
     report = pitstop.doctor(step, steps=3, warmup=1, probes=False)
+    assert report.errors == []
     assert not {"PIT201", "PIT202"} & {f.code for f in report.findings}
     assert json.loads(json.dumps(report.to_dict(), default=str))["outcome"] == "diagnosed"
 
@@ -130,6 +136,89 @@ def test_cuda_only_checks_are_skipped_on_cpu_and_run_on_cuda():
     assert "PIT304" in {f.code for f in cuda.findings}
 
 
+def _names_a_tip(source: str) -> list[str]:
+    """Tip codes or tip modules named by code (strings, imports, names), docstrings aside."""
+    tree = ast.parse(source)
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+            and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    texts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and id(n) not in docs]
+    texts += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    texts += [a.name for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names]
+    return [t for t in texts if re.search(r"PIT\d{3}|pit\d{3}_", t)]
+
+
+def test_probes_are_a_registered_face_the_mechanism_never_names():
+    assert _names_a_tip('x = {"bf16": "PIT301"}') and _names_a_tip("from pitstop.tips import pit301_mixed_precision")
+    from pitstop.doctor.probes import probe_classes
+
+    by_tip = {c.tip: c for c in probe_classes()}
+    assert {"PIT104", "PIT301", "PIT501"} <= set(by_tip)
+    assert all(issubclass(c, Probe) and c.name and c.face == "D" for c in by_tip.values())
+    src = Path(pitstop.__file__).parent / "doctor"
+    for mod in ("probe.py", "probes.py", "collect.py", "memory.py", "diagnose.py"):
+        assert not _names_a_tip((src / mod).read_text(encoding="utf-8")), mod
+    # a probe decides from the plain observations whether it applies, before touching torch
+    obs = Observations(steps_observed=1, step_time={"mean": 1.0, "median": 1.0}, breakdown={"other": 1.0})
+    assert all(c().skip_reason(obs) for c in by_tip.values())
+
+
+def test_probe_timing_pairs_rounds_in_abba_order():
+    from pitstop.doctor.probes import time_variants
+
+    calls: list[str] = []
+    t = time_variants({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, "cpu",
+                      budget_s=0.0, min_reps=4, warmup=2)
+    assert calls == ["a", "b"] * 2 + ["a", "b", "b", "a", "a", "b", "b", "a"]  # warm-up, then ABBA rounds
+    assert len(t["a"]) == len(t["b"]) == 4 and all(x >= 0 for x in t["a"] + t["b"])
+
+
+def test_probe_gate_uses_the_interval_lower_bound():
+    """A probe whose median ratio clears the gate but whose interval does not is no finding."""
+    def probe(low):
+        return {"what": "fwd+bwd", "baseline": "fp32", "seconds": {"fp32": 0.2, "bfloat16": 0.1}, "runs": 10,
+                "speedups": {"bfloat16": {"ratio": 2.0, "low": low, "high": 3.0}}, "candidate": "bfloat16",
+                "speedup": 2.0, "interval": [low, 3.0], "confidence": 0.9, "compute_only": True, "dtype": "bfloat16"}
+    models = [{"class": "Net", "params": 10, "param_dtype": "float32", "conv2d": 0}]
+    br = {"data": 0.0, "forward": 0.04, "backward": 0.05, "optimizer": 0.01, "eval": 0.0, "other": 0.0}
+    sure = diagnose(_result(models=models, breakdown=br, probes={"precision": probe(1.5)}))
+    unsure = diagnose(_result(models=models, breakdown=br, probes={"precision": probe(1.05)}))
+    assert sure.errors == [] and unsure.errors == []
+    assert "PIT301" in {f.code for f in sure.findings}
+    assert "PIT301" not in {f.code for f in unsure.findings}
+    pit301 = next(f for f in sure.findings if f.code == "PIT301")
+    assert "pitstop tune" in pit301.evidence and "1.50x-3.00x" in pit301.evidence
+    # the estimate uses the lower bound: 90% compute share * (1 - 1/1.5)
+    assert pit301.impact_share == pytest.approx(0.9 * (1 - 1 / 1.5), rel=1e-6)
+
+
+def test_reports_render_probe_results_skips_and_errors():
+    import io
+
+    from pitstop.report.doctor_html import doctor_html
+    from pitstop.report.doctor_terminal import render
+
+    probes = {"optimizer": {"what": "SGD.step()", "baseline": "for-loop", "seconds": {"for-loop": 2e-3, "foreach": 1e-3},
+                            "runs": 9, "speedups": {"foreach": {"ratio": 2.0, "low": 1.6, "high": 2.4}},
+                            "candidate": "foreach", "speedup": 2.0, "interval": [1.6, 2.4], "confidence": 0.9,
+                            "compute_only": True},
+              "channels_last": {"skipped": "no Conv2d layers in the model"},
+              "precision": {"error": "PIT301 PrecisionProbe: RuntimeError: broken"}}
+    optimizers = [{"class": "SGD", "mode": "for-loop", "state_ratio": 1.0, "state_bytes": 10, "options": {}}]
+    diag = diagnose(_result(probes=probes, optimizers=optimizers,
+                            memory={"params": 10, "grads": 10, "optimizer_state": 10, "activations": 10, "peak": 40}))
+    assert diag.errors == ["probe precision: PIT301 PrecisionProbe: RuntimeError: broken"]
+    buf = io.StringIO()
+    render(diag, file=buf)
+    text = buf.getvalue()
+    assert "foreach 2.00x (90% 1.60x-2.40x, 9 rounds) vs for-loop" in text
+    assert "probe channels_last: skipped (no Conv2d layers in the model)" in text
+    assert "RuntimeError: broken" in text
+    page = doctor_html(diag)
+    assert "foreach 2.00x (90% 1.60x-2.40x, 9 rounds) vs for-loop" in page and "RuntimeError: broken" in page
+
+
 def test_thresholds_decide_the_data_wait_finding():
     loaders = [{"role": "train", "num_workers": 0, "where": "t.py:3"}]
     br = {"data": 0.006, "forward": 0.04, "backward": 0.044, "optimizer": 0.01, "eval": 0.0, "other": 0.0}
@@ -138,9 +227,43 @@ def test_thresholds_decide_the_data_wait_finding():
     assert "PIT101" not in {f.code for f in diagnose(r, Thresholds(data_wait_share=0.10)).findings}
 
 
+def test_data_wait_is_an_upper_bound_that_counts_the_cores():
+    loaders = [{"role": "train", "num_workers": 0, "where": "t.py:3"}]
+    br = {"data": 0.03, "forward": 0.03, "backward": 0.03, "optimizer": 0.01, "eval": 0.0, "other": 0.0}
+
+    def pit101(cores, threads):
+        d = diagnose(_result(loaders=loaders, breakdown=br, device="cpu",
+                             settings={"cpu_cores": cores, "num_threads": threads}))
+        assert d.errors == []
+        return next(f for f in d.findings if f.code == "PIT101")
+
+    busy, spare = pit101(2, 2), pit101(8, 2)
+    assert "up to 30.0%" in busy.evidence and "up to 30.0%" in spare.evidence
+    assert busy.severity == "low" and "take cores from compute" in busy.evidence
+    assert spare.severity == "high" and "take cores" not in spare.evidence
+    assert "pitstop tune" in spare.fix
+
+
+def test_optimizer_state_rule_of_thumb_lives_in_its_tip():
+    from pitstop.tips.pit402_optimizer_state import rule_for
+
+    assert rule_for("SGD", {"momentum": 0.0})[0] == 0.0 and rule_for("SGD", {"momentum": 0.9})[0] == 1.0
+    assert rule_for("AdamW", {"amsgrad": True})[0] == 3.0 and rule_for("Adam", {})[0] == 2.0
+    assert rule_for("RMSprop", {"momentum": 0.9, "centered": True})[0] == 3.0
+    assert rule_for("LBFGS", {})[0] is None
+    opts = [{"class": "SGD", "mode": "for-loop", "state_ratio": 1.0, "state_bytes": 40, "options": {"momentum": 0.9}}]
+    d = diagnose(_result(optimizers=opts, memory={"params": 40, "grads": 40, "optimizer_state": 40, "activations": 10,
+                                                  "peak": 130}))
+    assert d.errors == []
+    f = next(f for f in d.findings if f.code == "PIT402")
+    assert "1.0x its parameters (rule of thumb 1.0x: SGD 0x (1x with momentum))" in f.evidence
+
+
 def test_every_doctor_check_is_torch_free_and_runs_on_empty_observations():
     obs = Observations(steps_observed=1, step_time={"mean": 1.0, "median": 1.0}, breakdown={"other": 1.0})
     for cls in implementations("D"):
+        if not issubclass(cls, Check):
+            continue  # the probes (same face) are tested below
         check = cls()
         if check.skip_reason(obs) is None:
             list(check.check(obs, Thresholds()))  # must not raise on a run that saw nothing

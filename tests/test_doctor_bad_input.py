@@ -25,6 +25,7 @@ def test_script_that_raises_shows_traceback_and_what_was_measured(cli):
     assert d["outcome"] == "script_failed" and d["status"] == "error"
     assert "RuntimeError: boom at step 3" in d["traceback"]
     assert "tiny.py" in d["traceback"] and "pitstop/doctor" not in d["traceback"]
+    assert "runpy" not in d["traceback"]  # "<frozen runpy>" on Python >= 3.11
     # steps 0..2 ran: 1 warmup + 2 observed, measured and reported
     assert d["steps"]["observed"] == 2
     assert len(d["steps"]["records"]) == 3 and all(r["loss"] is not None for r in d["steps"]["records"])
@@ -105,3 +106,30 @@ def test_syntax_error_names_file_and_line(cli):
 def test_bad_options_are_usage_errors(cli):
     assert cli("doctor", TINY, "--steps", "0").returncode == 2
     assert cli("doctor", TINY, "--timeout", "-1").returncode == 2
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--html", "/dev/null/x.html", "'/dev/null' is not a directory"),
+    ("--trace", "/dev/null/tr", "'/dev/null' is not a directory"),
+    ("--html", "{tmp}", "is a directory"),
+    ("--trace", "{tmp}/file.txt", "is not a directory"),
+])
+def test_bad_output_paths_are_input_errors_before_the_script_runs(cli, tmp_path, option, value, message):
+    (tmp_path / "file.txt").write_text("x")
+    marker = tmp_path / "ran"
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    out, d = doctor_json(cli, *FAST, option, value.format(tmp=tmp_path), str(script))
+    assert out.returncode == 2 and d is None
+    assert f"error: {option}: " in out.stderr and message in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+    assert not marker.exists()  # the script never started
+
+
+def test_text_report_does_not_print_the_traceback_twice(cli):
+    out = cli("doctor", TINY, *FAST, "--", "--raise-at", "3", timeout=240)
+    assert out.returncode == 3, out.stderr
+    both = out.stdout + out.stderr
+    assert both.count("Traceback (most recent call last)") == 1, both
+    assert "RuntimeError: boom at step 3" in out.stdout  # the report names the error
+    assert "runpy" not in both

@@ -69,6 +69,11 @@ def test_charts_are_self_contained_svg_with_points():
     assert "75%" in stacked.svg
     line = line_chart("steps", [1.0, 2.0, 1.5])
     assert line.svg.count('class="point"') == 3
+    # long y labels carry the unit and fit left of the axis (not clipped at x < 0)
+    wide = line_chart("steps", [1930.0, 700.0], unit="ms", x_label="step")
+    label = re.search(r'<text x="([\d.]+)" y="[\d.]+" text-anchor="end">1930 ms</text>', wide.svg)
+    assert label and float(label.group(1)) - 7 * len("1930 ms") >= 0, wide.svg
+    assert ">step</text>" in wide.svg and "e+03" not in wide.svg
     page = html_page("Report <x>", [("Time", bars.to_html() + line.to_html())])
     assert page.startswith("<!DOCTYPE html>") and "Report &lt;x&gt;" in page
     assert not re.search(r"(src|href)=\"https?://", page), "the page must work offline"

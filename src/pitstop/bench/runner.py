@@ -3,7 +3,7 @@
 The runner never imports a tip: it asks the registry for ``implementations("B")`` after
 ``pitstop.tips.load_all()``. For each benchmark it builds the context, calls ``run``,
 computes the claim's ratio with a bootstrap interval of the ratio of medians (over whole
-timing rounds, ``pitstop.bench.intervals``; over samples, ``pitstop.stats``, otherwise) and the verdict (``pitstop.bench.verdict``), and records the device.
+timing rounds, ``pitstop.stats.round_ratio_interval``; over samples, ``pitstop.stats``, otherwise) and the verdict (``pitstop.bench.verdict``), and records the device.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from typing import Any
 
 from pitstop import registry, stats
 from pitstop.bench.base import Benchmark, BenchSkip, Claim, Measurement, Outcome
-from pitstop.bench.intervals import round_ratio_interval
 from pitstop.bench.verdict import CONFIDENCE, SKIPPED, Verdict, judge
 
 __all__ = ["BenchResult", "BenchReport", "UnknownBenchmarkError", "available", "select", "run_one", "run_all"]
@@ -163,7 +162,7 @@ def _interval(by_name: dict[str, Measurement], base: Sequence[str], cand: Sequen
     b, c = _pooled(by_name, base), _pooled(by_name, cand)
     if any(r < 0 for r, _ in b + c):
         return stats.ratio_interval(_values(b), _values(c), confidence=CONFIDENCE)
-    return round_ratio_interval(b, c, confidence=CONFIDENCE)
+    return stats.round_ratio_interval(b, c, confidence=CONFIDENCE)
 
 
 def _evaluate(cls: type[Benchmark], outcome: Outcome,

@@ -5,7 +5,7 @@ Each variant is warmed up, then timed in rounds; in every round each variant get
 around each block and sets the thread count), and the order of the variants rotates from
 round to round, so a burst of load from another process hits every variant rather than
 one. The per-call time of every block is a sample, tagged with its round; the runner computes
-medians, IQRs and a ratio interval that resamples whole rounds (``pitstop.bench.intervals``).
+medians, IQRs and a ratio interval that resamples whole rounds (``pitstop.stats.round_ratio_interval``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The rule, exactly (``r`` = measured ratio of medians, ``[lo, hi]`` its 95% bootstrap
 interval, resampling whole timing rounds so that a burst of load counts once
-(``pitstop.bench.intervals``), ``c`` = the claimed factor, ``m`` = 5% noise margin):
+(``pitstop.stats.round_ratio_interval``), ``c`` = the claimed factor, ``m`` = 5% noise margin):
 
 Speed-up claims (ratio = median time of the baseline / median time of the candidate):
 

@@ -8,6 +8,8 @@ Layout (each module small; this package imports nothing heavy until a name is us
 - ``instrument``, ``syncs``, ``memory``, ``profiled``, ``probes``, ``collect``: measurements
 - ``observations``: :class:`Observations`, the plain data the checks read (torch-free)
 - ``check``: :class:`Check` (base of every tip's doctor face), :class:`Finding`, :class:`Thresholds`
+- ``probe``: :class:`Probe` (base of a tip's doctor probe, same face, torch-free), :class:`ProbeSkip`;
+  ``probes`` runs every registered probe in the child
 - ``diagnose``: :func:`diagnose` -- run the registered checks, rank findings
 - ``api``: :func:`doctor` -- the same instrumentation around a step function
 
@@ -72,6 +74,8 @@ _LAZY = {
     "Check": "pitstop.doctor.check",
     "Finding": "pitstop.doctor.check",
     "Thresholds": "pitstop.doctor.check",
+    "Probe": "pitstop.doctor.probe",
+    "ProbeSkip": "pitstop.doctor.probe",
     "Diagnosis": "pitstop.doctor.diagnose",
     "diagnose": "pitstop.doctor.diagnose",
     "EXIT_CODES": "pitstop.doctor.diagnose",

@@ -23,8 +23,14 @@ from pitstop.registry import Face
 
 __all__ = ["Check", "Finding", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib"]
 
-#: Severity order, most urgent first. ``high``: worth fixing now (>= ``high_share`` of the
-#: step time, or a correctness bug); ``medium``: measurable; ``low``: small or unmeasured.
+#: Severity order, most urgent first. Time and memory findings take theirs from the
+#: estimated share a fix saves (:func:`severity_for`: >= ``high_share`` high, >=
+#: ``medium_share`` medium, else low; memory is low unless memory is under pressure; an
+#: impact that is only an upper bound may be lowered by its check, with the reason in the
+#: evidence). ``correctness`` findings (no share): ``high`` when results are wrong (the
+#: model trains or evaluates incorrectly), ``medium`` when the settings leave
+#: reproducibility unclear on the device at hand, ``low`` for a degraded, wasteful or
+#: deprecated but not wrong result.
 SEVERITIES = ("high", "medium", "low")
 
 
@@ -42,8 +48,9 @@ class Thresholds:
     utilisation: float = 0.50
     #: peak memory above this share of device capacity is memory pressure (plugin: 90%).
     memory_share: float = 0.90
-    #: a probe must measure at least this speed-up before a tip is recommended: below
-    #: ~10% the difference is within run-to-run noise on a shared 2-core machine.
+    #: the lower bound of a probe's speed-up interval must reach this before a tip is
+    #: recommended: below ~10% the difference is within run-to-run noise on a shared
+    #: 2-core machine.
     probe_speedup: float = 1.10
     #: a sync call site is "per step" when it fires in at least this share of steps.
     per_step_fraction: float = 0.5

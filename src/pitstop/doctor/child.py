@@ -41,10 +41,12 @@ def _redirect_stdout(target: str) -> None:
 
 
 def _script_traceback(exc: BaseException) -> str:
-    """The traceback from the script's frames on (bootstrap and runpy frames dropped)."""
+    """The traceback from the script's frames on (bootstrap and runpy frames dropped; runpy
+    is ``<frozen runpy>`` on Python >= 3.11, ``.../runpy.py`` before)."""
     tb = exc.__traceback__
     here = os.path.dirname(os.path.abspath(__file__))
     while tb is not None and (tb.tb_frame.f_code.co_filename.startswith(here)
+                              or tb.tb_frame.f_code.co_filename in ("<frozen runpy>", "<frozen importlib._bootstrap>")
                               or tb.tb_frame.f_code.co_filename.endswith("runpy.py")):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))

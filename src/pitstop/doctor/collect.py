@@ -68,18 +68,33 @@ def _optimizer_mode(opt) -> str:
     return "for-loop"
 
 
+def _options(opt) -> dict[str, Any]:
+    """The first param group's JSON-able options (lr, momentum, amsgrad, ...), for checks."""
+    g = opt.param_groups[0] if opt.param_groups else {}
+    out: dict[str, Any] = {}
+    for k, v in g.items():
+        if k == "params":
+            continue
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            out[k] = v
+        elif isinstance(v, tuple) and all(isinstance(x, (int, float)) for x in v):
+            out[k] = list(v)
+    return out
+
+
 def _optimizer_info(opt) -> dict[str, Any]:
     params = [p for g in opt.param_groups for p in g["params"]]
     pbytes = mem.param_bytes(params)
     sbytes = mem.state_bytes(opt)
-    rule_ratio, rule = mem.rule_for(opt)
     decay_1d = [(p, g.get("weight_decay", 0)) for g in opt.param_groups if g.get("weight_decay", 0)
                 for p in g["params"] if p.dim() <= 1 and p.requires_grad]
     frozen = [p for p in params if not p.requires_grad]
     sig = inspect.signature(type(opt).__init__).parameters
     return {"class": type(opt).__name__, "mode": _optimizer_mode(opt), "fused_available": "fused" in sig,
             "params": len(params), "param_bytes": pbytes, "state_bytes": sbytes,
-            "state_ratio": sbytes / pbytes if pbytes else None, "rule_ratio": rule_ratio, "rule": rule,
+            "state_ratio": sbytes / pbytes if pbytes else None, "options": _options(opt),
             "frozen_params": len(frozen), "frozen_numel": sum(p.numel() for p in frozen),
             "decay_1d_params": len(decay_1d), "decay_1d_numel": sum(p.numel() for p, _ in decay_1d),
             "weight_decay": max((wd for _, wd in decay_1d), default=0.0)}
@@ -124,7 +139,17 @@ def _settings() -> dict[str, Any]:
             "tf32_matmul": bool(b.cuda.matmul.allow_tf32), "tf32_cudnn": bool(b.cudnn.allow_tf32),
             "float32_matmul_precision": torch.get_float32_matmul_precision(),
             "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "num_threads": torch.get_num_threads(), "world_size": _world_size()}
+            "num_threads": torch.get_num_threads(), "cpu_cores": _cpu_cores(), "world_size": _world_size()}
+
+
+def _cpu_cores() -> int | None:
+    """CPUs this process may run on (its affinity mask; ``os.cpu_count()`` elsewhere)."""
+    import os
+
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
 
 
 def _world_size() -> int | None:
@@ -185,7 +210,7 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.memory = _memory(inst, device, models)
     o.flops = _flops(inst, o)
     o.compile = _compile_info(models)
-    if probes and models and n_obs:
+    if probes and n_obs:
         o.probes = _probes(inst, o, models, probe_budget)
     return o
 
@@ -239,26 +264,10 @@ def _compile_info(models) -> dict[str, Any]:
 
 
 def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> dict[str, Any]:
-    from pitstop.doctor import probes as pr
+    """The registered probes (face D), on copies of the primary model and its last batch."""
+    from pitstop.doctor.probes import run_probes
 
-    out: dict[str, Any] = {}
-    model, info = models[0]
-    args = inst.last_train_args.get(id(model))
-    ac = o.forwards.get("autocast", {})
-    used = max(ac, key=ac.get) if ac else "none"
-
-    def guarded(name, fn):
-        try:
-            out[name] = fn()
-        except Exception as exc:
-            out[name] = {"skipped": f"{type(exc).__name__}: {exc}"}
-
-    if args is not None and not info.get("compiled"):
-        if used == "none" and o.models[0]["param_dtype"] == "float32":
-            guarded("precision", lambda: pr.precision_probe(model, args, o.device, budget))
-        if o.models[0]["conv2d"] and not o.kernels.get("conv_channels_last"):
-            guarded("channels_last", lambda: pr.channels_last_probe(model, args, o.device, used, budget))
-    for i, opt in enumerate(inst.optimizers.values()):
-        if _optimizer_mode(opt) != "fused":
-            guarded(f"optimizer{i if i else ''}", lambda opt=opt: pr.optimizer_probe(opt, budget))
-    return out
+    model, info = models[0] if models else (None, {})
+    args = inst.last_train_args.get(id(model)) if model is not None else None
+    return run_probes(o, model=model, args=args, compiled=bool(info.get("compiled")),
+                      optimizers=list(inst.optimizers.values()), budget_s=budget)

@@ -133,7 +133,7 @@ def _checks() -> list[type[Check]]:
     from pitstop import registry, tips
 
     tips.load_all()
-    return sorted(registry.implementations("D"), key=lambda c: (c.tip, c.__name__))
+    return sorted((c for c in registry.implementations("D") if issubclass(c, Check)), key=lambda c: (c.tip, c.__name__))
 
 
 def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnosis:
@@ -154,5 +154,8 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnos
             diag.findings.extend(check.check(obs, th))
         except Exception as exc:  # a broken check must not hide the others' findings
             diag.errors.append(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
+    for name, p in sorted((obs.probes or {}).items()):
+        if isinstance(p, dict) and "error" in p:  # a crashed probe is as loud as a crashed check
+            diag.errors.append(f"probe {name}: {p['error']}")
     diag.findings.sort(key=Finding.sort_key)
     return diag

@@ -17,7 +17,7 @@ from typing import Any
 
 __all__ = [
     "storage_key", "unique_bytes", "param_bytes", "grad_bytes", "state_bytes", "rss_bytes",
-    "peak_rss_bytes", "capacity_bytes", "graph_nodes", "OPTIMIZER_RULES", "rule_for",
+    "peak_rss_bytes", "capacity_bytes", "graph_nodes",
 ]
 
 
@@ -110,30 +110,3 @@ def graph_nodes(limit: int = 500_000) -> int:
         except Exception:
             continue
     return len(seen)
-
-
-#: PIT402's rule of thumb: optimizer state bytes per parameter byte, by class name, with
-#: the options that add state. Measured on torch 2.13 (see the tip's truth note).
-OPTIMIZER_RULES = {
-    "SGD": (0.0, "SGD 0x (1x with momentum)"),
-    "Adam": (2.0, "Adam 2x (3x with amsgrad)"),
-    "AdamW": (2.0, "AdamW 2x (3x with amsgrad)"),
-    "RMSprop": (1.0, "RMSprop 1x (+1x momentum, +1x centered)"),
-    "Adagrad": (1.0, "Adagrad 1x"),
-}
-
-
-def rule_for(optimizer) -> tuple[float | None, str]:
-    """Expected state/param byte ratio for ``optimizer`` from its class and first group."""
-    name = type(optimizer).__name__
-    if name not in OPTIMIZER_RULES:
-        return None, f"no rule of thumb for {name}"
-    ratio, text = OPTIMIZER_RULES[name]
-    g = optimizer.param_groups[0] if optimizer.param_groups else {}
-    if name == "SGD" and g.get("momentum", 0):
-        ratio = 1.0
-    if name in ("Adam", "AdamW") and g.get("amsgrad"):
-        ratio = 3.0
-    if name == "RMSprop":
-        ratio = 1.0 + (1.0 if g.get("momentum", 0) else 0.0) + (1.0 if g.get("centered") else 0.0)
-    return ratio, text

@@ -52,9 +52,10 @@ class Observations:
     memory: dict[str, Any] = field(default_factory=dict)
     #: one dict per optimizer that stepped: ``class``, ``mode`` ("for-loop", "foreach",
     #: "fused"), ``fused_available``, ``params``, ``param_bytes``, ``state_bytes``,
-    #: ``state_ratio`` (measured state / param bytes), ``rule_ratio`` and ``rule`` (PIT402's
-    #: rule of thumb), ``frozen_params``, ``frozen_numel``, ``decay_1d_params``,
-    #: ``decay_1d_numel``, ``weight_decay`` (max over groups holding 1-D params).
+    #: ``state_ratio`` (measured state / param bytes), ``options`` (the first param group's
+    #: JSON-able options: ``lr``, ``momentum``, ``amsgrad``, ...), ``frozen_params``,
+    #: ``frozen_numel``, ``decay_1d_params``, ``decay_1d_numel``, ``weight_decay`` (max over
+    #: groups holding 1-D params).
     optimizers: list[dict[str, Any]] = field(default_factory=list)
     #: one dict per top-level module whose forward ran: ``class``, ``params``,
     #: ``trainable``, ``param_dtype``, ``dataparallel``, ``ddp``, ``compiled``,
@@ -84,7 +85,8 @@ class Observations:
     flops: dict[str, Any] = field(default_factory=dict)
     #: backend flags: ``cudnn_benchmark``, ``cudnn_deterministic``, ``tf32_matmul``,
     #: ``tf32_cudnn``, ``float32_matmul_precision``, ``deterministic_algorithms``,
-    #: ``num_threads``.
+    #: ``num_threads`` (torch intra-op threads), ``cpu_cores`` (CPUs this process may run
+    #: on), ``world_size``.
     settings: dict[str, Any] = field(default_factory=dict)
     #: retained autograd graphs: ``nodes`` (autograd nodes reachable from live tensors,
     #: after ``gc.collect()``, at the end of the first, middle and last observed step) and
@@ -95,9 +97,12 @@ class Observations:
     h2d: dict[str, Any] = field(default_factory=dict)
     #: ``compiled`` (any torch.compile'd model), ``graph_breaks`` (dynamo counters).
     compile: dict[str, Any] = field(default_factory=dict)
-    #: quick hardware probes, by name ("precision", "channels_last", "optimizer"): each a
-    #: dict with what was timed (``what``), the seconds of each variant and ``speedup``,
-    #: or ``skipped`` with the reason.
+    #: quick hardware probes (registered :class:`~pitstop.doctor.probe.Probe` faces), by
+    #: key ("precision", "channels_last", "optimizer", ...): the standard result of
+    #: :meth:`pitstop.doctor.probes.ProbeContext.compare` (``what``, ``baseline``,
+    #: ``seconds`` median per variant, ``runs``, ``speedups``, ``candidate``, ``speedup``,
+    #: ``interval`` [low, high], ``confidence``, ``compute_only``), or ``skipped`` with the
+    #: reason, or ``error`` (a probe that crashed; listed in the report's check errors).
     probes: dict[str, Any] = field(default_factory=dict)
     #: measurements that could not be made, with the reason (e.g. FLOPs of a compiled model).
     notes: list[str] = field(default_factory=list)

@@ -1,31 +1,49 @@
-"""Quick hardware probes: measure a trick on this machine before recommending it.
+"""Running the registered probes (face D, :class:`~pitstop.doctor.probe.Probe`) in the child.
 
-Each probe times two variants of the same work, interleaved, for about a second (three
-warm-up calls and at least six timed runs each; the fastest run counts), on a deep copy of
-the user's model and up to 16 samples of the last training batch it saw (the user's model, optimizer and RNG state are
-left untouched):
+The mechanism knows no tip: it asks the registry for every :class:`Probe`, lets each one
+say from the plain observations whether it applies, and runs it with a
+:class:`ProbeContext`: copies of the user's model (the first one that trained) and of the
+last training batch it saw, the live optimizers (to read, never to step), and the timing
+helper :meth:`ProbeContext.compare`.
 
-- ``precision``: forward+backward in fp32 vs under bf16 autocast (fp16 on GPUs without
-  bf16) -- PIT301;
-- ``channels_last``: forward+backward NCHW vs channels_last model and input -- PIT104;
-- ``optimizer``: one ``step()`` of the same optimizer class in for-loop vs foreach vs
-  fused mode on tensors shaped like its parameters -- PIT501.
+What a probe measures, and what it does not: it times *compute only* -- a forward and
+backward (or one ``optimizer.step()``) of copies, on up to the batch's samples, with the
+script stopped, so no DataLoader worker competes for the cores and nothing else of the
+step runs. Its speed-up is an *estimate* of what the real loop gains; ``pitstop tune``
+measures the real loop.
+
+How it times (:func:`time_variants`): two warm-up calls per variant (oneDNN's bf16 kernels
+need several calls before they reach speed), then timed *rounds*, each running every
+variant once, in alternating order (ABBA), for about ``budget_s`` seconds and at least
+``min_reps`` rounds. :meth:`ProbeContext.compare` reports the median of each variant and,
+for each candidate, the ratio of medians with a 90% paired-bootstrap interval over rounds
+(:func:`pitstop.stats.round_ratio_interval`: a burst of load from other
+processes hits both variants of a round, so it counts once). Checks gate on the
+interval's lower bound, not on a fastest-of-n.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
-__all__ = ["time_variants", "precision_probe", "channels_last_probe", "optimizer_probe"]
+from pitstop.doctor.observations import Observations
+from pitstop.doctor.probe import Probe, ProbeSkip
+
+__all__ = ["ProbeContext", "time_variants", "run_probes", "probe_classes", "MAX_PROBE_BYTES", "PROBE_SAMPLES",
+           "CONFIDENCE"]
 
 #: parameters larger than this are not deep-copied for a probe (memory), in bytes.
 MAX_PROBE_BYTES = 512 * 2**20
+#: the fewest samples of the last batch a model probe runs on; more (up to the whole
+#: batch) when one forward+backward of them stays cheap (see :meth:`ProbeContext.batch`).
+PROBE_SAMPLES = 16
+#: confidence of the speed-up intervals (two-sided; the lower bound is a 95% one-sided bound).
+CONFIDENCE = 0.90
 
 
 def _sync(device: str) -> None:
@@ -34,28 +52,33 @@ def _sync(device: str) -> None:
 
 
 def time_variants(variants: dict[str, Callable[[], Any]], device: str, budget_s: float = 1.0,
-                  min_reps: int = 6, max_reps: int = 50, warmup: int = 3) -> dict[str, float]:
-    """Fastest time of each callable over interleaved runs, after ``warmup`` calls each
-    (oneDNN's bf16 kernels on this CPU need several calls before they reach speed).
+                  min_reps: int = 8, max_reps: int = 60, warmup: int = 2) -> dict[str, list[float]]:
+    """Seconds of each callable, one sample per round; rounds alternate the order (ABBA).
 
-    The minimum, as ``timeit`` recommends: on a machine shared with other work,
-    interference only ever adds time, so the fastest run is the best estimate of the cost.
+    ``result[name][i]`` was taken in round ``i`` for every name, so the samples pair up.
     """
+    names = list(variants)
     for _ in range(warmup):
         for fn in variants.values():
             fn()
     _sync(device)
-    times: dict[str, list[float]] = {k: [] for k in variants}
+    times: dict[str, list[float]] = {k: [] for k in names}
     start = time.perf_counter()
     reps = 0
     while reps < max_reps and (reps < min_reps or time.perf_counter() - start < budget_s):
-        for name, fn in variants.items():
+        for name in (names if reps % 2 == 0 else names[::-1]):
             t0 = time.perf_counter()
-            fn()
+            variants[name]()
             _sync(device)
             times[name].append(time.perf_counter() - t0)
         reps += 1
-    return {k: min(v) for k, v in times.items()}
+    return times
+
+
+def _median(xs: list[float]) -> float:
+    from pitstop.stats import quantile
+
+    return quantile(xs, 0.5)
 
 
 def _scalar(out: Any) -> torch.Tensor:
@@ -67,121 +90,152 @@ def _scalar(out: Any) -> torch.Tensor:
         for o in out:
             if isinstance(o, torch.Tensor) and o.is_floating_point():
                 return o.float().mean()
-    raise TypeError(f"cannot reduce a model output of type {type(out).__name__} to a scalar")
+    raise ProbeSkip(f"cannot reduce a model output of type {type(out).__name__} to a scalar")
 
 
-def _param_size(model: torch.nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def _fwd_bwd(model: torch.nn.Module, args: tuple, autocast: tuple[str, torch.dtype] | None) -> Callable[[], None]:
-    def run() -> None:
-        model.zero_grad(set_to_none=True)
-        if autocast is None:
-            out = model(*args)
-        else:
-            with torch.autocast(autocast[0], dtype=autocast[1]):
-                out = model(*args)
-        _scalar(out).backward()
-    return run
+class ProbeContext:
+    """What a probe may use (in the child, after the script was stopped).
 
+    ``obs`` are the plain observations gathered so far (probes excluded); ``optimizers``
+    the live optimizers in the order of ``obs.optimizers`` (read them, never step them).
+    """
 
-#: probes run on at most this many samples of the last batch (enough for the kernels'
-#: relative speed, short enough for several timed runs of each variant).
-PROBE_SAMPLES = 16
+    def __init__(self, obs: Observations, *, model: torch.nn.Module | None, args: tuple | None,
+                 compiled: bool, optimizers: list, budget_s: float = 1.0) -> None:
+        self.obs, self.device, self.budget_s = obs, obs.device, budget_s
+        self.optimizers = optimizers
+        #: the most parameter bytes a probe copies (:data:`MAX_PROBE_BYTES`).
+        self.max_bytes = MAX_PROBE_BYTES
+        self._model, self._args, self._compiled = model, args, compiled
+        self._n: int | None = None
 
+    # -- inputs ----------------------------------------------------------------------
+    def model_copy(self, memory_format: torch.memory_format | None = None) -> torch.nn.Module:
+        """A deep copy of the trained model in training mode (optionally converted)."""
+        if self._model is None:
+            raise ProbeSkip("no model with parameters ran a training forward")
+        if self._compiled:
+            raise ProbeSkip("the model is torch.compile'd; probing it would mean compiling copies")
+        if _nbytes(self._model.parameters()) > self.max_bytes:
+            raise ProbeSkip("model too large to copy for a probe")
+        m = copy.deepcopy(self._model).train()
+        return m.to(memory_format=memory_format) if memory_format is not None else m
 
-def _slice(args: tuple, n: int = PROBE_SAMPLES) -> tuple:
-    """The first ``n`` samples of every tensor argument that shares the batch dimension."""
-    first = next((a for a in args if isinstance(a, torch.Tensor) and a.dim() > 0), None)
-    if first is None or first.shape[0] <= n:
+    def batch_size(self) -> int | None:
+        first = self._first()
+        return None if first is None else int(first.shape[0])
+
+    def _first(self) -> torch.Tensor | None:
+        return next((a for a in self._args or () if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+
+    def samples(self) -> int:
+        """How many samples of the last batch the model probes use: the whole batch when one
+        forward+backward of it (measured in the observed steps) fits ``budget_s / 20`` (so
+        that warm-up and the rounds fit the budget), else fewer, never below ``PROBE_SAMPLES``."""
+        if self._n is None:
+            b = self.batch_size() or 0
+            per_call = (self.obs.breakdown.get("forward", 0.0) + self.obs.breakdown.get("backward", 0.0))
+            if b and per_call > 0:
+                fit = int(b * (self.budget_s / 20) / per_call)
+                self._n = max(min(b, PROBE_SAMPLES), min(b, fit))
+            else:
+                self._n = min(b, PROBE_SAMPLES) if b else 0
+        return self._n
+
+    def batch(self, memory_format: torch.memory_format | None = None) -> tuple:
+        """The first :meth:`samples` samples of every tensor argument of the last training
+        forward that shares its batch dimension (the first one optionally converted)."""
+        first = self._first()
+        if first is None:
+            raise ProbeSkip("no training forward with a tensor batch was captured")
+        b, n = first.shape[0], self.samples()
+        args = tuple(a[:n] if isinstance(a, torch.Tensor) and a.dim() > 0 and a.shape[0] == b else a
+                     for a in self._args)
+        if memory_format is not None:
+            if args[0].dim() != 4:
+                raise ProbeSkip("the model's first input is not a 4-D image batch")
+            args = (args[0].contiguous(memory_format=memory_format), *args[1:])
         return args
-    b = first.shape[0]
-    return tuple(a[:n] if isinstance(a, torch.Tensor) and a.dim() > 0 and a.shape[0] == b else a for a in args)
+
+    def fwd_bwd(self, model: torch.nn.Module, args: tuple, autocast: torch.dtype | None = None) -> Callable[[], None]:
+        """One forward and backward of ``model`` (under autocast of ``autocast`` dtype if given)."""
+        device = self.device
+
+        def run() -> None:
+            model.zero_grad(set_to_none=True)
+            if autocast is None:
+                out = model(*args)
+            else:
+                with torch.autocast(device, dtype=autocast):
+                    out = model(*args)
+            _scalar(out).backward()
+        return run
+
+    def describe(self, model: torch.nn.Module, args: tuple) -> str:
+        shapes = ", ".join("x".join(map(str, a.shape)) for a in args if isinstance(a, torch.Tensor))
+        b = self.batch_size()
+        of = f" ({self.samples()} of the batch's {b} samples)" if b and self.samples() < b else ""
+        return f"forward+backward of {type(model).__name__} on {shapes}{of} from the last training batch"
+
+    # -- timing -----------------------------------------------------------------------
+    def compare(self, *, what: str, baseline: str, variants: dict[str, Callable[[], Any]],
+                **extra: Any) -> dict[str, Any]:
+        """Time ``variants`` (:func:`time_variants`) and compare every candidate with
+        ``baseline``. Returns the standard probe result:
+
+        ``what``, ``baseline``, ``seconds`` (median per variant), ``runs`` (rounds),
+        ``speedups`` (candidate -> ``ratio``, ``low``, ``high``: median(baseline) /
+        median(candidate) with its interval), ``candidate`` (the one with the highest
+        lower bound), its ``speedup`` and ``interval`` [low, high], ``confidence``,
+        ``compute_only`` (True: see the module docs), plus ``extra``.
+        """
+        from pitstop.stats import round_ratio_interval
+
+        if baseline not in variants or len(variants) < 2:
+            raise ValueError("compare needs the baseline and at least one candidate")
+        t = time_variants(variants, self.device, self.budget_s)
+        base = list(enumerate(t[baseline]))
+        speedups = {}
+        for name, xs in t.items():
+            if name != baseline:
+                iv = round_ratio_interval(base, list(enumerate(xs)), confidence=CONFIDENCE, n_boot=1000)
+                speedups[name] = {"ratio": iv.ratio, "low": iv.low, "high": iv.high}
+        best = max(speedups, key=lambda k: (speedups[k]["low"], speedups[k]["ratio"]))
+        return {"what": what, "baseline": baseline, "seconds": {k: _median(v) for k, v in t.items()},
+                "runs": len(t[baseline]), "speedups": speedups, "candidate": best,
+                "speedup": speedups[best]["ratio"], "interval": [speedups[best]["low"], speedups[best]["high"]],
+                "confidence": CONFIDENCE, "compute_only": True, **extra}
 
 
-def _describe(model: torch.nn.Module, args: tuple) -> str:
-    shapes = ", ".join("x".join(map(str, a.shape)) for a in args if isinstance(a, torch.Tensor))
-    return f"forward+backward of {type(model).__name__} on {shapes} from the last training batch"
+def probe_classes() -> list[type[Probe]]:
+    from pitstop import registry, tips
+
+    tips.load_all()
+    return sorted((c for c in registry.implementations("D") if issubclass(c, Probe)), key=lambda c: (c.tip, c.name))
 
 
-def precision_probe(model: torch.nn.Module, args: tuple, device: str, budget_s: float = 1.0) -> dict[str, Any]:
-    if _param_size(model) > MAX_PROBE_BYTES:
-        return {"skipped": "model too large to copy for a probe"}
-    args = _slice(args)
-    if device == "cuda":
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    else:
-        dtype = torch.bfloat16
-    with torch.random.fork_rng(devices=[]):
-        ref = copy.deepcopy(model).train()
-        t = time_variants({"fp32": _fwd_bwd(ref, args, None),
-                           "autocast": _fwd_bwd(ref, args, (device, dtype))}, device, budget_s)
-    return {"what": _describe(model, args), "dtype": str(dtype).replace("torch.", ""),
-            "fp32_s": t["fp32"], "autocast_s": t["autocast"], "speedup": t["fp32"] / t["autocast"]}
-
-
-def channels_last_probe(model: torch.nn.Module, args: tuple, device: str, autocast_dtype: str | None,
-                        budget_s: float = 1.0) -> dict[str, Any]:
-    if _param_size(model) > MAX_PROBE_BYTES:
-        return {"skipped": "model too large to copy for a probe"}
-    if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() != 4:
-        return {"skipped": "the model's first input is not a 4-D image batch"}
-    args = _slice(args)
-    ac = (device, getattr(torch, autocast_dtype)) if autocast_dtype not in (None, "none") else None
-    with torch.random.fork_rng(devices=[]):
-        base = copy.deepcopy(model).train()
-        cl = copy.deepcopy(model).train().to(memory_format=torch.channels_last)
-        cl_args = (args[0].contiguous(memory_format=torch.channels_last), *args[1:])
-        t = time_variants({"nchw": _fwd_bwd(base, args, ac), "channels_last": _fwd_bwd(cl, cl_args, ac)},
-                          device, budget_s)
-    return {"what": _describe(model, args) + (f" under {autocast_dtype} autocast" if ac else ""),
-            "nchw_s": t["nchw"], "channels_last_s": t["channels_last"], "speedup": t["nchw"] / t["channels_last"]}
-
-
-def _modes_available(cls: type) -> list[str]:
-    params = inspect.signature(cls.__init__).parameters
-    modes = ["for-loop"]
-    if "foreach" in params:
-        modes.append("foreach")
-    if "fused" in params:
-        modes.append("fused")
-    return modes
-
-
-def optimizer_probe(optimizer: torch.optim.Optimizer, budget_s: float = 1.0) -> dict[str, Any]:
-    """Time one step of ``type(optimizer)`` in each available mode, same hyper-parameters."""
-    cls = type(optimizer)
-    params = [p for g in optimizer.param_groups for p in g["params"] if p.requires_grad]
-    if not params:
-        return {"skipped": "the optimizer holds no trainable parameters"}
-    if sum(p.numel() * p.element_size() for p in params) > MAX_PROBE_BYTES:
-        return {"skipped": "parameters too large to copy for a probe"}
-    device = params[0].device.type
-    accepted = inspect.signature(cls.__init__).parameters
-    defaults = {k: v for k, v in optimizer.defaults.items()
-                if k in accepted and k not in ("foreach", "fused", "differentiable", "capturable")}
-    variants: dict[str, Callable[[], None]] = {}
-    with torch.random.fork_rng(devices=[]):
-        for mode in _modes_available(cls):
-            clones = [torch.zeros_like(p, requires_grad=True) for p in params]
-            for c in clones:
-                c.grad = torch.randn_like(c) * 1e-3
-            kw = dict(defaults)
-            kw["foreach"] = mode == "foreach"
-            if mode == "fused":
-                kw["fused"] = True
-                kw.pop("foreach")
-            try:
-                opt = cls(clones, **kw)
-                opt.step()  # creates the state (lazy), checks the mode is supported here
-            except Exception as exc:  # e.g. fused not implemented for this device/dtype
-                if mode == "for-loop":
-                    return {"skipped": f"could not rebuild {cls.__name__}: {exc}"}
-                continue
-            variants[mode] = opt.step
-        t = time_variants(variants, device, budget_s)
-    fastest = min(t, key=t.get)
-    return {"what": f"{cls.__name__}.step() over {len(params)} parameter tensors "
-                    f"({sum(p.numel() for p in params):,} elements) on {device}",
-            "seconds": t, "fastest": fastest, "speedup_vs_for_loop": t["for-loop"] / t[fastest]}
+def run_probes(obs: Observations, *, model: torch.nn.Module | None, args: tuple | None, compiled: bool,
+               optimizers: list, budget_s: float = 1.0) -> dict[str, Any]:
+    """Run every registered probe; each result (or ``skipped`` / ``error``) by its key."""
+    ctx = ProbeContext(obs, model=model, args=args, compiled=compiled, optimizers=optimizers, budget_s=budget_s)
+    out: dict[str, Any] = {}
+    devices = [torch.cuda.current_device()] if obs.device == "cuda" and torch.cuda.is_initialized() else []
+    for cls in probe_classes():
+        probe = cls()
+        reason = probe.skip_reason(obs)
+        if reason:
+            out[probe.name] = {"skipped": reason}
+            continue
+        try:
+            with torch.random.fork_rng(devices=devices):  # the script's RNG state is left as it was
+                for key, result in probe.run(ctx):
+                    out[key] = result
+        except ProbeSkip as exc:
+            out.setdefault(probe.name, {"skipped": str(exc)})
+        except Exception as exc:  # a broken probe is reported (diagnose lists it as an error)
+            out[probe.name] = {"error": f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}"}
+    return out

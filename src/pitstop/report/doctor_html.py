@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 
+from pitstop.report.doctor_probes import speedup_cell
 from pitstop.report.doctor_terminal import impact_label
 from pitstop.report.html import bar_chart, html_page, line_chart, stacked_bar
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
@@ -52,11 +53,14 @@ def doctor_html(diag) -> str:
         sections.append(("Where the step time goes", chart.to_html()))
     records = d["steps"]["records"]
     if records:
-        walls = [r["wall"] * 1e3 for r in records]
-        chart = line_chart("Wall time of every optimizer step (warmup included)", walls,
-                           xs=[r["index"] for r in records], unit="ms")
-        kinds = ", ".join(f"{r['index']}: {r['kind']}" for r in records if r["kind"] != "observed")
-        sections.append(("Per-step times", chart.to_html() + (f'<p class="muted">not observed: {_esc(kinds)}</p>' if kinds else "")))
+        # observed steps only: a warm-up step (compilation, allocator, caches) can take many
+        # times longer and would flatten the others against the axis; it is listed below
+        observed = [r for r in records if r["kind"] == "observed"]
+        chart = line_chart("Wall time of each observed optimizer step", [r["wall"] * 1e3 for r in observed],
+                           xs=[r["index"] for r in observed], unit="ms", x_label="step")
+        kinds = ", ".join(f"step {r['index']} ({r['kind']}): {r['wall'] * 1e3:.0f} ms"
+                          for r in records if r["kind"] != "observed" and r["wall"] is not None)
+        sections.append(("Per-step times", chart.to_html() + (f'<p class="muted">not observed, not plotted: {_esc(kinds)}</p>' if kinds else "")))
     m = d["memory"] or {}
     if m and d["steps"]["observed"]:
         labels = [lab for lab, key in _MEMORY_PARTS if m.get(key)]
@@ -76,12 +80,12 @@ def doctor_html(diag) -> str:
     if d["probes"]:
         rows = []
         for name, p in d["probes"].items():
-            if "skipped" in p:
-                rows.append([_esc(name), "skipped", _esc(p["skipped"])])
+            if "skipped" in p or "error" in p:
+                rows.append([_esc(name), "skipped" if "skipped" in p else "error", _esc(p.get("skipped") or p["error"])])
             else:
-                sp = p.get("speedup") or p.get("speedup_vs_for_loop")
-                rows.append([_esc(name), f"{sp:.2f}x", _esc(p["what"])])
-        sections.append(("Hardware probes", _table(["probe", "speed-up", "what was timed"], rows)))
+                rows.append([_esc(name), _esc(speedup_cell(p)), _esc(p["what"])])
+        sections.append(("Hardware probes (compute only; estimates, `pitstop tune` measures the real loop)",
+                         _table(["probe", "speed-up of the best candidate (interval)", "what was timed"], rows)))
     if d["syncs"]:
         rows = [[f"<code>{_esc(s['where'])}</code>", _esc(s["kind"]), str(s["calls"]), str(s["steps_with_calls"])]
                 for s in d["syncs"]]

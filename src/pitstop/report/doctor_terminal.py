@@ -7,6 +7,7 @@ from typing import IO, Any
 from rich.table import Table
 from rich.text import Text
 
+from pitstop.report.doctor_probes import probe_line
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
 __all__ = ["render", "impact_label"]
@@ -29,7 +30,7 @@ def impact_label(f: dict[str, Any]) -> str:
 def _memory_rows(d: dict[str, Any]) -> list[tuple[str, str, str]]:
     m = d["memory"] or {}
     opts = d["observations"].get("optimizers") or []
-    rule = "; ".join(f"{o['class']}: {o['state_ratio']:.1f}x params measured, rule {o['rule']}"
+    rule = "; ".join(f"{o['class']}: {o['state_ratio']:.1f}x its parameters, measured from optimizer.state"
                      for o in opts if o.get("state_ratio") is not None)
     growth = m.get("growth_per_step")
     return [
@@ -57,9 +58,9 @@ def render(diag, file: IO[str] | None = None) -> None:
         con.print(f"device: {d['device']['name'] or d['device']['type']}  |  {d['steps']['observed']} observed steps "
                   f"after {d['steps']['warmup']} warmup  |  step time median {fmt_seconds(st['median'])}, "
                   f"p90 {fmt_seconds(st['p90'])}  |  {rate}")
-    if d["traceback"]:
-        con.print(Text("\nThe script's traceback:", style="bold"))
-        con.print(Text(d["traceback"].rstrip()))
+    if d["traceback"]:  # the child already wrote it to the script's stderr, above: not twice
+        last = d["traceback"].rstrip().splitlines()[-1]
+        con.print(Text(f"\nThe script's traceback is above (on stderr); it ends: {last}", style="bold"))
     if d["breakdown"]:
         con.print(Text("\nStep time breakdown (mean per observed step)", style="bold"))
         for phase, v in d["breakdown"].items():
@@ -80,11 +81,7 @@ def render(diag, file: IO[str] | None = None) -> None:
             con.print(f"FLOPs per step: {fl['per_step'] / 1e9:.2f} GFLOP; achieved {fl['achieved_per_s'] / 1e9:.1f} "
                       f"GFLOP/s; MFU {mfu} ({fl['peak_source']})")
         for name, p in (d["probes"] or {}).items():
-            if "skipped" in p:
-                con.print(f"probe {name}: skipped ({p['skipped']})")
-            else:
-                sp = p.get("speedup") or p.get("speedup_vs_for_loop")
-                con.print(f"probe {name}: {p['what']}: {sp:.2f}x" + (f" ({p['fastest']} fastest)" if "fastest" in p else ""))
+            con.print(f"probe {name}: {probe_line(p)}")
     findings = d["findings"]
     if findings:
         table = Table(title=f"Findings ({len(findings)}, ranked by impact)", title_justify="left", show_lines=True)

@@ -70,25 +70,36 @@ def stacked_bar(title: str, parts: Sequence[tuple[str, float]], unit: str = "", 
     return Chart("stacked", title, svg, len(parts))
 
 
+def _tick(v: float) -> str:
+    """Axis labels in plain digits where they fit (``1930`` rather than ``1.93e+03``)."""
+    return f"{v:.0f}" if abs(v) >= 100 and abs(v) < 1e6 else _fmt(v)
+
+
 def line_chart(title: str, ys: Sequence[float], xs: Sequence[float] | None = None, unit: str = "",
-               width: int = 640, height: int = 220) -> Chart:
-    """A polyline with points (e.g. per-step times)."""
+               width: int = 640, height: int = 220, x_label: str = "") -> Chart:
+    """A polyline with points (e.g. per-step times). The y-axis labels carry ``unit``; the
+    left margin grows with them so they are never clipped; ``x_label`` names the x-axis."""
     if not ys:
         return Chart("line", title, '<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"></svg>', 0)
     xs = list(xs) if xs is not None else list(range(len(ys)))
-    left, bottom, pad = 60, 24, 10
     lo, hi = min(0.0, min(ys)), max(ys) or 1.0
+    suffix = f" {unit}" if unit else ""
+    top_label, bottom_label = _tick(hi) + suffix, _tick(lo) + suffix
+    # ~7 px per character of 12 px text, plus the gap to the axis
+    left, bottom, pad = max(40, 12 + 7 * max(len(top_label), len(bottom_label))), 24, 10
     x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
     def px(x): return left + (x - x0) / (x1 - x0) * (width - left - pad)
     def py(y): return pad + (1 - (y - lo) / ((hi - lo) or 1.0)) * (height - pad - bottom)
     pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(xs, ys))
-    dots = "".join(f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5"><title>{_fmt(x)}: {_fmt(y)} {_esc(unit)}</title></circle>'
+    dots = "".join(f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5"><title>{_fmt(x)}: {_tick(y)}{_esc(suffix)}</title></circle>'
                    for x, y in zip(xs, ys))
+    xticks = (f'<text x="{px(x0):.1f}" y="{height - 6}" text-anchor="start">{_fmt(x0)}</text>'
+              f'<text x="{px(x1):.1f}" y="{height - 6}" text-anchor="end">{_fmt(x1)}</text>') if len(xs) > 1 else ""
     axes = (f'<line x1="{left}" y1="{height - bottom}" x2="{width - pad}" y2="{height - bottom}" stroke="#888"/>'
             f'<line x1="{left}" y1="{pad}" x2="{left}" y2="{height - bottom}" stroke="#888"/>'
-            f'<text x="{left - 4}" y="{pad + 8}" text-anchor="end">{_fmt(hi)}</text>'
-            f'<text x="{left - 4}" y="{height - bottom}" text-anchor="end">{_fmt(lo)}</text>'
-            f'<text x="{width - pad}" y="{height - 6}" text-anchor="end">{_esc(unit)}</text>')
+            f'<text x="{left - 4}" y="{pad + 8}" text-anchor="end">{_esc(top_label)}</text>'
+            f'<text x="{left - 4}" y="{height - bottom}" text-anchor="end">{_esc(bottom_label)}</text>'
+            f'{xticks}<text x="{(left + width - pad) / 2:.1f}" y="{height - 6}" text-anchor="middle">{_esc(x_label)}</text>')
     svg = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">{axes}'
            f'<polyline fill="none" stroke="{PALETTE[0]}" stroke-width="2" points="{pts}"/>{dots}</svg>')
     return Chart("line", title, svg, len(ys))

@@ -154,15 +154,31 @@ class DataWaitCheck(Check, tip="PIT101"):
             return
         wait, mean = obs.breakdown["data"], obs.step_time["mean"]
         workers = max(d["num_workers"] for d in loaders)
+        cores, threads = obs.settings.get("cpu_cores"), obs.settings.get("num_threads")
+        spare = cores - threads if cores and threads else None
         head = f"{pct(share)} of each step ({ms(wait)} of {ms(mean)}) waits for the next batch"
-        if workers == 0:
-            evidence = f"{head}; the training DataLoader builds every batch in the training process (num_workers=0)."
-            fix = "DataLoader(..., num_workers=N, persistent_workers=True), N near the core count; measure it with `pitstop tune`"
+        # the data wait is an upper bound on the gain: workers need cores, and on CPU the
+        # training's intra-op threads may already use all of them
+        if spare is not None and spare < 1 and not obs.on_cuda:
+            cpu = (f"; but this process may use {cores} CPU cores and torch already runs {threads} intra-op "
+                   f"threads on them, so loader workers would take cores from compute: the real gain may be "
+                   f"much smaller, or none")
+            severity = "low"
         else:
-            evidence = f"{head} although num_workers={workers}: the workers do not keep up."
+            cpu = f" ({cores} CPU cores, {threads} intra-op threads)" if cores and threads else ""
+            severity = None
+        if workers == 0:
+            evidence = (f"{head}; the training DataLoader builds every batch in the training process "
+                        f"(num_workers=0). Moving that work to workers saves up to {pct(share)}{cpu}.")
+            fix = ("DataLoader(..., num_workers=N, persistent_workers=True), N near the spare core count; the gain "
+                   "is an upper bound: `pitstop tune` measures it on the real loop")
+        else:
+            evidence = (f"{head} although num_workers={workers}: the workers do not keep up; faster loading saves "
+                        f"up to {pct(share)}{cpu}.")
             fix = "more workers or a larger prefetch_factor, or cheaper per-sample work"
-        yield self.finding(th, title="Training waits for data", evidence=evidence, fix=fix, share=share,
-                           seconds=wait, where=[d["where"] for d in loaders if d.get("where")])
+        yield self.finding(th, title="Training waits for data (impact: an upper bound)", evidence=evidence,
+                           fix=fix, share=share, seconds=wait, severity=severity,
+                           where=[d["where"] for d in loaders if d.get("where")])
 
 
 # --- knob face ---

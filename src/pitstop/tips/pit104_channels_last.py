@@ -151,14 +151,16 @@ class ChannelsLastCheck(Check, tip="PIT104"):
 
     def check(self, obs, th):
         probe = obs.probes.get("channels_last") or {}
-        speedup = probe.get("speedup")
-        if not obs.kernels.get("conv_nchw") or speedup is None or speedup < th.probe_speedup:
+        g = probe_gain(probe)
+        if not obs.kernels.get("conv_nchw") or g is None or g["low"] < th.probe_speedup:
             return
-        share = obs.compute_share * (1 - 1 / speedup)
+        # conservative: the interval's lower bound, on the forward+backward share only
+        share = obs.compute_share * (1 - 1 / g["low"])
         yield self.finding(
-            th, title="Convolutions run in NCHW; channels_last is faster here",
+            th, title="Convolutions run in NCHW; channels_last measured faster here",
             evidence=f"{obs.kernels['conv_nchw']} convolutions per step take NCHW inputs; probe: {probe['what']} "
-                     f"is {speedup:.2f}x faster in channels_last; forward+backward are {pct(obs.compute_share)} of the step.",
+                     f"is {gain_text(g)} faster in channels_last; forward+backward are {pct(obs.compute_share)} "
+                     f"of the step; {ESTIMATE_NOTE}.",
             fix="model.to(memory_format=torch.channels_last) and x.to(memory_format=torch.channels_last)",
             share=share, seconds=share * obs.step_time["mean"])
 
@@ -221,3 +223,33 @@ class ChannelsLastKnob(Knob, tip="PIT104"):
             ...
             x = x.to(memory_format=torch.channels_last)   # every 4-D input batch
         """
+# --- doctor probe face ---
+from pitstop.doctor.probe import ESTIMATE_NOTE, Probe, gain_text, probe_gain  # noqa: E402
+
+
+class ChannelsLastProbe(Probe, tip="PIT104"):
+    """Forward+backward of a copy of the model in NCHW vs channels_last (model and input),
+    under the autocast dtype the training used, on the last training batch."""
+
+    name = "channels_last"
+
+    def skip_reason(self, obs):
+        if not obs.models or not obs.models[0].get("conv2d"):
+            return "no Conv2d layers in the model"
+        if obs.kernels.get("conv_channels_last"):
+            return "convolutions already take channels_last inputs"
+        return None
+
+    def run(self, ctx):
+        import torch
+
+        ac = ctx.obs.forwards.get("autocast", {})
+        used = max(ac, key=ac.get) if ac else "none"
+        dtype = getattr(torch, used) if used != "none" else None
+        cl = torch.channels_last
+        base, base_batch = ctx.model_copy(), ctx.batch()
+        fast, fast_batch = ctx.model_copy(memory_format=cl), ctx.batch(memory_format=cl)
+        what = ctx.describe(base, base_batch) + (f" under {used} autocast" if dtype is not None else "")
+        yield self.name, ctx.compare(what=what, baseline="nchw",
+                                     variants={"nchw": ctx.fwd_bwd(base, base_batch, autocast=dtype),
+                                               "channels_last": ctx.fwd_bwd(fast, fast_batch, autocast=dtype)})

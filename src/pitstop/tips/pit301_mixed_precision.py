@@ -165,15 +165,17 @@ class MixedPrecisionCheck(Check, tip="PIT301"):
 
     def check(self, obs, th):
         probe = obs.probes.get("precision") or {}
-        speedup = probe.get("speedup")
-        if speedup is None or speedup < th.probe_speedup:
+        g = probe_gain(probe)
+        if g is None or g["low"] < th.probe_speedup:
             return
-        share = obs.compute_share * (1 - 1 / speedup)
+        # conservative: the interval's lower bound, on the forward+backward share only
+        share = obs.compute_share * (1 - 1 / g["low"])
         dtype = probe.get("dtype", "bfloat16")
         yield self.finding(
-            th, title=f"Training runs in fp32; {dtype} autocast is faster on this machine",
+            th, title=f"Training runs in fp32; {dtype} autocast measured faster on this machine",
             evidence=f"no autocast in {obs.forwards.get('train', 0)} training forwards; probe: {probe['what']} is "
-                     f"{speedup:.2f}x faster under {dtype} autocast; forward+backward are {pct(obs.compute_share)} of the step.",
+                     f"{gain_text(g)} faster under {dtype} autocast; forward+backward are {pct(obs.compute_share)} "
+                     f"of the step; {ESTIMATE_NOTE}.",
             fix=f"with torch.autocast(device_type, dtype=torch.{dtype}): around the forward and the loss"
                 + (" (fp16 also needs torch.amp.GradScaler)" if dtype == "float16" else ""),
             share=share, seconds=share * obs.step_time["mean"])
@@ -255,3 +257,34 @@ class AutocastKnob(Knob, tip="PIT301"):
             scaler.step(optimizer)
             scaler.update()
         """
+# --- doctor probe face ---
+from pitstop.doctor.probe import ESTIMATE_NOTE, Probe, gain_text, probe_gain  # noqa: E402
+
+
+class PrecisionProbe(Probe, tip="PIT301"):
+    """Forward+backward of a copy of the model in fp32 vs under bf16 autocast (fp16 on
+    GPUs without bf16), on the last training batch."""
+
+    name = "precision"
+
+    def skip_reason(self, obs):
+        if not obs.models:
+            return "no model with parameters ran a training forward"
+        ac = obs.forwards.get("autocast", {})
+        if ac and max(ac, key=ac.get) != "none":
+            return "training already runs under autocast"
+        if obs.models[0].get("param_dtype") != "float32":
+            return f"the model's parameters are {obs.models[0].get('param_dtype')}, not float32"
+        return None
+
+    def run(self, ctx):
+        import torch
+
+        on_cuda = ctx.device == "cuda"
+        dtype = torch.bfloat16 if not on_cuda or torch.cuda.is_bf16_supported() else torch.float16
+        name = str(dtype).replace("torch.", "")
+        model, batch = ctx.model_copy(), ctx.batch()
+        yield self.name, ctx.compare(what=ctx.describe(model, batch), baseline="fp32",
+                                     variants={"fp32": ctx.fwd_bwd(model, batch),
+                                               name: ctx.fwd_bwd(model, batch, autocast=dtype)},
+                                     dtype=name)

@@ -141,6 +141,36 @@ class OptimizerStateBench(Benchmark, tip="PIT402"):
 from pitstop.doctor.check import Check, mib, pct  # noqa: E402
 
 
+#: The rule of thumb: optimizer state bytes per parameter byte, by class name, and the
+#: options that add state. Measured on torch 2.13 (this tip's benchmark, the truth note).
+OPTIMIZER_RULES = {
+    "SGD": (0.0, "SGD 0x (1x with momentum)"),
+    "Adam": (2.0, "Adam 2x (3x with amsgrad)"),
+    "AdamW": (2.0, "AdamW 2x (3x with amsgrad)"),
+    "RMSprop": (1.0, "RMSprop 1x (+1x momentum, +1x centered)"),
+    "Adagrad": (1.0, "Adagrad 1x"),
+}
+
+
+def rule_for(name: str, options: dict) -> tuple[float | None, str]:
+    """Expected state/param byte ratio for optimizer class ``name`` with first-group ``options``."""
+    if name not in OPTIMIZER_RULES:
+        return None, f"no rule of thumb for {name}"
+    ratio, text = OPTIMIZER_RULES[name]
+    if name == "SGD" and options.get("momentum", 0):
+        ratio = 1.0
+    if name in ("Adam", "AdamW") and options.get("amsgrad"):
+        ratio = 3.0
+    if name == "RMSprop":
+        ratio = 1.0 + (1.0 if options.get("momentum", 0) else 0.0) + (1.0 if options.get("centered") else 0.0)
+    return ratio, text
+
+
+def _rule_text(o: dict) -> str:
+    ratio, text = rule_for(o["class"], o.get("options") or {})
+    return f"rule of thumb {ratio if ratio is not None else '?'}x: {text}"
+
+
 class OptimizerStateCheck(Check, tip="PIT402"):
     looks_at = "optimizer state bytes, measured from optimizer.state, against the rule of thumb"
 
@@ -152,7 +182,7 @@ class OptimizerStateCheck(Check, tip="PIT402"):
             return
         rows = "; ".join(
             f"{o['class']}: {mib(o['state_bytes'])} = {o['state_ratio']:.1f}x its parameters "
-            f"(rule of thumb {o['rule_ratio'] if o['rule_ratio'] is not None else '?'}x: {o['rule']})"
+            f"({_rule_text(o)})"
             for o in obs.optimizers if o.get("state_ratio") is not None)
         pressure = bool(m.get("peak") and m.get("capacity") and m["peak"] / m["capacity"] > th.memory_share)
         yield self.finding(
