@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -182,3 +183,15 @@ def test_an_empty_loader_is_an_error_not_an_endless_loop():
     batches = iter(list(loader(data(16), 8)))  # an iterator: exhausted after one epoch
     with pytest.raises(ValueError, match="yielded no batches in epoch 1"):
         fit(model, opt, ce, batches, recipe=Recipe(), max_steps=10, progress=False)
+
+
+def test_resuming_with_another_recipe_warns_at_the_line_calling_fit(tmp_path):
+    model, opt, _, _ = twins()
+    fit(model, opt, ce, loader(data(64), 8), recipe=Recipe(), max_steps=2, checkpoint_dir=tmp_path, progress=False)
+    with pytest.warns(UserWarning, match="differs from the checkpoint's in clip_norm") as warned:
+        line = inspect.currentframe().f_lineno + 1
+        result = fit(model, opt, ce, loader(data(64), 8), recipe=Recipe(clip_norm=1.0), max_steps=4,
+                     checkpoint_dir=tmp_path, progress=False)
+    assert result.resumed_from is not None and result.steps == 4
+    hit = next(w for w in warned if "clip_norm" in str(w.message))
+    assert (hit.filename, hit.lineno) == (__file__, line)  # the user's call, not pitstop's internals

@@ -2,7 +2,8 @@
 
 Modules: ``recipe`` (the frozen :class:`Recipe`, torch-free), ``precision`` (precision
 plugins), ``prepare`` (channels_last, activation checkpointing, optimizer implementation),
-``step`` (:func:`make_step`), ``loop`` (:func:`fit`), ``data`` (loaders, device moves, CUDA
+``step`` (:func:`make_step`), ``loop`` (:func:`fit`), ``resume`` (what a ``fit`` checkpoint
+holds and exact resume), ``data`` (loaders, device moves, CUDA
 prefetcher, micro-batch groups), ``checkpoint`` (atomic, weights-only checkpoints),
 ``distributed`` (torch.distributed + DDP under torchrun), ``monitor`` (logging, evaluation),
 ``callbacks``, ``profile`` (:class:`ProfileSteps`, a profiler window over optimizer steps).

@@ -1,26 +1,22 @@
 """``fit``: the training loop around :func:`make_step`, read top to bottom.
 
-Per micro-batch the loop does only what a hand-written loop does: take the next batch (on
-CUDA, already copied by the prefetcher), run the step, append the detached loss to a list.
-Everything that reads device values (logging, NaN checks, evaluation, checkpoints) happens
-once per interval. Comments mark every host sync.
+``fit`` is the loop itself, in the order it runs: set-up, resume, then per epoch the
+epoch start (sampler shuffle, RNG record or replay) and per micro-batch: take the next
+batch (on CUDA, already copied by the prefetcher), run the step (forward and backward,
+under DDP ``no_sync`` unless it is the group's last micro-batch, then the optimizer step),
+append the detached loss to a list; after each optimizer step: scheduler, callbacks, and
+every interval log, eval, checkpoint. The pieces that are not the loop are in
+:class:`_Run` (the loop's state and its log/eval/checkpoint/epoch helpers) and in
+:mod:`pitstop.engine.resume` (checkpoint contents, exact resume and its RNG handling).
 
-Exact resume: at the start of each epoch the loop records every RNG state (and the loader's
-generators); a checkpoint stores them with the position in the epoch and the RNG states at
-the checkpoint. Resuming restores the epoch-start states, re-creates the loader's iterator
-(same shuffle), skips the batches already used (so in-process data randomness is replayed),
-then restores the checkpoint-time RNG states: the run continues as if never interrupted
-(bitwise on CPU; tested with a seeded shuffling loader and ``num_workers=0``). Limits: on
-CUDA the prefetcher has already drawn the next batch when a checkpoint is taken, so data
-randomness drawn in the training process (``num_workers=0``) is replayed one batch off; with
-``persistent_workers`` the workers' own RNG streams restart on resume.
+Everything that reads device values (logging, NaN checks, evaluation, checkpoints) happens
+once per interval; a ``# SYNC`` comment marks every host-device sync the loop causes.
 """
 
 from __future__ import annotations
 
 import time
-import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +24,15 @@ import torch
 from torch import nn
 
 from pitstop.engine.callbacks import Callback, FitResult, FitState, overridden
-from pitstop.engine.checkpoint import (checkpoint_path, load_latest, rng_state, save_checkpoint, set_rng_state)
+from pitstop.engine.checkpoint import checkpoint_path, load_latest, rng_state, save_checkpoint
 from pitstop.engine.data import adapt_loader, device_batches, micro_batches, move_batch
-from pitstop.engine.distributed import all_gather_objects, dist_info
+from pitstop.engine.distributed import DistInfo, all_gather_objects, dist_info
 from pitstop.engine.monitor import LossLog, Progress, evaluate
 from pitstop.engine.recipe import Recipe
-from pitstop.engine.step import LossFn, make_step
+from pitstop.engine.resume import checkpoint_state, epoch_rng, restore, set_epoch_rng, set_own_rng
+from pitstop.engine.step import LossFn, Step, make_step
 
 __all__ = ["fit"]
-
-FORMAT = 1
 
 
 def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, train_loader: Iterable, *,
@@ -70,134 +65,201 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
 
         seed_everything(recipe.seed)
     started = time.perf_counter()
+    # -- set-up: make_step moves the model, converts/wraps/compiles it and may rebuild the optimizer
     with make_step(model, optimizer, loss_fn, recipe) as step:
         sched = _scheduler(scheduler, optimizer, step.optimizer)
         loader = adapt_loader(train_loader, recipe, device=step.device, dist=info)
         step.model.train()
-        state = FitState(model=step.model, train_model=step.train_model, runner=step, optimizer=step.optimizer,
-                         scheduler=sched, recipe=recipe, rank=info.rank, world_size=info.world_size)
-        result = FitResult(steps=0, epochs=0, samples=0, seconds=0.0, last_loss=None)
-        resume_rng = None
-        if checkpoint_dir is not None and resume:
-            found = load_latest(checkpoint_dir, map_location=step.device)
-            if found is not None:
-                result.resumed_from, ckpt = found
-                resume_rng = _restore(ckpt, step, sched, state, recipe, info)
-                del ckpt  # drop the loaded copy: the model and optimizer hold their own (PIT404)
-                if state.pos == 0:  # saved between epochs: the next epoch starts from here
-                    _set_own_rng(resume_rng[1], info)
-                    resume_rng = None
+        run = _Run(step, sched, loader, recipe, info, callbacks, loss_fn=loss_fn, eval_loader=eval_loader,
+                   eval_fn=eval_fn, checkpoint_dir=checkpoint_dir, keep_checkpoints=keep_checkpoints)
+        state, result, losses, on_step = run.state, run.result, run.losses, run.hooks["on_step_end"]
 
-        move = None
-        if step.device.type != "cpu" or recipe.channels_last:
-            def move(b: Any) -> Any:
-                return move_batch(b, step.device, recipe.non_blocking, recipe.channels_last)
-        losses = LossLog(recipe.skip_nonfinite)
-        bar = Progress(progress, _total_steps(loader, recipe, max_steps, epochs), info.rank)
-        saved = [-1]  # step of the last checkpoint (the same on every rank)
-        on_step = overridden(callbacks, "on_step_end")
-        last = {"time": time.perf_counter(), "samples": state.samples}
-
-        def log() -> None:
-            if not losses.losses:
-                return
-            state.last_loss = losses.read(info, state.epoch)  # host sync, once per interval
-            now = time.perf_counter()
-            rate = (state.samples - last["samples"]) * info.world_size / max(now - last["time"], 1e-9)
-            last.update(time=now, samples=state.samples)
-            record = {"step": state.step, "epoch": state.epoch, "loss": state.last_loss, "samples_per_s": rate,
-                      "lr": step.optimizer.param_groups[0]["lr"]}
-            result.history.append(record)
-            bar.update(state.step, record)
-            for hook in overridden(callbacks, "on_log"):
-                hook(state, record)
-
-        def run_eval() -> None:
-            metrics = evaluate(step.model, eval_loader, eval_fn or loss_fn, forward_context=step.forward_context, move=move)
-            state.last_eval = metrics
-            result.evals.append((state.step, metrics))
-            for hook in overridden(callbacks, "on_eval"):
-                hook(state, metrics)
-
-        def save() -> None:
-            saved[0] = state.step
-            log()  # never write a checkpoint after an unnoticed inf/NaN
-            rngs = all_gather_objects(rng_state(), info)  # collective: every rank's RNG
-            if info.is_main:
-                path = save_checkpoint(_state(step, sched, state, recipe, rngs, epoch_rng, info),
-                                       checkpoint_path(checkpoint_dir, state.step), keep=keep_checkpoints)
-                result.checkpoint = path
-                for hook in overridden(callbacks, "on_checkpoint"):
-                    hook(state, path)
-
-        for hook in overridden(callbacks, "on_fit_start"):
+        # -- resume: the newest good checkpoint restores model, optimizer, scheduler and position
+        resume_rng = run.resume() if checkpoint_dir is not None and resume else None
+        run.start(progress, _total_steps(loader, recipe, max_steps, epochs))
+        for hook in run.hooks["on_fit_start"]:
             hook(state)
+
         done = max_steps is not None and state.step >= max_steps
-        epoch_rng: list[Any] = []
         try:
             while not done and (epochs is None or state.epoch < epochs):
-                sampler = getattr(loader, "sampler", None)
-                if hasattr(sampler, "set_epoch"):
-                    sampler.set_epoch(state.epoch)  # PIT703: a new shuffle per epoch
-                if resume_rng is not None:  # replay the interrupted epoch's start
-                    epoch_rng = resume_rng[0]
-                    _set_epoch_rng(epoch_rng, loader, info)
-                else:
-                    epoch_rng = all_gather_objects(_epoch_rng(loader), info) if checkpoint_dir is not None else []
-                batches = iter(loader)
-                if state.pos and not (hasattr(loader, "__len__") and state.pos >= len(loader)):
-                    for _ in range(state.pos):  # the batches the checkpointed run had used
-                        next(batches, None)
-                if resume_rng is not None:
-                    _set_own_rng(resume_rng[1], info)
-                    resume_rng = None
-                    if hasattr(loader, "__len__") and state.pos >= len(loader):
-                        batches = iter(())
+                # -- epoch start: new shuffle, RNG states recorded (or replayed), used batches skipped
+                batches = run.begin_epoch(resume_rng)
+                resume_rng = None
                 start_pos = state.pos
+                # fetch: on CUDA the prefetcher copies the next batch on a side stream (no sync)
                 for batch, weight, boundary, n in device_batches(micro_batches(batches, recipe.accumulate),
                                                                   step.device, recipe):
+                    # forward + backward of one micro-batch (under DDP no_sync() unless boundary, so
+                    # gradients are all-reduced once per group); at the boundary the optimizer steps.
+                    # No host sync, except GradScaler's own (fp16) and skip_nonfinite's (opt-in).
                     loss = step.run(batch, weight=weight, boundary=boundary)
-                    losses.add(loss, state.step + 1)
+                    losses.add(loss, state.step + 1)  # the detached loss stays on the device
                     state.pos += 1
                     state.samples += n
                     if not boundary:
                         continue
+                    # -- after an optimizer step
                     state.step += 1
                     if sched is not None:
                         sched.step()
                     for hook in on_step:
-                        hook(state, loss)
+                        hook(state, loss)  # loss is a device tensor: a hook reading it syncs
                     if state.step % log_every == 0:
-                        log()
+                        run.log()  # SYNC: the interval's losses are read on the host
                     if eval_loader is not None and eval_every and state.step % eval_every == 0:
-                        run_eval()
+                        run.evaluate()  # SYNC: the eval metrics are read on the host
                     if checkpoint_dir is not None and checkpoint_every and state.step % checkpoint_every == 0:
-                        save()
+                        run.checkpoint()  # SYNC: log, a collective, state dicts written to disk
                     if max_steps is not None and state.step >= max_steps:
                         done = True
                         break
                 else:
-                    if state.pos == 0 and start_pos == 0:
-                        raise ValueError(f"fit: train_loader yielded no batches in epoch {state.epoch} "
-                                         "(an exhausted iterator or an empty dataset?)")
-                    state.epoch += 1
-                    state.pos = 0
+                    run.end_epoch(start_pos)
                     if eval_loader is not None and not eval_every:
-                        run_eval()
+                        run.evaluate()  # SYNC: the eval metrics are read on the host
+
+            # -- the end: the last partial log interval, a final eval and checkpoint unless just done
             if losses.losses:
-                log()
+                run.log()  # SYNC
             if eval_loader is not None and (not result.evals or result.evals[-1][0] != state.step):
-                run_eval()
-            if checkpoint_dir is not None and saved[0] != state.step:
-                save()
+                run.evaluate()  # SYNC
+            if checkpoint_dir is not None and run.saved != state.step:
+                run.checkpoint()  # SYNC
         finally:
-            bar.close()
+            run.bar.close()
         result.steps, result.epochs, result.samples = state.step, state.epoch, state.samples
         result.seconds = time.perf_counter() - started
         result.last_loss, result.skipped = state.last_loss, step.skipped
-        for hook in overridden(callbacks, "on_fit_end"):
+        for hook in run.hooks["on_fit_end"]:
             hook(state, result)
         return result
+
+
+_HOOKS = ("on_fit_start", "on_step_end", "on_log", "on_eval", "on_checkpoint", "on_fit_end")
+
+
+class _Run:
+    """The state of one ``fit`` call and the pieces of its loop that are not the hot path:
+    resume, epoch start/end, log, eval and checkpoint."""
+
+    def __init__(self, step: Step, sched: Any, loader: Iterable, recipe: Recipe, info: DistInfo,
+                 callbacks: list[Callback], *, loss_fn: LossFn, eval_loader: Iterable | None,
+                 eval_fn: Callable[[nn.Module, Any], Any] | None, checkpoint_dir: str | Path | None,
+                 keep_checkpoints: int | None):
+        self.step, self.sched, self.loader, self.recipe, self.info = step, sched, loader, recipe, info
+        self.loss_fn, self.eval_loader, self.eval_fn = loss_fn, eval_loader, eval_fn
+        self.checkpoint_dir, self.keep_checkpoints = checkpoint_dir, keep_checkpoints
+        self.state = FitState(model=step.model, train_model=step.train_model, runner=step, optimizer=step.optimizer,
+                              scheduler=sched, recipe=recipe, rank=info.rank, world_size=info.world_size)
+        self.result = FitResult(steps=0, epochs=0, samples=0, seconds=0.0, last_loss=None)
+        self.hooks = {name: overridden(callbacks, name) for name in _HOOKS}  # unused hooks cost nothing
+        self.move: Callable[[Any], Any] | None = None  # eval batches to the device / channels_last
+        if step.device.type != "cpu" or recipe.channels_last:
+            def move(b: Any) -> Any:
+                return move_batch(b, step.device, recipe.non_blocking, recipe.channels_last)
+            self.move = move
+        self.losses = LossLog(recipe.skip_nonfinite)
+        self.saved = -1  # step of the last checkpoint (the same on every rank)
+        self.epoch_rngs: list[Any] = []  # every rank's RNG states at the start of this epoch
+
+    def resume(self) -> tuple[list[Any], list[Any]] | None:
+        """Load the newest good checkpoint of ``checkpoint_dir``, if any. Returns the
+        ``(epoch_rng, rng)`` states the next epoch start replays, or None."""
+        found = load_latest(self.checkpoint_dir, map_location=self.step.device)  # SYNC: disk read onto the device
+        if found is None:
+            return None
+        self.result.resumed_from, ckpt = found
+        del found
+        # stacklevel 4: a warning names the line calling fit (restore <- resume <- fit <- caller)
+        resume_rng = restore(ckpt, self.step, self.sched, self.state, self.recipe, self.info, stacklevel=4)
+        del ckpt  # drop the loaded copy: the model and optimizer hold their own (PIT404)
+        if self.state.pos == 0:  # saved between epochs: the next epoch starts from here
+            set_own_rng(resume_rng[1], self.info)
+            return None
+        return resume_rng
+
+    def start(self, progress: bool | None, total: int | None) -> None:
+        """The progress bar and the throughput clock, started after set-up and resume."""
+        self.bar = Progress(progress, total, self.info.rank)
+        self._last_time, self._last_samples = time.perf_counter(), self.state.samples
+
+    def begin_epoch(self, resume_rng: tuple[list[Any], list[Any]] | None) -> Iterator[Any]:
+        """The iterator of this epoch's batches: the sampler's new shuffle (PIT703), the
+        epoch-start RNG states recorded for checkpoints (or, when resuming, replayed), the
+        batches the checkpointed run had used skipped, then its RNG states put back."""
+        loader, state, info = self.loader, self.state, self.info
+        sampler = getattr(loader, "sampler", None)
+        if hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(state.epoch)  # PIT703: a new shuffle per epoch
+        if resume_rng is not None:  # replay the interrupted epoch's start
+            self.epoch_rngs = resume_rng[0]
+            set_epoch_rng(self.epoch_rngs, loader, info)
+        elif self.checkpoint_dir is not None:
+            self.epoch_rngs = all_gather_objects(epoch_rng(loader), info)  # collective: every rank's RNG
+        else:
+            self.epoch_rngs = []
+        batches = iter(loader)
+        sized = hasattr(loader, "__len__")
+        if state.pos and not (sized and state.pos >= len(loader)):
+            for _ in range(state.pos):  # the batches the checkpointed run had used
+                next(batches, None)
+        if resume_rng is not None:
+            set_own_rng(resume_rng[1], info)
+            if sized and state.pos >= len(loader):
+                batches = iter(())
+        return batches
+
+    def end_epoch(self, start_pos: int) -> None:
+        """The loader is exhausted: count the epoch (an epoch without a batch is an error)."""
+        if self.state.pos == 0 and start_pos == 0:
+            raise ValueError(f"fit: train_loader yielded no batches in epoch {self.state.epoch} "
+                             "(an exhausted iterator or an empty dataset?)")
+        self.state.epoch += 1
+        self.state.pos = 0
+
+    def log(self) -> None:
+        """One history record for the interval (mean loss, throughput, lr); ``on_log`` hooks."""
+        if not self.losses.losses:
+            return
+        state, info = self.state, self.info
+        # SYNC: the interval's losses read on the host at once (and all-reduced under DDP);
+        # raises NonFiniteLossError on inf/NaN unless skip_nonfinite
+        state.last_loss = self.losses.read(info, state.epoch)
+        now = time.perf_counter()
+        rate = (state.samples - self._last_samples) * info.world_size / max(now - self._last_time, 1e-9)
+        self._last_time, self._last_samples = now, state.samples
+        record = {"step": state.step, "epoch": state.epoch, "loss": state.last_loss, "samples_per_s": rate,
+                  "lr": self.step.optimizer.param_groups[0]["lr"]}
+        self.result.history.append(record)
+        self.bar.update(state.step, record)
+        for hook in self.hooks["on_log"]:
+            hook(state, record)
+
+    def evaluate(self) -> None:
+        """A pass over ``eval_loader`` in eval mode; ``on_eval`` hooks."""
+        # SYNC: one read of the summed metrics at the end of the pass
+        metrics = evaluate(self.step.model, self.eval_loader, self.eval_fn or self.loss_fn,
+                           forward_context=self.step.forward_context, move=self.move)
+        self.state.last_eval = metrics
+        self.result.evals.append((self.state.step, metrics))
+        for hook in self.hooks["on_eval"]:
+            hook(self.state, metrics)
+
+    def checkpoint(self) -> None:
+        """Write a checkpoint (rank 0, atomically); ``on_checkpoint`` hooks on rank 0."""
+        state, info = self.state, self.info
+        self.saved = state.step
+        self.log()  # SYNC: never write a checkpoint after an unnoticed inf/NaN
+        rngs = all_gather_objects(rng_state(), info)  # collective: every rank's RNG
+        if info.is_main:
+            # SYNC: torch.save copies the state dicts to the host; the file is written atomically
+            path = save_checkpoint(checkpoint_state(self.step, self.sched, state, self.recipe, rngs, self.epoch_rngs,
+                                                    info),
+                                   checkpoint_path(self.checkpoint_dir, state.step), keep=self.keep_checkpoints)
+            self.result.checkpoint = path
+            for hook in self.hooks["on_checkpoint"]:
+                hook(state, path)
 
 
 def _check_args(recipe: Any, max_steps: Any, epochs: Any, checkpoint_every: Any, log_every: Any, eval_every: Any,
@@ -231,66 +293,3 @@ def _total_steps(loader: Any, recipe: Recipe, max_steps: int | None, epochs: int
     by_epochs = epochs * per_epoch if epochs is not None and per_epoch is not None else None
     options = [v for v in (max_steps, by_epochs) if v is not None]
     return min(options) if options else None
-
-
-def _set_own_rng(states: list[Any], info: Any) -> None:
-    set_rng_state(states[info.rank if len(states) > info.rank else 0])
-
-
-def _epoch_rng(loader: Any) -> dict[str, Any]:
-    """Every RNG state that decides an epoch's data order and in-process augmentations."""
-    gens = {}
-    for name, gen in (("loader", getattr(loader, "generator", None)),
-                      ("sampler", getattr(getattr(loader, "sampler", None), "generator", None))):
-        if isinstance(gen, torch.Generator):
-            gens[name] = gen.get_state()
-    return {"global": rng_state(), "generators": gens}
-
-
-def _set_epoch_rng(states: list[Any], loader: Any, info: Any) -> None:
-    own = states[info.rank if len(states) > info.rank else 0]
-    set_rng_state(own["global"])
-    for name, gen in (("loader", getattr(loader, "generator", None)),
-                      ("sampler", getattr(getattr(loader, "sampler", None), "generator", None))):
-        if isinstance(gen, torch.Generator) and name in own["generators"]:
-            gen.set_state(own["generators"][name].cpu())
-
-
-def _state(step: Any, sched: Any, state: FitState, recipe: Recipe, rngs: list[Any], epoch_rng: list[Any],
-           info: Any) -> dict[str, Any]:
-    return {
-        "format": FORMAT,
-        "model": step.model.state_dict(),
-        "optimizer": step.optimizer.state_dict(),
-        "step_state": step.state_dict(),
-        "scheduler": sched.state_dict() if sched is not None else None,
-        "step": state.step,
-        "epoch": state.epoch,
-        "pos": state.pos,
-        "samples": state.samples,
-        "rng": rngs,
-        "epoch_rng": epoch_rng,
-        "recipe": recipe.to_dict(),
-        "world_size": info.world_size,
-    }
-
-
-def _restore(ckpt: dict[str, Any], step: Any, sched: Any, state: FitState, recipe: Recipe,
-             info: Any) -> tuple[list[Any], list[Any]]:
-    if ckpt.get("format") != FORMAT:
-        raise ValueError(f"checkpoint format {ckpt.get('format')!r} is not {FORMAT} (written by another pitstop)")
-    saved = ckpt.get("recipe", {})
-    changed = sorted(k for k, v in recipe.to_dict().items() if k in saved and saved[k] != v)
-    if changed:
-        warnings.warn(f"resuming with a recipe that differs from the checkpoint's in {', '.join(changed)}: "
-                      "the run will not match an uninterrupted one exactly", UserWarning, stacklevel=3)
-    if ckpt.get("world_size", 1) != info.world_size:
-        warnings.warn(f"checkpoint written with {ckpt.get('world_size')} processes, resuming with "
-                      f"{info.world_size}: data order and RNG streams differ", UserWarning, stacklevel=3)
-    step.model.load_state_dict(ckpt["model"])
-    step.optimizer.load_state_dict(ckpt["optimizer"])
-    step.load_state_dict(ckpt.get("step_state", {}))
-    if sched is not None and ckpt.get("scheduler") is not None:
-        sched.load_state_dict(ckpt["scheduler"])
-    state.step, state.epoch, state.pos, state.samples = ckpt["step"], ckpt["epoch"], ckpt["pos"], ckpt["samples"]
-    return ckpt["epoch_rng"], ckpt["rng"]

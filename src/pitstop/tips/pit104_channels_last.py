@@ -65,7 +65,10 @@ class ChannelsLast(Tip):
         "required rank 4 tensor"). Ops without NHWC kernels (some custom or older ops)
         convert back and forth and can make it slower. The gain measured here was mostly in
         the inference forward pass (1.09x for a full fp32 training step), so measure on your
-        model: `tune` does.
+        model: `tune` does. It can slow a fused optimizer: on CPU a fused SGD step over the
+        bundled conv net's channels_last parameters took 2.4x-2.7x as long as over contiguous
+        ones, slightly slower than the for-loop (1.06x-1.09x; one thread,
+        `benchmarks/fused_channels_last.py`).
     """
     references = (
         "PyTorch tutorial, Channels Last Memory Format in PyTorch: https://pytorch.org/tutorials/intermediate/memory_format_tutorial.html",
