@@ -45,6 +45,14 @@ class Watch(Callback):
         self.events.append("end")
 
 
+def test_callbacks_given_as_a_generator_are_all_called():
+    model, opt, _, _ = twins()
+    watches = [Watch(), Watch()]
+    fit(model, opt, ce, loader(data(32), 8), recipe=Recipe(), epochs=1, callbacks=(w for w in watches),
+        progress=False)
+    assert all(w.events[0] == "start" and w.events[-1] == "end" and len(w.modes) == 4 for w in watches)
+
+
 def test_eval_runs_in_inference_mode_and_eval_mode_then_training_resumes():
     model, opt, _, _ = twins()
     model.eval()  # fit trains in train mode whatever it was given

@@ -55,10 +55,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
     optimizer). Losses are read on the host once every ``log_every`` steps. ``progress``: a
     rich bar (default: when stderr is a terminal).
     """
+    callbacks = list(callbacks)  # once: a generator would be used up by the checks below
     _check_args(recipe, max_steps, epochs, checkpoint_every, log_every, eval_every, callbacks)
     if max_steps is None and epochs is None:
         epochs = 1
-    callbacks = list(callbacks)
     info = dist_info()
     if recipe.seed is not None:
         from pitstop.helpers.seed import seed_everything
