@@ -93,13 +93,15 @@ class PhaseMemory(Callback):
     def on_fit_start(self, state: FitState) -> None:
         self.close()  # hooks a previous, failed run left behind
         self.phases, self.skipped, self._state = [], None, state
-        model, optimizer = state.train_model or state.model, state.optimizer
+        model = state.train_model if state.train_model is not None else state.model
+        optimizer = state.optimizer
         if model is None or optimizer is None:
             return self._skip("the fit state holds no model or optimizer")
         if max(self.steps) <= state.step:
             return self._skip(f"steps {sorted(self.steps)} were all done before this run started (resumed at step "
                               f"{state.step})")
-        device = getattr(state.runner, "device", None) or _param_device(state.model)
+        device = getattr(state.runner, "device", None)
+        device = device if device is not None else _param_device(state.model)
         source, reason = _make_source(self.method, torch.device(device), state)
         if source is None:
             return self._skip(reason)
@@ -138,6 +140,8 @@ class PhaseMemory(Callback):
         if step not in self.steps:
             return
         src = self._source
+        if not src.ready:
+            return  # never report numbers a source did not measure
         src.add_inputs(args)
         if self._rec is None or self._rec["step"] != step:
             self._rec = {"step": step, "start": src.current(), **dict.fromkeys(_FIELDS), "before_optimizer": None,
@@ -219,7 +223,8 @@ def _make_source(method: str, device: torch.device, state: FitState) -> tuple[An
         tracker_cls = _tracker_class()
     except Exception as exc:  # torch built without distributed, or a MemTracker without the seam used here
         return None, f"torch MemTracker is not usable in this torch build ({type(exc).__name__}: {exc})"
-    return _Tracker(tracker_cls, device, state.model, state.optimizer, state.train_model or state.model), ""
+    root = state.train_model if state.train_model is not None else state.model
+    return _Tracker(tracker_cls, device, state.model, state.optimizer, root), ""
 
 
 class _Allocator:
@@ -230,6 +235,8 @@ class _Allocator:
         self.api = acc if acc is not None and hasattr(acc, "max_memory_allocated") else torch.cuda
         self.name = ("torch.accelerator" if self.api is acc else "torch.cuda") + ".max_memory_allocated"
         self.device = device
+
+    ready = True
 
     def arm(self) -> None:
         pass
@@ -274,6 +281,10 @@ class _Tracker:
         if tracker is not None:
             tracker.__exit__(None, None, None)
 
+    @property
+    def ready(self) -> bool:
+        return self.tracker is not None
+
     def add_inputs(self, args: Any) -> None:
         if self.tracker is not None:
             self.tracker.track_external(*_tensors(args))  # a batch made outside the tracker (loader workers)
@@ -294,7 +305,8 @@ def _tracker_class() -> type:
     this subclass also keeps the highest total since the last phase boundary."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
-    if not all(callable(getattr(MemTracker, name, None)) for name in ("_update_peak_stats", "_pre_fw_hook")) or not hasattr(MemTracker(), "_curr_mem_snap"):
+    seams = all(callable(getattr(MemTracker, name, None)) for name in ("_update_peak_stats", "_pre_fw_hook"))
+    if not seams or not hasattr(MemTracker(), "_curr_mem_snap"):
         raise RuntimeError("MemTracker has no per-operation peak update to follow")
 
     class _PhaseTracker(MemTracker):
