@@ -235,6 +235,13 @@ class _Allocator:
         self.api = acc if acc is not None and hasattr(acc, "max_memory_allocated") else torch.cuda
         self.name = ("torch.accelerator" if self.api is acc else "torch.cuda") + ".max_memory_allocated"
         self.device = device
+        # an explicit device index: both torch.accelerator and torch.cuda take one
+        if device.index is not None:
+            self.index = device.index
+        elif self.api is torch.cuda:
+            self.index = torch.cuda.current_device()
+        else:
+            self.index = self.api.current_device_index()
 
     ready = True
 
@@ -248,13 +255,13 @@ class _Allocator:
         pass  # already counted: the batch lives in the allocator
 
     def current(self) -> int:
-        return int(self.api.memory_allocated(self.device))  # host-side counter: no sync
+        return int(self.api.memory_allocated(self.index))  # host-side counter: no sync
 
     def peak(self) -> int:
-        return int(self.api.max_memory_allocated(self.device))  # host-side counter: no sync
+        return int(self.api.max_memory_allocated(self.index))  # host-side counter: no sync
 
     def reset(self) -> None:
-        self.api.reset_peak_memory_stats(self.device)  # peak := current allocation; no sync
+        self.api.reset_peak_memory_stats(self.index)  # peak := current allocation; no sync
 
 
 class _Tracker:
