@@ -79,6 +79,7 @@ class PeakMemoryApi(Tip):
         "PyTorch docs, Understanding CUDA Memory Usage (memory snapshots): https://pytorch.org/docs/stable/torch_cuda_memory.html",
         "Seed 000 (reset_max_memory_allocated), seed 001 (memory_allocated after each phase)",
     )
+    engine = "pitstop.engine.PhaseMemory(steps) is a fit callback that hooks the model's forward and the optimizer step and records, for the chosen steps, the peak memory of the forward, backward and optimizer step and what is held after the step: reset_peak_memory_stats/max_memory_allocated on CUDA, torch's MemTracker on CPU."
 
 
 # --- lint face ---
