@@ -100,9 +100,27 @@ def test_the_with_form_removes_hooks_when_fit_raises_inside_a_measured_step():
         with pytest.raises(RuntimeError, match="bad loss"):
             fit(model, opt, failing, loader(data(64, features=64), 8), recipe=CPU, max_steps=3, callbacks=[mem],
                 progress=False)
-        assert mem.active  # fit calls no callback on an error: the with block is what cleans up
+        assert not mem.active and no_hooks(model, opt)  # fit's on_exception released them
     assert not mem.active and no_hooks(model, opt) and mem.phases == []
     torch.ones(3) * 2  # no tracker left on the dispatch stack
+
+
+def test_fit_raising_inside_a_measured_step_releases_the_hooks_without_the_with_form():
+    model = mlp(features=64, hidden=256)
+    opt = torch.optim.Adam(model.parameters(), foreach=False)
+
+    def failing(model, batch):
+        model(batch[0])
+        raise RuntimeError("bad loss")
+
+    mem = PhaseMemory(steps=(1, 2))
+    with pytest.raises(RuntimeError, match="bad loss"):
+        fit(model, opt, failing, loader(data(64, features=64), 8), recipe=CPU, max_steps=3, callbacks=[mem],
+            progress=False)
+    assert not mem.active and no_hooks(model, opt)
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    assert _get_current_dispatch_mode_stack() == []  # the CPU tracker was left
 
 
 def test_evaluation_forwards_between_steps_are_not_measured():

@@ -79,6 +79,10 @@ class Callback:
     def on_fit_end(self, state: FitState, result: FitResult) -> None:
         """After the last step."""
 
+    def on_exception(self, state: FitState, exc: BaseException) -> None:
+        """When the training loop raises (the exception is re-raised afterwards): release
+        what the callback holds (hooks, profilers, trackers)."""
+
 
 def overridden(callbacks: list[Callback], hook: str) -> list[Any]:
     """Bound ``hook`` methods of the callbacks that override it."""

@@ -126,6 +126,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
                 run.evaluate()  # SYNC
             if checkpoint_dir is not None and run.saved != state.step:
                 run.checkpoint()  # SYNC
+        except BaseException as exc:
+            for hook in run.hooks["on_exception"]:
+                hook(state, exc)  # callbacks release hooks/profilers; the error goes on to the caller
+            raise
         finally:
             run.bar.close()
         result.steps, result.epochs, result.samples = state.step, state.epoch, state.samples
@@ -136,7 +140,7 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
         return result
 
 
-_HOOKS = ("on_fit_start", "on_step_end", "on_log", "on_eval", "on_checkpoint", "on_fit_end")
+_HOOKS = ("on_fit_start", "on_step_end", "on_log", "on_eval", "on_checkpoint", "on_fit_end", "on_exception")
 
 
 class _Run:

@@ -6,8 +6,8 @@ of one forward and the next forward or the optimizer step), of the optimizer ste
 memory still held when the step is over. It installs hooks and leaves the loop alone: a
 forward pre-hook and a forward hook on the module the forward runs (``FitState.train_model``)
 and ``register_step_pre_hook``/``register_step_post_hook`` on the optimizer. Every hook is
-removed after the last chosen step, in ``on_fit_end``, and when a ``with PhaseMemory(...)``
-block exits (use that form when ``fit`` may raise: ``fit`` calls no callback on an error).
+removed after the last chosen step, in ``on_fit_end``, in ``on_exception`` (``fit`` raised),
+and when a ``with PhaseMemory(...)`` block exits.
 
 Memory source:
 
@@ -131,6 +131,9 @@ class PhaseMemory(Callback):
 
     def on_fit_end(self, state: FitState, result: FitResult) -> None:
         self.close()
+
+    def on_exception(self, state: FitState, exc: BaseException) -> None:
+        self.close()  # fit failed: no hook or tracker outlives it
 
     # -- model and optimizer hooks ----------------------------------------------------------
     def _forward_start(self, module: Any, args: Any) -> None:

@@ -67,3 +67,8 @@ class ProfileSteps(Callback):
         if self._prof is not None:
             self._prof.stop()  # writes the trace if the run ended inside the active window
             self._prof = None
+
+    def on_exception(self, state: FitState, exc: BaseException) -> None:
+        if self._prof is not None:
+            self._prof.stop()  # never leave a profiler running past a failed fit
+            self._prof = None
