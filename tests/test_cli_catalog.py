@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
 
 from pitstop.tips import SECTIONS
 
@@ -56,3 +61,65 @@ def test_explain_unknown_exits_2_with_near_matches(cli):
 def test_no_command_prints_help_and_exits_2(cli):
     out = cli()
     assert out.returncode == 2 and "COMMAND" in out.stdout
+
+
+def _place(line: str) -> tuple[str, int]:
+    """``face  file:line  name (kind)`` -> (file, line)."""
+    loc = line.split()[1]
+    file, _, n = loc.rpartition(":")
+    return file, int(n)
+
+
+def test_explain_where_points_at_every_face_class(cli):
+    """Every registered face class of a tip is listed at the line that defines it; helpers
+    at their ``def``; the engine note at its attribute."""
+    import pitstop.tips as tips
+    from pitstop import registry
+    from pitstop.tips.locate import locate
+
+    for code in ("PIT101", "PIT104", "PIT503", "PIT703"):
+        tip = tips.get(code)
+        places = locate(tip)
+        classes = {c.__name__ for face in registry.FACES for c in registry.implementations(face, code)}
+        assert classes and classes <= {p.name for p in places}, code
+        for p in places:
+            text = Path(p.file).read_text(encoding="utf-8").splitlines()[p.line - 1]
+            if p.kind == "note":
+                assert text.lstrip().startswith("engine"), (p, text)
+            elif p.face == "H":
+                assert text.startswith(f"def {p.name.split('.')[-1]}("), (p, text)
+            elif p.face == "E":
+                assert code in text, (p, text)
+            else:
+                assert text.startswith(f"class {p.name}("), (p, text)
+    kinds = {(p.face, p.kind) for p in locate(tips.get("PIT104"))}
+    assert {("tip", "Tip"), ("D", "Check"), ("D", "Probe"), ("K", "Knob"), ("B", "Benchmark"), ("E", "note")} <= kinds
+    assert ("H", "helper") in {(p.face, p.kind) for p in locate(tips.get("PIT503"))}
+    assert ("L", "LintRule") in {(p.face, p.kind) for p in locate(tips.get("PIT101"))}
+
+
+def test_explain_where_prints_file_line_per_face(cli):
+    out = cli("explain", "PIT104", "--where", cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "PIT104 channels-last"
+    faces = [line.split()[0] for line in lines[1:] if not line.lstrip().startswith("planned")]
+    assert {"tip", "doctor", "knob", "engine", "bench"} <= set(faces)
+    for line in lines[1:]:
+        file, n = _place(line)
+        assert (ROOT / file).is_file() and n >= 1, line  # relative to the working directory
+    doctor = [line for line in lines if "ChannelsLastProbe (Probe)" in line]
+    assert len(doctor) == 1 and doctor[0].split()[0] == "doctor"
+    data = json.loads(cli("explain", "PIT503", "--where", "--format", "json").stdout)
+    assert data["code"] == "PIT503"
+    assert {(d["face"], d["name"]) for d in data["where"]} >= {("D", "FrozenParamsCheck"), ("H", "pitstop.freeze")}
+    assert all(Path(d["file"]).is_absolute() and d["line"] >= 1 for d in data["where"])
+
+
+def test_explain_where_is_torch_free():
+    code = ("import sys; from pitstop.cli import main; import pitstop.tips as t\n"
+            "for tip in t.all_tips(): assert main(['explain', tip.code, '--where']) == 0\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("  tip ") == len(__import__("pitstop.tips").tips.all_tips())

@@ -70,6 +70,8 @@ class ExplainCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("tip", metavar="CODE|SLUG")
         parser.add_argument("--format", choices=("text", "markdown", "json"), default="text")
+        parser.add_argument("--where", action="store_true",
+                            help="print where the tip lives in the code: file:line of its module and each face")
 
     def run(self, args: argparse.Namespace) -> int:
         tips = _load()
@@ -77,9 +79,17 @@ class ExplainCommand(Command):
             tip = tips.get(args.tip)
         except tips.UnknownTipError as exc:
             raise CliError(str(exc)) from None
-        from pitstop.report.tipdoc import tip_markdown
+        from pitstop.report.tipdoc import tip_markdown, where_text
 
-        if args.format == "json":
+        if args.where:
+            from pitstop.tips.locate import locate
+
+            places = locate(tip)
+            if args.format == "json":
+                print(json.dumps({"code": tip.code, "where": [p.to_dict() for p in places]}, indent=2))
+            else:
+                sys.stdout.write(where_text(tip, places, Path.cwd()))
+        elif args.format == "json":
             print(json.dumps(tip.to_dict(), indent=2))
         elif args.format == "markdown" or not sys.stdout.isatty():
             sys.stdout.write(tip_markdown(tip))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pitstop.registry import FACES
 
-__all__ = ["faces_label", "tip_markdown", "index_markdown"]
+__all__ = ["faces_label", "tip_markdown", "index_markdown", "where_text"]
 
 
 def faces_label(tip) -> str:
@@ -52,4 +54,21 @@ def index_markdown(tips, category_titles: dict[str, str]) -> str:
             current = tip.category()
             lines += ["", f"## {category_titles[current]}", "", "| code | slug | faces | title |", "|---|---|---|---|"]
         lines.append(f"| [{tip.code}]({tip.code}.md) | {tip.slug} | {faces_label(tip)} | {tip.title} |")
+    return "\n".join(lines) + "\n"
+
+
+def where_text(tip, places, cwd: Path) -> str:
+    """``pitstop explain CODE --where``: one ``face  file:line  name (kind)`` line per place
+    (:class:`pitstop.tips.locate.Location`), paths relative to ``cwd`` when under it."""
+    def shown(file: str) -> str:
+        path = Path(file)
+        return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
+
+    rows = [("tip" if p.face == "tip" else FACES[p.face], f"{shown(p.file)}:{p.line}", f"{p.name} ({p.kind})")
+            for p in places]
+    width = max(len(r[1]) for r in rows)
+    lines = [f"{tip.code} {tip.slug}"] + [f"  {face:<7} {loc:<{width}}  {what}" for face, loc, what in rows]
+    planned = tip.planned_faces()
+    if planned:
+        lines.append("  planned: " + ", ".join(f"{FACES[f]} ({f})" for f in planned))
     return "\n".join(lines) + "\n"
