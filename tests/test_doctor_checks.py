@@ -1,0 +1,268 @@
+"""Every doctor check on synthetic observations: one case that fires, one that does not.
+
+The observations come from ``doctor_obs`` (built through the public ``Observations`` API
+only). ``test_every_registered_check_has_a_case`` fails when a new check lands without a
+case here. The real-run tests (``test_doctor_examples``, ``test_doctor_misc_problems``) show
+the checks fire on real scripts; these show each check's decision boundary.
+"""
+
+from __future__ import annotations
+
+import pytest
+from doctor_obs import findings_of, loader, model, observations, optimizer, probe, run_check, site
+
+from pitstop import registry, tips
+from pitstop.doctor.check import Check, Thresholds
+
+tips.load_all()
+CHECKS = {c.__name__: c for c in registry.implementations("D") if issubclass(c, Check)}
+PROBES = {c.__name__: c for c in registry.implementations("D") if not issubclass(c, Check)}
+
+MIB = 2**20
+CUDA_H2D = {"blocking": 2.0, "non_blocking": 0.0, "seconds": 0.004}
+
+#: check name -> (observations where it fires, observations where it does not)
+CASES = {
+    "DataWaitCheck": (
+        observations(breakdown={"data": 0.03}, loaders=[loader()]),
+        observations(breakdown={"data": 0.004}, loaders=[loader()]),  # 4% < 5%
+    ),
+    "PinMemoryCheck": (
+        observations(device="cuda", loaders=[loader(pin_memory=False)], h2d=CUDA_H2D),
+        observations(device="cuda", loaders=[loader(pin_memory=True)], h2d=CUDA_H2D),
+    ),
+    "NonBlockingCheck": (
+        observations(device="cuda", h2d=CUDA_H2D),
+        observations(device="cuda", h2d={"blocking": 0.0, "non_blocking": 2.0, "seconds": 0.001}),
+    ),
+    "ChannelsLastCheck": (
+        observations(models=[model(conv2d=3)], kernels={"conv_nchw": 3},
+                     probes={"channels_last": probe("contiguous", "channels_last", 1.3)}),
+        observations(models=[model(conv2d=3)], kernels={"conv_nchw": 3},
+                     probes={"channels_last": probe("contiguous", "channels_last", 1.05)}),  # low < 1.10
+    ),
+    "SyncInLoopCheck": (
+        observations(syncs=[site("item")]),
+        observations(syncs=[site("item", every=1)]),  # 1 of 5 steps: not per step
+    ),
+    "RetainedGraphCheck": (
+        observations(graph={"nodes": [10, 40, 70], "steps": [0, 2, 4], "live_losses": 0, "losses_tracked": 5}),
+        observations(graph={"nodes": [10, 10, 10], "steps": [0, 2, 4], "live_losses": 1, "losses_tracked": 5}),
+    ),
+    "SyncCallsCheck": (
+        observations(cuda_calls=[site("cuda.empty_cache")]),
+        observations(cuda_calls=[site("cuda.reset_max_memory_allocated")]),  # PIT405's, not a sync
+    ),
+    "MixedPrecisionCheck": (
+        observations(models=[model()], probes={"precision": probe("fp32", "bfloat16", 1.4)}),
+        observations(models=[model()], probes={"precision": probe("fp32", "bfloat16", 1.02)}),
+    ),
+    "TF32Check": (
+        observations(device="cuda", kernels={"matmul": {"float32": 10}}),
+        observations(device="cuda", kernels={"matmul": {"float32": 10}}, capability=[7, 0]),  # pre-Ampere
+    ),
+    "Fp16WithoutScalerCheck": (
+        observations(forwards={"train": 5, "autocast": {"float16": 5}}),
+        observations(forwards={"train": 5, "autocast": {"float16": 5}}, scaler_calls=5),
+    ),
+    "ActivationMemoryCheck": (
+        observations(memory={"peak": 95 * MIB, "capacity": 100 * MIB, "params": 10 * MIB, "grads": 10 * MIB,
+                             "optimizer_state": 10 * MIB, "activations": 60 * MIB}),
+        observations(memory={"peak": 50 * MIB, "capacity": 100 * MIB, "params": 10 * MIB, "grads": 10 * MIB,
+                             "optimizer_state": 10 * MIB, "activations": 60 * MIB}),  # not near capacity
+    ),
+    "OptimizerStateCheck": (
+        observations(optimizers=[optimizer(state_bytes=40 * MIB)],
+                     memory={"params": 10 * MIB, "grads": 10 * MIB, "optimizer_state": 40 * MIB,
+                             "activations": 10 * MIB, "peak": 80 * MIB, "capacity": 1000 * MIB}),
+        observations(optimizers=[optimizer(cls="SGD", state_bytes=0, state_ratio=0.0)],
+                     memory={"params": 10 * MIB, "grads": 10 * MIB, "optimizer_state": 0,
+                             "activations": 10 * MIB, "peak": 40 * MIB, "capacity": 1000 * MIB}),
+    ),
+    "PeakMemoryCheck": (
+        observations(memory={"peak": 95 * MIB, "capacity": 100 * MIB, "peak_source": "process peak RSS"}),
+        observations(memory={"peak": 50 * MIB, "capacity": 100 * MIB, "peak_source": "process peak RSS"}),
+    ),
+    "FusedOptimizerCheck": (
+        observations(optimizers=[optimizer(mode="foreach")], probes={"optimizer": probe("foreach", "fused", 1.5)}),
+        observations(optimizers=[optimizer(mode="foreach")], probes={"optimizer": probe("foreach", "fused", 1.02)}),
+    ),
+    "DecayOnBiasNormCheck": (
+        observations(optimizers=[optimizer(decay_1d_params=4, decay_1d_numel=96, weight_decay=0.01)]),
+        observations(optimizers=[optimizer(weight_decay=0.01)]),
+    ),
+    "FrozenParamsCheck": (
+        observations(optimizers=[optimizer(frozen_params=2, frozen_numel=20)]),
+        observations(optimizers=[optimizer()]),
+    ),
+    "CompileCheck": (
+        observations(compile={"compiled": True, "graph_breaks": 3}),
+        observations(compile={"compiled": True, "graph_breaks": 0}),
+    ),
+    "CudnnBenchmarkCheck": (
+        observations(device="cuda", kernels={"conv": {"float32": 4}, "conv_input_shapes": {"32x3x32x32": 5}}),
+        observations(device="cuda", kernels={"conv": {"float32": 4},
+                                             "conv_input_shapes": {"32x3x32x32": 4, "7x3x32x32": 1}}),
+    ),
+    "ConvBiasBeforeBNCheck": (
+        observations(models=[model(conv2d=1, conv_bias_bn=[["conv1", "bn1"]])]),
+        observations(models=[model(conv2d=1)]),
+    ),
+    "MultipleOf8Check": (
+        observations(device="cuda", kernels={"matmul": {"bfloat16": 4}},
+                     models=[model(odd_sizes=[{"module": "fc", "type": "Linear", "out_features": 10, "multiple": 8}])]),
+        observations(device="cuda", kernels={"matmul": {"float32": 4}},  # fp32 at "highest": no tensor cores
+                     models=[model(odd_sizes=[{"module": "fc", "type": "Linear", "out_features": 10, "multiple": 8}])]),
+    ),
+    "InferenceModeCheck": (
+        observations(forwards={"train": 5, "eval_with_grad": 3, "where": {"eval_with_grad": "train.py:30"}}),
+        observations(forwards={"train": 5, "eval_inference_mode": 3, "where": {"eval_inference_mode": "train.py:30"}}),
+    ),
+    "AdjacentLinearCheck": (
+        observations(models=[model(linear_linear=[{"pair": ["fc1", "fc2"], "saved_macs": 100, "macs": 300}])]),
+        observations(models=[model()]),
+    ),
+    "DataParallelCheck": (
+        observations(models=[model("DataParallel", dataparallel=True)]),
+        observations(models=[model()]),
+    ),
+    "DistributedSamplerCheck": (
+        observations(models=[model(ddp=True)], loaders=[loader()], settings={"world_size": 2}),
+        observations(models=[model(ddp=True)], loaders=[loader(distributed_sampler=True, sampler="DistributedSampler")],
+                     settings={"world_size": 2}),
+    ),
+    "EvalModeCheck": (
+        observations(models=[model(mode_dependent=True, forwards={"train": 5, "nograd_train_mode": 3})],
+                     forwards={"train": 5, "where": {"nograd_train_mode": "train.py:40"}}),
+        observations(models=[model(mode_dependent=False, forwards={"train": 5, "nograd_train_mode": 3})]),
+    ),
+    "DeterministicBenchmarkCheck": (
+        observations(settings={"cudnn_deterministic": True, "cudnn_benchmark": True}),
+        observations(settings={"cudnn_deterministic": True, "cudnn_benchmark": False}),
+    ),
+    "ProfileCheck": (
+        observations(breakdown={"forward": 0.02, "backward": 0.02}),  # 50% of the step is "other"
+        observations(),
+    ),
+}
+
+
+def test_every_registered_check_has_a_case():
+    assert set(CHECKS) == set(CASES), f"no case for {sorted(set(CHECKS) - set(CASES))}; stale {sorted(set(CASES) - set(CHECKS))}"
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_check_fires_on_its_positive_case(name):
+    cls = CHECKS[name]
+    reason, found = run_check(cls, CASES[name][0])
+    assert reason is None, reason
+    assert found and all(f.code == cls.tip for f in found), found
+    for f in found:
+        assert f.evidence and f.fix.endswith(f"(`pitstop explain {cls.tip}`)")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_check_is_quiet_on_its_negative_case(name):
+    assert run_check(CHECKS[name], CASES[name][1])[1] == []
+
+
+# -- what the cases above do not show: severity, skips, impacts ---------------------
+
+
+def test_cuda_only_checks_are_skipped_on_cpu_with_the_reason():
+    for name, cls in CHECKS.items():
+        if cls.requires == "cuda":
+            obs = CASES[name][0]
+            cpu = observations(**{k: v for k, v in obs.to_dict().items() if k not in ("device", "device_name", "capability")})
+            reason, found = run_check(cls, cpu)
+            assert found == [] and "CUDA" in reason, name
+
+
+def test_data_wait_is_high_with_spare_cores_and_low_without():
+    spare = findings_of(CHECKS["DataWaitCheck"], observations(breakdown={"data": 0.03}, loaders=[loader()]))
+    assert spare[0].severity == "high" and spare[0].impact_share == pytest.approx(0.3)
+    busy = findings_of(CHECKS["DataWaitCheck"], observations(breakdown={"data": 0.03}, loaders=[loader()],
+                                                             settings={"cpu_cores": 2, "num_threads": 2}))
+    assert busy[0].severity == "low" and "take cores from compute" in busy[0].evidence
+    no_loader = observations(breakdown={"data": 0.03})  # the wait is not a DataLoader's
+    assert findings_of(CHECKS["DataWaitCheck"], no_loader) == []
+
+
+def test_probe_gated_checks_use_the_lower_bound_on_the_compute_share():
+    obs = observations(models=[model()], probes={"precision": probe("fp32", "bfloat16", 1.25, ratio=2.0)})
+    [f] = findings_of(CHECKS["MixedPrecisionCheck"], obs)
+    assert f.impact_share == pytest.approx(obs.compute_share * (1 - 1 / 1.25))
+    skipped = observations(models=[model()], probes={"precision": {"skipped": "training already runs under autocast"}})
+    assert findings_of(CHECKS["MixedPrecisionCheck"], skipped) == []
+    stricter = Thresholds(probe_speedup=1.3)
+    assert findings_of(CHECKS["MixedPrecisionCheck"], obs, stricter) == []
+
+
+def test_fused_optimizer_ignores_a_probe_of_another_mode():
+    """A probe whose baseline is not the optimizer's mode measured something else."""
+    obs = observations(optimizers=[optimizer(mode="foreach")], probes={"optimizer": probe("for-loop", "fused", 1.5)})
+    assert findings_of(CHECKS["FusedOptimizerCheck"], obs) == []
+
+
+def test_channels_last_is_skipped_without_convolutions():
+    reason, _ = run_check(CHECKS["ChannelsLastCheck"], observations(models=[model()]))
+    assert reason and "Conv2d" in reason
+
+
+def test_compile_check_is_skipped_for_an_eager_model():
+    reason, _ = run_check(CHECKS["CompileCheck"], observations())
+    assert reason and "not compiled" in reason
+
+
+def test_peak_memory_also_reports_the_deprecated_reset_call():
+    obs = observations(cuda_calls=[site("cuda.reset_max_memory_allocated", calls=3)])
+    [f] = findings_of(CHECKS["PeakMemoryCheck"], obs)
+    assert f.severity == "low" and "reset_peak_memory_stats" in f.fix and f.where == ("train.py:20",)
+
+
+def test_gpu_only_effects_are_low_on_cpu_and_rated_on_cuda():
+    flags = {"cudnn_deterministic": True, "cudnn_benchmark": True}
+    assert findings_of(CHECKS["DeterministicBenchmarkCheck"], observations(settings=flags))[0].severity == "low"
+    assert findings_of(CHECKS["DeterministicBenchmarkCheck"],
+                       observations(device="cuda", settings=flags))[0].severity == "medium"
+    cpu = findings_of(CHECKS["SyncCallsCheck"], observations(cuda_calls=[site("cuda.synchronize", seconds=0.05)]))
+    assert cpu[0].severity == "low" and cpu[0].impact_seconds is None
+    gpu = findings_of(CHECKS["SyncCallsCheck"],
+                      observations(device="cuda", cuda_calls=[site("cuda.synchronize", seconds=0.03)]))
+    assert gpu[0].impact_seconds == pytest.approx(0.006) and gpu[0].severity == "medium"  # 6% of the step
+
+
+def test_profile_check_reports_low_mfu_on_a_known_gpu():
+    obs = observations(device="cuda", flops={"mfu": 0.2, "achieved_per_s": 62e12, "peak_per_s": 312e12,
+                                              "peak_source": "A100 bf16 dense"})
+    [f] = findings_of(CHECKS["ProfileCheck"], obs)
+    assert "MFU 20.0%" in f.evidence
+
+
+def test_retained_graph_fires_on_live_losses_alone():
+    obs = observations(graph={"nodes": [10, 10, 10], "steps": [0, 2, 4], "live_losses": 4, "losses_tracked": 5})
+    [f] = findings_of(CHECKS["RetainedGraphCheck"], obs)
+    assert f.impact_kind == "memory" and "4 of the 5" in f.evidence
+
+
+def test_distributed_sampler_is_quiet_on_one_process():
+    assert findings_of(CHECKS["DistributedSamplerCheck"], observations(loaders=[loader()])) == []
+
+
+# -- probes: their skip decision is made on the plain observations --------------------
+
+
+def test_probe_skip_reasons():
+    p = {c.tip: c() for c in PROBES.values()}
+    assert set(p) == {"PIT104", "PIT301", "PIT501"}, "a new probe: add its skip cases here"
+    assert p["PIT104"].skip_reason(observations(models=[model(conv2d=2)])) is None
+    assert "Conv2d" in p["PIT104"].skip_reason(observations(models=[model()]))
+    assert "channels_last" in p["PIT104"].skip_reason(observations(models=[model(conv2d=2)],
+                                                                    kernels={"conv_channels_last": 4}))
+    assert p["PIT301"].skip_reason(observations(models=[model()])) is None
+    assert "autocast" in p["PIT301"].skip_reason(observations(models=[model()],
+                                                             forwards={"autocast": {"bfloat16": 5}}))
+    assert "float16" in p["PIT301"].skip_reason(observations(models=[model(param_dtype="float16")]))
+    assert "model" in p["PIT301"].skip_reason(observations())
+    assert p["PIT501"].skip_reason(observations(optimizers=[optimizer()])) is None
+    assert "optimizer" in p["PIT501"].skip_reason(observations())
