@@ -24,7 +24,7 @@ Runner API (what ``pitstop tune`` builds on)
         args=("--lr", "3e-4"),        # the script's own arguments
         steps=20, warmup=3,           # observed optimizer steps after warmup
         timeout=600,                  # seconds; the child is killed past it (+ grace)
-        setups=(Setup("pitstop.tune.knobs:bf16_autocast", {"dtype": "bfloat16"}),),
+        setups=(Setup("pitstop.tune.child:set_threads", {"n": 2}),),
         seed=0,                       # python/numpy/torch seeded in the child (None: off)
         mode="light",                 # "light": step wall times + losses only; "full": everything
         probes=False,                 # full mode only: the hardware probes (seconds each)

@@ -24,7 +24,7 @@ from pitstop.lint.nodes import dotted, last_name, string_value
 __all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "children", "find",
            "loss_names"]
 
-#: torch.* functions that return something other than a tensor (for "a tensor expression").
+#: libcst node fields the walk never enters (whitespace and punctuation: no rule looks at them).
 _SKIP = frozenset({"lpar", "rpar", "comma", "leading_lines", "lines_after_decorators", "header",
                    "footer", "semicolon", "newline", "trailing_whitespace", "equal", "dot", "colon",
                    "operator", "attr", "keyword", "asynchronous", "star", "default_indent",

@@ -34,10 +34,8 @@ class TuneInputError(ValueError):
 
 
 def _doctor():
-    try:
-        from pitstop.doctor import runner, spec
-    except ImportError as exc:  # pragma: no cover - only before the doctor exists
-        raise TuneError(f"script mode needs pitstop.doctor's runner: {exc}") from None
+    from pitstop.doctor import runner, spec
+
     return runner, spec
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from pitstop.tune.equivalence import check_losses
@@ -379,7 +379,3 @@ def _not_applicable(knob: Knob, ctx: Context, mode: str) -> Trial | None:
         return None
     return Trial(name=knob.name, settings=(Setting(knob.tip, knob.name, None, knob.name),), status="not_applicable",
                  reason=reason)
-
-
-def replace_options(options: TuneOptions, **changes: Any) -> TuneOptions:
-    return replace(options, **changes)
