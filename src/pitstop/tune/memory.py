@@ -104,9 +104,8 @@ def parse_bytes(value: int | float | str) -> int:
 def default_cap(device: str) -> tuple[int | None, str]:
     """The limit used when the user gives none: CUDA total memory, or half the available RAM."""
     if device == "cuda":
-        import torch
+        from pitstop.doctor.memory import capacity_bytes  # the one CUDA total-memory lookup
 
-        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory), \
-            "CUDA device memory"
+        return capacity_bytes("cuda"), "CUDA device memory"
     ram = available_ram()
     return (ram // 2 if ram else None), "half of the RAM available when the search started"
