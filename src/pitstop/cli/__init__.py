@@ -78,18 +78,11 @@ def check_number(option: str, value: float | None, *, low: float | None = None, 
 
 def check_writable_dir(path: Path, option: str) -> None:
     """Create ``path`` (and parents) if needed; CliError unless it is a writable directory."""
-    existing = next((a for a in (path, *path.parents) if a.exists()), None)
-    if existing is not None and not existing.is_dir():
-        where = "" if existing == path else f" (in {str(path)!r})"
-        raise CliError(f"{option}: {str(existing)!r} is not a directory{where}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(f"{option}: cannot create directory {str(path)!r}: {exc.strerror or exc}") from None
-    if not path.is_dir():
-        raise CliError(f"{option}: {str(path)!r} is not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise CliError(f"{option}: directory {str(path)!r} is not writable")
+    from pitstop.atomic import writable_dir_problem
+
+    problem = writable_dir_problem(path)
+    if problem is not None:
+        raise CliError(f"{option}: {problem}")
 
 
 def check_output_file(path: Path, option: str) -> None:

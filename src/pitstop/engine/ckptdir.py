@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from pitstop.atomic import remove_stale_temps, write_atomic
+from pitstop.atomic import remove_stale_temps, writable_dir_problem, write_atomic
 from pitstop.lifecycle import pid_alive
 
 __all__ = ["CheckpointDirError", "CheckpointDirLocked", "check_checkpoint_dir", "DirLock", "Manifest",
@@ -62,16 +62,9 @@ def check_keep(keep: object, name: str = "fit: keep_checkpoints") -> None:
 def check_checkpoint_dir(path: str | Path) -> Path:
     """Create ``path`` if needed and make sure checkpoints can be written there; returns it."""
     path = Path(path)
-    existing = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), None)
-    if existing is not None and not existing.is_dir():
-        where = "" if existing == path else f" (checkpoint_dir {str(path)!r} would lie under it)"
-        raise CheckpointDirError(f"fit: checkpoint_dir: {str(existing)!r} is not a directory{where}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CheckpointDirError(f"fit: checkpoint_dir: cannot create {str(path)!r}: {exc.strerror or exc}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise CheckpointDirError(f"fit: checkpoint_dir: {str(path)!r} is not writable")
+    problem = writable_dir_problem(path)
+    if problem is not None:
+        raise CheckpointDirError(f"fit: checkpoint_dir: {problem}")
     return path
 
 
