@@ -131,7 +131,8 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[BinaryIO], None
             f.flush()
             if durable:
                 os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        if keep_owner and old is not None and hasattr(os, "geteuid") and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        if (keep_owner and old is not None and hasattr(os, "geteuid")
+                and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid())):
             try:  # before chmod: chown may clear the set-id bits
                 os.chown(tmp, old.st_uid, old.st_gid)
             except PermissionError:  # only root may give a file away: the new file stays ours

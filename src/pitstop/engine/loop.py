@@ -52,7 +52,8 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
     ``checkpoint_dir``: a checkpoint every ``checkpoint_every`` steps and at the end (rank 0
     writes; the directory is checked and locked before the first step; the ``keep_checkpoints``
     (>= 1, or None: all) most recent of this run are kept, other runs' files are never touched);
-    with ``resume`` the newest good one of the directory's current run is loaded first. ``scheduler``: an LR scheduler stepped after every optimizer step, or a
+    with ``resume`` the newest good one of the directory's current run is loaded first.
+    ``scheduler``: an LR scheduler stepped after every optimizer step, or a
     callable ``optimizer -> scheduler`` (needed when ``recipe.optimizer_impl`` rebuilds the
     optimizer). Losses are read on the host once every ``log_every`` steps. ``progress``: a
     rich bar (default: when stderr is a terminal).
