@@ -80,9 +80,18 @@ class FileError:
 
     filename: str
     reason: str
+    line: int | None = None  # where, when known (syntax errors)
+    column: int | None = None
 
     def __str__(self) -> str:
         return f"{self.filename}: cannot parse: {self.reason}"
+
+    def to_dict(self) -> dict:
+        """A JSON entry shaped like a finding, as ruff reports syntax errors: ``code`` is null."""
+        line, column = self.line or 1, self.column or 1
+        return {"code": None, "name": "cannot-parse", "message": f"cannot parse: {self.reason}",
+                "filename": self.filename, "line": line, "column": column, "end_line": line,
+                "end_column": column, "doc": None, "fix": None}
 
 
 @dataclass

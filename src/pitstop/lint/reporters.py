@@ -72,8 +72,11 @@ def statistics(findings: list[Finding], unsafe: bool = False) -> str:
                    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def json_report(findings: list[Finding]) -> str:
-    return json.dumps([f.to_dict() for f in findings], indent=2) + "\n"
+def json_report(findings: list[Finding], errors: list[FileError] = ()) -> str:
+    """The findings, and one entry with ``"code": null`` per file that could not be linted."""
+    entries = [f.to_dict() for f in findings] + [e.to_dict() for e in errors]
+    entries.sort(key=lambda d: (d["filename"], d["line"], d["column"], d["code"] or ""))
+    return json.dumps(entries, indent=2) + "\n"
 
 
 def _region(line, column, end_line, end_column) -> dict:
@@ -114,7 +117,9 @@ def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[st
     }
     invocation = {"executionSuccessful": not errors, "toolExecutionNotifications": [
         {"level": "error", "message": {"text": f"cannot parse: {e.reason}"},
-         "locations": [{"physicalLocation": {"artifactLocation": {"uri": e.filename.replace("\\", "/")}}}]}
+         "locations": [{"physicalLocation": {"artifactLocation": {"uri": e.filename.replace("\\", "/")},
+                                             **({"region": {"startLine": e.line, "startColumn": e.column or 1}}
+                                                if e.line else {})}}]}
         for e in errors]}
     doc = {"$schema": SARIF_SCHEMA, "version": "2.1.0",
            "runs": [{"tool": {"driver": driver}, "invocations": [invocation], "results": results}]}
