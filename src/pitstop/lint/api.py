@@ -16,6 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from pitstop.lint.findings import FileError, FileResult, Finding
+from pitstop.lint.notebook import is_notebook, lint_notebook_file
 from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes, lint_file
 
 __all__ = ["Task", "LintOptions", "LintRun", "run_tasks"]
@@ -55,8 +56,9 @@ class LintRun:
 
 
 def _one(task: Task, opts: LintOptions) -> FileResult:
-    return lint_file(task.path, task.display, task.codes, fix=opts.fix, unsafe=opts.unsafe, diff=opts.diff,
-                     max_size=opts.max_size)
+    lint = lint_notebook_file if is_notebook(task.path) else lint_file
+    return lint(task.path, task.display, task.codes, fix=opts.fix, unsafe=opts.unsafe, diff=opts.diff,
+                max_size=opts.max_size)
 
 
 def _batch(tasks: list[Task], opts: LintOptions) -> list[FileResult]:

@@ -18,7 +18,7 @@ def _fixable(f: Finding, unsafe: bool) -> bool:
 
 def text(findings: list[Finding], unsafe: bool = False) -> str:
     """``path:line:col: CODE [*] message``; ``[*]``: fixable with the current options."""
-    return "".join(f"{f.filename}:{f.line}:{f.column}: {f.code} {'[*] ' if _fixable(f, unsafe) else ''}{f.message}\n"
+    return "".join(f"{f.location}:{f.line}:{f.column}: {f.code} {'[*] ' if _fixable(f, unsafe) else ''}{f.message}\n"
                    for f in findings)
 
 
@@ -75,7 +75,7 @@ def statistics(findings: list[Finding], unsafe: bool = False) -> str:
 def json_report(findings: list[Finding], errors: list[FileError] = ()) -> str:
     """The findings, and one entry with ``"code": null`` per file that could not be linted."""
     entries = [f.to_dict() for f in findings] + [e.to_dict() for e in errors]
-    entries.sort(key=lambda d: (d["filename"], d["line"], d["column"], d["code"] or ""))
+    entries.sort(key=lambda d: (d["filename"], d.get("cell") or 0, d["line"], d["column"], d["code"] or ""))
     return json.dumps(entries, indent=2) + "\n"
 
 
@@ -98,6 +98,8 @@ def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[st
                 "artifactLocation": {"uri": f.filename.replace("\\", "/")},
                 "region": _region(f.line, f.column, f.end_line, f.end_column)}}],
         }
+        if f.cell is not None:  # SARIF has no cells: lines are within this one
+            result["properties"] = {"cell": f.cell}
         if f.fix:
             result["fixes"] = [{
                 "description": {"text": f"{f.fix.message} ({f.fix.applicability})"},
@@ -137,7 +139,7 @@ def github(findings: list[Finding], errors: list[FileError]) -> str:
     for f in findings:
         props = (f"title={_escape(f'pitstop ({f.code})', True)},file={_escape(f.filename, True)},line={f.line},"
                  f"col={f.column},endLine={f.end_line},endColumn={f.end_column}")
-        out.append(f"::error {props}::{_escape(f'{f.filename}:{f.line}:{f.column}: {f.code} {f.message}')}\n")
+        out.append(f"::error {props}::{_escape(f'{f.location}:{f.line}:{f.column}: {f.code} {f.message}')}\n")
     for e in errors:
         out.append(f"::error title=pitstop,file={_escape(e.filename, True)}::{_escape(str(e))}\n")
     return "".join(out)
