@@ -163,17 +163,20 @@ def dump(doc: dict, indent: int | None) -> str:
 
 
 def lint_notebook_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = False, unsafe: bool = False,
-                       diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE) -> FileResult:
-    """Lint (and with ``fix``/``diff`` fix) one notebook. Never raises for bad input."""
+                       diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE, project=None) -> FileResult:
+    """Lint (and with ``fix``/``diff`` fix) one notebook, like ``runner.lint_file`` does a
+    Python file (``project``: the project index, when the runner builds one). Never raises for
+    bad input."""
     result = FileResult(display)
     rules = rules_for(codes)
+    context = () if project is None else (project, path)
     try:
         text, encoding = read_source(Path(path), max_size)
         nb = read_notebook(text)
         if not (fix or diff):
-            result.findings = [_in_cell(nb, f) for f in lint_source(nb.python, display, rules)]
+            result.findings = [_in_cell(nb, f) for f in lint_source(nb.python, display, rules, *context)]
             return result
-        new, findings, result.fixed, result.note = fix_source(nb.python, display, rules, unsafe)
+        new, findings, result.fixed, result.note = fix_source(nb.python, display, rules, unsafe, *context)
         result.findings = [_in_cell(nb, f) for f in findings]
         if new == nb.python:
             return result
