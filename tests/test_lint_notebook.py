@@ -187,3 +187,13 @@ def test_deep_nesting_is_still_refused_before_libcst(tmp_path, monkeypatch, caps
     (tmp_path / "deep.py").write_text("x = " + "(" * 300 + "1" + ")" * 300 + "\n")
     code, _, err = lint(capsys, "deep.py")
     assert code == 2 and "deep.py: cannot parse:" in err
+
+
+def test_notebook_findings_in_sarif_and_github(nb, capsys):
+    _, out, _ = lint(capsys, "--format", "sarif", "train.ipynb")
+    doc = json.loads(out)
+    jsonschema.validate(doc, json.loads((FIXTURES / "lint" / "sarif" / "sarif-schema-2.1.0.json").read_text()))
+    first = doc["runs"][0]["results"][0]
+    assert first["properties"] == {"cell": 4} and first["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
+    _, out, _ = lint(capsys, "--format", "github", "train.ipynb")
+    assert "train.ipynb%3Acell 4" not in out and "::train.ipynb:cell 4:1:5: PIT106" in out
