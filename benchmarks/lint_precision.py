@@ -41,6 +41,7 @@ class Label:
     reason: str
     bad_fix: bool = False
     missed: bool = False
+    cell: int | None = None  # notebooks: lines count within this cell
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Reported:
     anchor: str
     message: str
     fixable: bool
+    cell: int | None = None
 
 
 @dataclass
@@ -99,28 +101,41 @@ def load_labels(path: Path = LABELS) -> list[Label]:
             raise ValueError(f"{path}: finding #{i + 1} ({row.get('path')}:{row.get('line')}): verdict must be one of "
                              f"{', '.join(VERDICTS)}, got {row.get('verdict')!r}")
         labels.append(Label(row["path"], row["code"], int(row["line"]), int(row.get("column", 0)), row["anchor"],
-                            row["verdict"], row.get("reason", ""), bool(row.get("bad_fix")), bool(row.get("missed"))))
+                            row["verdict"], row.get("reason", ""), bool(row.get("bad_fix")), bool(row.get("missed")),
+                            row.get("cell")))
     return labels
 
 
-def _anchor(root: Path, path: str, line: int, cache: dict[str, list[str]]) -> str:
-    if path not in cache:
-        try:
-            cache[path] = (root / path).read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            cache[path] = []
-    lines = cache[path]
+def source_lines(path: Path, cell: int | None = None) -> list[str]:
+    """The lines a finding's line number counts in: the file's, or a notebook cell's."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if cell is None:
+            return text.splitlines()
+        src = json.loads(text)["cells"][cell - 1]["source"]
+        return ("".join(src) if isinstance(src, list) else src).splitlines()
+    except (OSError, UnicodeDecodeError, ValueError, LookupError, TypeError):
+        return []
+
+
+def anchor(root: Path, path: str, line: int, cell: int | None = None, cache: dict | None = None) -> str:
+    """The stripped source line a finding (or label) points at."""
+    cache = {} if cache is None else cache
+    if (path, cell) not in cache:
+        cache[(path, cell)] = source_lines(root / path, cell)
+    lines = cache[(path, cell)]
     return lines[line - 1].strip() if 0 < line <= len(lines) else ""
 
 
 def reported(json_findings: list[dict], root: Path = CORPUS) -> list[Reported]:
     """The findings of ``pitstop lint --format json`` run with ``root`` as the working folder."""
-    cache: dict[str, list[str]] = {}
+    cache: dict = {}
     out = []
     for f in json_findings:
         path = Path(f["filename"]).as_posix()
-        out.append(Reported(path, f["code"], f["line"], f["column"], _anchor(root, path, f["line"], cache),
-                            f["message"], f.get("fix") is not None))
+        cell = f.get("cell")
+        out.append(Reported(path, f["code"], f["line"], f["column"], anchor(root, path, f["line"], cell, cache),
+                            f["message"], f.get("fix") is not None, cell))
     return out
 
 
@@ -135,7 +150,7 @@ def match(findings: list[Reported], labels: list[Label]) -> Matching:
         if not candidates:
             result.unlabelled.append(f)
             continue
-        best = min(candidates, key=lambda lab: (lab.column != f.column, abs(lab.line - f.line)))
+        best = min(candidates, key=lambda lab: (lab.cell != f.cell, lab.column != f.column, abs(lab.line - f.line)))
         candidates.remove(best)
         result.matched.append((f, best))
     result.absent = [lab for group in pool.values() for lab in group]
@@ -193,7 +208,7 @@ def table(scores: dict[str, Score], markdown: bool = False) -> str:
 
 
 def _context(f: Reported, before: int = 4, after: int = 2) -> str:
-    lines = (CORPUS / f.path).read_text(encoding="utf-8").splitlines()
+    lines = source_lines(CORPUS / f.path, f.cell)
     lo, hi = max(0, f.line - 1 - before), min(len(lines), f.line + after)
     return "".join(f"{'>' if i == f.line - 1 else ' '}{i + 1:5d} {lines[i]}\n" for i in range(lo, hi))
 
@@ -228,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"not reported: {lab.path}:{lab.line}: {lab.code} {lab.anchor}  ({lab.reason})")
         if args.unlabelled:
             for f in m.unlabelled:
-                print(f"\n{f.path}:{f.line}:{f.column}: {f.code} {f.message}\n{_context(f)}", end="")
+                where = f.path if f.cell is None else f"{f.path}:cell {f.cell}"
+                print(f"\n{where}:{f.line}:{f.column}: {f.code} {f.message}\n{_context(f)}", end="")
     return 1 if failed else 0
 
 

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from pitstop.lint.notebook import read_notebook
+
 from conftest import ROOT, run_cli
 
 _spec = importlib.util.spec_from_file_location("lint_precision", ROOT / "benchmarks" / "lint_precision.py")
@@ -45,7 +47,8 @@ PENDING_RULES = pytest.mark.xfail(
 
 
 def _where(lab) -> str:
-    return f"{lab.path}:{lab.line}: {lab.code} {lab.anchor!r} ({lab.reason})"
+    cell = "" if lab.cell is None else f"cell {lab.cell}:"
+    return f"{lab.path}:{cell}{lab.line}: {lab.code} {lab.anchor!r} ({lab.reason})"
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +62,7 @@ def matching(labels):
     if m.unlabelled:
         print(f"\n{len(m.unlabelled)} unlabelled finding(s) (label them in tests/lint_corpus/labels.toml):")
         for f in m.unlabelled:
-            print(f"  {f.path}:{f.line}:{f.column}: {f.code} {f.anchor}")
+            print(f"  {f.path}:{'' if f.cell is None else f'cell {f.cell}:'}{f.line}:{f.column}: {f.code} {f.anchor}")
         warnings.warn(f"{len(m.unlabelled)} lint finding(s) in tests/lint_corpus are not labelled yet", stacklevel=1)
     return m
 
@@ -71,10 +74,9 @@ def test_labels_point_at_real_lines(labels):
     codes = set(all_rule_classes())
     seen = set()
     for lab in labels:
-        lines = (lp.CORPUS / lab.path).read_text(encoding="utf-8").splitlines()
         assert lab.code in codes, f"unknown code in {_where(lab)}"
-        assert 0 < lab.line <= len(lines) and lines[lab.line - 1].strip() == lab.anchor, f"stale anchor: {_where(lab)}"
-        key = (lab.path, lab.code, lab.line, lab.column)
+        assert lp.anchor(lp.CORPUS, lab.path, lab.line, lab.cell) == lab.anchor, f"stale anchor: {_where(lab)}"
+        key = (lab.path, lab.cell, lab.code, lab.line, lab.column)
         assert key not in seen, f"labelled twice: {_where(lab)}"
         seen.add(key)
     assert len(labels) >= 250
@@ -127,20 +129,21 @@ def test_no_fix_labelled_harmful_is_offered(matching):
 
 @pytest.mark.slow
 def test_every_fix_applied_to_the_corpus_compiles(tmp_path):
-    """`--fix --unsafe-fixes` over a copy of the corpus: every file still compiles, and the fixer
-    settles (a second run fixes nothing more)."""
+    """`--fix --unsafe-fixes` over a copy of the corpus: every file still compiles (every notebook
+    is still a notebook whose code compiles), and the fixer settles (a second run fixes nothing)."""
     copy = tmp_path / "corpus"
     shutil.copytree(lp.CORPUS, copy)
     env = {"PYTHONPATH": str(ROOT / "src")}
     first = run_cli("lint", "--isolated", "--fix", "--unsafe-fixes", "--exit-zero", ".", cwd=copy, env=env)
     assert first.returncode == 0, first.stderr[-2000:]
     changed, diff_lines = 0, 0
-    for path in sorted(lp.CORPUS.rglob("*.py")):
+    for path in sorted([*lp.CORPUS.rglob("*.py"), *lp.CORPUS.rglob("*.ipynb")]):
         rel = path.relative_to(lp.CORPUS)
         before, after = path.read_text(encoding="utf-8"), (copy / rel).read_text(encoding="utf-8")
+        code = read_notebook(after).python if path.suffix == ".ipynb" else after
         with warnings.catch_warnings():  # third-party code: invalid escape sequences and the like
             warnings.simplefilter("ignore")
-            compile(after, str(rel), "exec", dont_inherit=True)
+            compile(code, str(rel), "exec", dont_inherit=True)
         if before != after:
             changed += 1
             diff_lines += sum(1 for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="")
