@@ -1,6 +1,6 @@
 """Lint throughput: lines/second over a generated corpus of realistic training code.
 
-    python benchmarks/lint_speed.py [--lines 50000] [--repeats 3] [--jobs N]
+    python benchmarks/lint_speed.py [--lines 50000] [--repeats 3] [--jobs N] [--corpus tests/lint_corpus]
 
 Runs every pitstop lint rule single-process and in parallel (one worker per core) over the
 same corpus; when TorchFix is installed (extra ``compare``) the same corpus goes through
@@ -197,6 +197,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lines", type=int, default=50_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--corpus", type=Path, help="lint the *.py files of this folder (e.g. tests/lint_corpus: real "
+                                                "training code) instead of a generated corpus")
     args = ap.parse_args(argv)
     try:
         import torchfix  # noqa: F401
@@ -205,7 +207,11 @@ def main(argv=None) -> int:
         have_torchfix = False
         print("TorchFix not installed (pip install -e '.[compare]'): pitstop only")
     with tempfile.TemporaryDirectory() as tmp:
-        files, lines = make_corpus(Path(tmp), args.lines)
+        if args.corpus is not None:
+            files = sorted(args.corpus.rglob("*.py"))
+            lines = sum(f.read_text(encoding="utf-8").count("\n") for f in files)
+        else:
+            files, lines = make_corpus(Path(tmp), args.lines)
         print(f"corpus: {len(files)} files, {lines} lines; {args.jobs} jobs; {args.repeats} interleaved repeats; "
               f"python {sys.version.split()[0]}")
         variants = {"pitstop (1 process)": lambda: pitstop_serial(files),

@@ -13,6 +13,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# third-party training code that tests lint, never import or collect (tests/lint_corpus/NOTICE.md)
+collect_ignore = ["lint_corpus"]
 
 
 @dataclass(frozen=True)

@@ -120,12 +120,12 @@ class LintCommand(Command):
                           if fixable else "No fixes available.", file=sys.stderr)
                     if errors:
                         print(reporters.unlinted(len(errors)), file=sys.stderr)
-                return EXIT_USAGE if errors else (EXIT_FINDINGS if n else EXIT_OK)
+                return EXIT_OK if args.exit_zero else EXIT_USAGE if errors else (EXIT_FINDINGS if n else EXIT_OK)
             for r in run.results:
                 if r.note:
                     print(f"{r.filename}: {r.note}", file=sys.stderr)
             if args.format == "json":
-                out.write(reporters.json_report(findings))
+                out.write(reporters.json_report(findings, errors))
             elif args.format == "sarif":
                 table = [(c, get(c).slug, get(c).title) for c in sorted(enabled)]
                 out.write(reporters.sarif(findings, errors, table, __version__))
@@ -142,7 +142,7 @@ class LintCommand(Command):
         finally:
             if out is not sys.stdout:
                 _write_report(args.output_file, out.getvalue())
-        if errors:
+        if errors and not args.exit_zero:
             return EXIT_USAGE
         if args.exit_non_zero_on_fix and run.fixed:
             return EXIT_FINDINGS

@@ -16,6 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from pitstop.lint.findings import FileError, FileResult, Finding
+from pitstop.lint.notebook import is_notebook, lint_notebook_file
 from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes, lint_file
 
 __all__ = ["Task", "LintOptions", "LintRun", "run_tasks"]
@@ -56,8 +57,9 @@ class LintRun:
 
 
 def _one(task: Task, opts: LintOptions) -> FileResult:
-    result = lint_file(task.path, task.display, task.codes, fix=opts.fix and task.may_write, unsafe=opts.unsafe,
-                       diff=opts.diff, max_size=opts.max_size)
+    lint = lint_notebook_file if is_notebook(task.path) else lint_file
+    result = lint(task.path, task.display, task.codes, fix=opts.fix and task.may_write, unsafe=opts.unsafe,
+                  diff=opts.diff, max_size=opts.max_size)
     if opts.fix and not task.may_write and any(f.fix is not None for f in result.findings):
         result.note = ("not fixed: a symbolic link to a file outside the linted folder (run `pitstop lint --fix` on "
                        "the file it points to)")

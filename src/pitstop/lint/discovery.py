@@ -1,6 +1,6 @@
 """Which files ``pitstop lint PATH ...`` lints.
 
-Directories are walked for ``*.py`` files, skipping VCS folders, virtualenvs (any folder with
+Directories are walked for ``*.py`` and ``*.ipynb`` files, skipping VCS folders, virtualenvs (any folder with
 a ``pyvenv.cfg``), ``build/`` and tool caches, and whatever ``.gitignore`` files exclude. The
 gitignore semantics come from ``pathspec`` (git's wildmatch rules, nested .gitignore files,
 negation): it works in folders that are not git checkouts, needs no git binary, and costs no
@@ -21,11 +21,13 @@ from pathlib import Path
 
 import pathspec
 
-__all__ = ["discover", "excluded", "Discovered", "SKIP_DIRS"]
+__all__ = ["discover", "excluded", "Discovered", "SKIP_DIRS", "LINTED_SUFFIXES"]
+
+LINTED_SUFFIXES = (".py", ".ipynb")  # a walk lints these; files named explicitly are linted whatever their name
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "__pycache__", "build", ".venv", "venv", ".tox", ".nox",
                        ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "node_modules",
-                       "site-packages", ".eggs", "__pypackages__"})
+                       "site-packages", ".eggs", "__pypackages__", ".ipynb_checkpoints"})
 
 
 @dataclass
@@ -146,7 +148,7 @@ def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
                     if e.name in SKIP_DIRS or (p / "pyvenv.cfg").exists() or _ignored(p.absolute(), True, dspecs):
                         continue
                     subdirs.append(p)
-                elif e.name.endswith(".py") and not _ignored(p.absolute(), False, dspecs):
+                elif e.name.endswith(LINTED_SUFFIXES) and not _ignored(p.absolute(), False, dspecs):
                     if e.is_symlink() and not p.exists():
                         errors.append((str(p), _link_error(p)))
                     elif (why := _not_regular(p)) is not None:

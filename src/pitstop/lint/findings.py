@@ -49,6 +49,12 @@ class Finding:
     end_line: int
     end_column: int
     fix: Fix | None = None
+    cell: int | None = None  # notebooks: the cell (counted from 1 over all cells); lines are within it
+
+    @property
+    def location(self) -> str:
+        """``path`` or, in a notebook, ``path:cell N`` (ruff's form), before ``:line:column``."""
+        return self.filename if self.cell is None else f"{self.filename}:cell {self.cell}"
 
     @property
     def doc(self) -> str:
@@ -57,7 +63,7 @@ class Finding:
         return f"pitstop explain {self.code}"
 
     def sort_key(self) -> tuple:
-        return (self.filename, self.line, self.column, self.code)
+        return (self.filename, self.cell or 0, self.line, self.column, self.code)
 
     def to_dict(self) -> dict:
         return {
@@ -71,6 +77,7 @@ class Finding:
             "end_column": self.end_column,
             "doc": self.doc,
             "fix": self.fix.to_dict() if self.fix else None,
+            **({"cell": self.cell} if self.cell is not None else {}),
         }
 
 
@@ -80,9 +87,18 @@ class FileError:
 
     filename: str
     reason: str
+    line: int | None = None  # where, when known (syntax errors)
+    column: int | None = None
 
     def __str__(self) -> str:
         return f"{self.filename}: cannot parse: {self.reason}"
+
+    def to_dict(self) -> dict:
+        """A JSON entry shaped like a finding, as ruff reports syntax errors: ``code`` is null."""
+        line, column = self.line or 1, self.column or 1
+        return {"code": None, "name": "cannot-parse", "message": f"cannot parse: {self.reason}",
+                "filename": self.filename, "line": line, "column": column, "end_line": line,
+                "end_column": column, "doc": None, "fix": None}
 
 
 @dataclass

@@ -18,7 +18,7 @@ def _fixable(f: Finding, unsafe: bool) -> bool:
 
 def text(findings: list[Finding], unsafe: bool = False) -> str:
     """``path:line:col: CODE [*] message``; ``[*]``: fixable with the current options."""
-    return "".join(f"{f.filename}:{f.line}:{f.column}: {f.code} {'[*] ' if _fixable(f, unsafe) else ''}{f.message}\n"
+    return "".join(f"{f.location}:{f.line}:{f.column}: {f.code} {'[*] ' if _fixable(f, unsafe) else ''}{f.message}\n"
                    for f in findings)
 
 
@@ -72,8 +72,11 @@ def statistics(findings: list[Finding], unsafe: bool = False) -> str:
                    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def json_report(findings: list[Finding]) -> str:
-    return json.dumps([f.to_dict() for f in findings], indent=2) + "\n"
+def json_report(findings: list[Finding], errors: list[FileError] = ()) -> str:
+    """The findings, and one entry with ``"code": null`` per file that could not be linted."""
+    entries = [f.to_dict() for f in findings] + [e.to_dict() for e in errors]
+    entries.sort(key=lambda d: (d["filename"], d.get("cell") or 0, d["line"], d["column"], d["code"] or ""))
+    return json.dumps(entries, indent=2) + "\n"
 
 
 def _region(line, column, end_line, end_column) -> dict:
@@ -95,6 +98,8 @@ def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[st
                 "artifactLocation": {"uri": f.filename.replace("\\", "/")},
                 "region": _region(f.line, f.column, f.end_line, f.end_column)}}],
         }
+        if f.cell is not None:  # SARIF has no cells: lines are within this one
+            result["properties"] = {"cell": f.cell}
         if f.fix:
             result["fixes"] = [{
                 "description": {"text": f"{f.fix.message} ({f.fix.applicability})"},
@@ -114,7 +119,9 @@ def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[st
     }
     invocation = {"executionSuccessful": not errors, "toolExecutionNotifications": [
         {"level": "error", "message": {"text": f"cannot parse: {e.reason}"},
-         "locations": [{"physicalLocation": {"artifactLocation": {"uri": e.filename.replace("\\", "/")}}}]}
+         "locations": [{"physicalLocation": {"artifactLocation": {"uri": e.filename.replace("\\", "/")},
+                                             **({"region": {"startLine": e.line, "startColumn": e.column or 1}}
+                                                if e.line else {})}}]}
         for e in errors]}
     doc = {"$schema": SARIF_SCHEMA, "version": "2.1.0",
            "runs": [{"tool": {"driver": driver}, "invocations": [invocation], "results": results}]}
@@ -132,7 +139,7 @@ def github(findings: list[Finding], errors: list[FileError]) -> str:
     for f in findings:
         props = (f"title={_escape(f'pitstop ({f.code})', True)},file={_escape(f.filename, True)},line={f.line},"
                  f"col={f.column},endLine={f.end_line},endColumn={f.end_column}")
-        out.append(f"::error {props}::{_escape(f'{f.filename}:{f.line}:{f.column}: {f.code} {f.message}')}\n")
+        out.append(f"::error {props}::{_escape(f'{f.location}:{f.line}:{f.column}: {f.code} {f.message}')}\n")
     for e in errors:
         out.append(f"::error title=pitstop,file={_escape(e.filename, True)}::{_escape(str(e))}\n")
     return "".join(out)

@@ -7,6 +7,7 @@ import ast
 import difflib
 import io
 import re
+import sys
 import tokenize
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from pitstop.lint.nodes import strip_parens
 from pitstop.lint.rule import SAFE
 
 __all__ = ["lint_source", "fix_source", "lint_file", "rules_for", "all_rule_classes", "ParseError",
-           "DEFAULT_MAX_FILE_SIZE", "is_valid_python"]
+           "DEFAULT_MAX_FILE_SIZE", "is_valid_python", "compiles_here"]
 
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
 MAX_FIX_ROUNDS = 10
@@ -30,7 +31,12 @@ _FILE_NOQA = re.compile(r"#\s*pitstop:\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s
 
 
 class ParseError(Exception):
-    """The text cannot be linted; the message is the reason shown after ``cannot parse:``."""
+    """The text cannot be linted; the message is the reason shown after ``cannot parse:``
+    (``line``/``column``: where, when known)."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        super().__init__(message)
+        self.line, self.column = line, column
 
 
 # -- rules ------------------------------------------------------------------------------
@@ -81,7 +87,11 @@ def _parse(source: str, filename: str) -> cst.Module:
     try:  # CPython's parser first: exact messages, and it refuses what would crash libcst's
         ast.parse(source, filename)
     except SyntaxError as exc:
-        raise ParseError(f"SyntaxError: {exc.msg} (line {exc.lineno}, column {exc.offset})") from None
+        newer = _newer_syntax(source, exc)
+        if newer is None:
+            raise ParseError(f"SyntaxError: {exc.msg} (line {exc.lineno}, column {exc.offset})",
+                             exc.lineno, exc.offset) from None
+        return newer
     except (RecursionError, MemoryError) as exc:
         raise ParseError(f"expression nested too deeply ({type(exc).__name__})") from None
     except ValueError as exc:
@@ -89,9 +99,45 @@ def _parse(source: str, filename: str) -> cst.Module:
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
-        raise ParseError(f"libcst: {str(exc).splitlines()[0]} (line {exc.raw_line}, column {exc.raw_column})") from None
+        raise ParseError(f"libcst: {str(exc).splitlines()[0]} (line {exc.raw_line}, column {exc.raw_column})",
+                         exc.raw_line, exc.raw_column) from None
     except RecursionError:
         raise ParseError("expression nested too deeply (RecursionError)") from None
+
+
+_NESTING_LIMIT = 100  # brackets; CPython's own parser stops at 200
+
+
+def _newer_syntax(source: str, exc: SyntaxError) -> cst.Module | None:
+    """The module when ``source`` is valid for a newer Python than this interpreter (PEP 695
+    ``type X = ...`` and ``def f[T]()``, PEP 701 f-strings: libcst's parser knows them), else None.
+
+    Only tried when the bracket nesting is shallow: CPython's parser is what keeps input that
+    would overflow libcst's native parser away from it, and here it gave no verdict."""
+    if "nested" in exc.msg or sys.version_info >= (3, 12):  # 3.12+ parses PEP 695/701 itself
+        return None
+    depth = deepest = 0
+    for ch in source:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    if deepest > _NESTING_LIMIT:
+        return None
+    try:
+        return cst.parse_module(source)
+    except (cst.ParserSyntaxError, RecursionError):
+        return None
+
+
+def compiles_here(source: str, filename: str = "<source>") -> bool:
+    """Whether this interpreter can compile ``source`` (False for Python 3.12+ syntax on 3.11)."""
+    try:
+        compile(source, filename, "exec", dont_inherit=True, flags=ast.PyCF_ONLY_AST)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
 
 
 def is_valid_python(source: str, filename: str = "<fixed>") -> bool:
@@ -188,9 +234,15 @@ def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = Fal
     """Apply fixes until none applies. Returns (text, remaining findings, fixes applied, note).
 
     Every round's result must parse and compile; a fix that breaks that is dropped (tried
-    alone), so the returned text is always valid Python. Raises ParseError for the input."""
+    alone), so the returned text is always valid Python. A file in syntax newer than this
+    interpreter (linted through libcst) gets no fixes: they could not be compiled to check them.
+    Raises ParseError for the input."""
     findings = lint_source(source, filename, rules)
     applied, note, refused = 0, "", set()
+    if any(f.fix and (f.fix.applicability == SAFE or unsafe) for f in findings) and not compiles_here(source, filename):
+        return source, findings, 0, (f"fixes not applied: the file uses syntax newer than Python "
+                                     f"{sys.version_info[0]}.{sys.version_info[1]}, which runs pitstop and "
+                                     "must compile a fixed file to check it")
     for _ in range(MAX_FIX_ROUNDS):
         todo = [f for f in findings if f.fix and (f.fix.applicability == SAFE or unsafe)
                 and _key(f, source) not in refused]
@@ -270,7 +322,7 @@ def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = Fa
                     return result
                 result.written = True
     except ParseError as exc:
-        result.error = FileError(display, str(exc))
+        result.error = FileError(display, str(exc), exc.line, exc.column)
     except OSError as exc:
         result.error = FileError(display, f"cannot read: {exc.strerror or exc}")
     return result

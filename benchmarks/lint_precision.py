@@ -1,0 +1,252 @@
+"""Precision and recall of `pitstop lint` on the labelled real-code corpus (tests/lint_corpus).
+
+    python benchmarks/lint_precision.py                      # the pitstop this interpreter imports
+    python benchmarks/lint_precision.py --src main=/work/main/src --src branch=src
+    python benchmarks/lint_precision.py --markdown           # the README table
+    python benchmarks/lint_precision.py --unlabelled         # findings nobody has judged yet, with context
+
+Lints the corpus with every rule (a subprocess per `--src`, so several versions of the rules can be
+compared in one run), matches each finding to the verdicts in tests/lint_corpus/labels.toml and
+prints, per rule: findings, how many were judged true / false / debatable / not yet, precision with
+debatable findings left out and counted as wrong, and recall (labelled-true findings, known misses
+included, that are reported). tests/test_lint_corpus.py uses the same matching.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT / "tests" / "lint_corpus"
+LABELS = CORPUS / "labels.toml"
+VERDICTS = ("true", "false", "debatable")
+
+
+@dataclass(frozen=True)
+class Label:
+    path: str
+    code: str
+    line: int
+    column: int
+    anchor: str
+    verdict: str
+    reason: str
+    bad_fix: bool = False
+    missed: bool = False
+    cell: int | None = None  # notebooks: lines count within this cell
+
+
+@dataclass(frozen=True)
+class Reported:
+    """One finding of a lint run, reduced to what matching needs."""
+
+    path: str
+    code: str
+    line: int
+    column: int
+    anchor: str
+    message: str
+    fixable: bool
+    cell: int | None = None
+
+
+@dataclass
+class Matching:
+    matched: list[tuple[Reported, Label]] = field(default_factory=list)
+    unlabelled: list[Reported] = field(default_factory=list)
+    absent: list[Label] = field(default_factory=list)  # labels no finding matched
+
+
+@dataclass(frozen=True)
+class Score:
+    code: str
+    findings: int
+    true: int
+    false: int
+    debatable: int
+    unlabelled: int
+    labelled_true: int  # every labelled-true problem, known misses included
+    found_true: int
+
+    @property
+    def precision(self) -> float | None:
+        """Right / (right + wrong), debatable findings left out."""
+        n = self.true + self.false
+        return self.true / n if n else None
+
+    @property
+    def precision_strict(self) -> float | None:
+        """Right / every judged finding: debatable ones count as wrong."""
+        n = self.true + self.false + self.debatable
+        return self.true / n if n else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.found_true / self.labelled_true if self.labelled_true else None
+
+
+def load_labels(path: Path = LABELS) -> list[Label]:
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    labels = []
+    for i, row in enumerate(data.get("finding", [])):
+        if row.get("verdict") not in VERDICTS:
+            raise ValueError(f"{path}: finding #{i + 1} ({row.get('path')}:{row.get('line')}): verdict must be one of "
+                             f"{', '.join(VERDICTS)}, got {row.get('verdict')!r}")
+        labels.append(Label(row["path"], row["code"], int(row["line"]), int(row.get("column", 0)), row["anchor"],
+                            row["verdict"], row.get("reason", ""), bool(row.get("bad_fix")), bool(row.get("missed")),
+                            row.get("cell")))
+    return labels
+
+
+def source_lines(path: Path, cell: int | None = None) -> list[str]:
+    """The lines a finding's line number counts in: the file's, or a notebook cell's."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if cell is None:
+            return text.splitlines()
+        src = json.loads(text)["cells"][cell - 1]["source"]
+        return ("".join(src) if isinstance(src, list) else src).splitlines()
+    except (OSError, UnicodeDecodeError, ValueError, LookupError, TypeError):
+        return []
+
+
+def anchor(root: Path, path: str, line: int, cell: int | None = None, cache: dict | None = None) -> str:
+    """The stripped source line a finding (or label) points at."""
+    cache = {} if cache is None else cache
+    if (path, cell) not in cache:
+        cache[(path, cell)] = source_lines(root / path, cell)
+    lines = cache[(path, cell)]
+    return lines[line - 1].strip() if 0 < line <= len(lines) else ""
+
+
+def reported(json_findings: list[dict], root: Path = CORPUS) -> list[Reported]:
+    """The findings of ``pitstop lint --format json`` run with ``root`` as the working folder."""
+    cache: dict = {}
+    out = []
+    for f in json_findings:
+        path = Path(f["filename"]).as_posix()
+        cell = f.get("cell")
+        out.append(Reported(path, f["code"], f["line"], f["column"], anchor(root, path, f["line"], cell, cache),
+                            f["message"], f.get("fix") is not None, cell))
+    return out
+
+
+def match(findings: list[Reported], labels: list[Label]) -> Matching:
+    """Pair findings with labels: same path, code and anchor; then the same column; then the nearest line."""
+    pool: dict[tuple[str, str, str], list[Label]] = defaultdict(list)
+    for lab in labels:
+        pool[(lab.path, lab.code, lab.anchor)].append(lab)
+    result = Matching()
+    for f in sorted(findings, key=lambda f: (f.path, f.line, f.column, f.code)):
+        candidates = pool.get((f.path, f.code, f.anchor))
+        if not candidates:
+            result.unlabelled.append(f)
+            continue
+        best = min(candidates, key=lambda lab: (lab.cell != f.cell, lab.column != f.column, abs(lab.line - f.line)))
+        candidates.remove(best)
+        result.matched.append((f, best))
+    result.absent = [lab for group in pool.values() for lab in group]
+    return result
+
+
+def score(m: Matching, labels: list[Label]) -> dict[str, Score]:
+    """Per rule code, plus ``"all"``."""
+    codes = sorted({f.code for f, _ in m.matched} | {f.code for f in m.unlabelled} | {lab.code for lab in labels})
+    scores = {}
+    for code in codes + ["all"]:
+        def mine(c: str) -> bool:
+            return code == "all" or c == code
+        verdicts = [lab.verdict for f, lab in m.matched if mine(f.code)]
+        scores[code] = Score(
+            code=code,
+            findings=sum(1 for f, _ in m.matched if mine(f.code)) + sum(1 for f in m.unlabelled if mine(f.code)),
+            true=verdicts.count("true"), false=verdicts.count("false"), debatable=verdicts.count("debatable"),
+            unlabelled=sum(1 for f in m.unlabelled if mine(f.code)),
+            labelled_true=sum(1 for lab in labels if lab.verdict == "true" and mine(lab.code)),
+            found_true=sum(1 for f, lab in m.matched if lab.verdict == "true" and mine(f.code)))
+    return scores
+
+
+def run_lint(src: str | None = None, corpus: Path = CORPUS, extra: tuple[str, ...] = ()) -> list[dict]:
+    """Lint ``corpus`` with every rule in a subprocess; ``src`` is the PYTHONPATH holding pitstop."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(Path(src).resolve())
+    proc = subprocess.run([sys.executable, "-m", "pitstop", "lint", "--isolated", "--format", "json", "--exit-zero",
+                           *extra, "."], cwd=corpus, env=env, capture_output=True, text=True)
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        raise RuntimeError(f"pitstop lint failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}") from None
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def table(scores: dict[str, Score], markdown: bool = False) -> str:
+    head = ["rule", "findings", "true", "false", "debatable", "unlabelled", "precision", "precision (debatable = wrong)",
+            "recall"]
+    rows = [[s.code, s.findings, s.true, s.false, s.debatable, s.unlabelled, _pct(s.precision),
+             _pct(s.precision_strict), f"{_pct(s.recall)} ({s.found_true}/{s.labelled_true})"]
+            for s in scores.values() if s.findings or s.labelled_true]
+    rows = [r for r in rows if r[0] != "all"] + [r for r in rows if r[0] == "all"]
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(f"**{c}**" if r[0] == "all" else str(c) for c in r) + " |" for r in rows]
+        return "\n".join(lines) + "\n"
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    return "".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() + "\n" for r in [head, *rows])
+
+
+def _context(f: Reported, before: int = 4, after: int = 2) -> str:
+    lines = source_lines(CORPUS / f.path, f.cell)
+    lo, hi = max(0, f.line - 1 - before), min(len(lines), f.line + after)
+    return "".join(f"{'>' if i == f.line - 1 else ' '}{i + 1:5d} {lines[i]}\n" for i in range(lo, hi))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--src", action="append", metavar="NAME=DIR",
+                   help="lint with the pitstop under DIR (a src/ folder); repeat to compare versions")
+    p.add_argument("--markdown", action="store_true", help="print Markdown tables")
+    p.add_argument("--unlabelled", action="store_true", help="also list unlabelled findings with their context")
+    p.add_argument("--absent", action="store_true", help="also list labelled-true findings that are not reported")
+    args = p.parse_args(argv)
+    labels = load_labels()
+    variants = [tuple(s.split("=", 1)) if "=" in s else (s, s) for s in args.src or []] or [("this", None)]
+    failed = 0
+    for name, src in variants:
+        print(f"\n## {name}" + (f" ({src})" if src else "") + "\n")
+        try:
+            m = match(reported(run_lint(src)), labels)
+        except RuntimeError as exc:
+            print(exc)
+            failed += 1
+            continue
+        print(table(score(m, labels), args.markdown))
+        bad = sorted({(lab.path, lab.line, lab.code) for f, lab in m.matched if lab.bad_fix and f.fixable})
+        if bad:
+            print(f"findings that offer a fix labelled harmful: {len(bad)}: "
+                  + ", ".join(f"{p}:{ln} {c}" for p, ln, c in bad))
+        if args.absent:
+            for lab in m.absent:
+                if lab.verdict == "true":
+                    print(f"not reported: {lab.path}:{lab.line}: {lab.code} {lab.anchor}  ({lab.reason})")
+        if args.unlabelled:
+            for f in m.unlabelled:
+                where = f.path if f.cell is None else f"{f.path}:cell {f.cell}"
+                print(f"\n{where}:{f.line}:{f.column}: {f.code} {f.message}\n{_context(f)}", end="")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

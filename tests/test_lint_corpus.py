@@ -1,0 +1,154 @@
+"""`pitstop lint` on real training code: the labelled corpus in tests/lint_corpus.
+
+tests/lint_corpus holds pinned files of eight public training codebases (NOTICE.md); labels.toml
+holds a verdict (true / false / debatable, with a reason) for every finding the rules reported
+when it was labelled, plus known misses. The matching and the scores come from
+benchmarks/lint_precision.py, which prints the same numbers per rule.
+
+- A finding labelled true must still be reported (a rule change that loses it is a regression).
+- A finding labelled false must not fire (unless listed in ACCEPTED_FALSE, visibly, with a reason).
+- The issue-11 targets: precision >= 0.90 overall and >= 0.80 for every rule with >= 5 judged
+  findings (debatable ones left out), recall of labelled-true problems >= 0.90.
+- No finding whose fix is labelled harmful offers that fix.
+- Every fix applied to the corpus (`--fix --unsafe-fixes`) leaves every file compiling.
+
+Findings nobody has judged yet are printed (and counted in a warning) but do not fail: label
+them in labels.toml (`python benchmarks/lint_precision.py --unlabelled` shows their context).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from pitstop.lint.notebook import read_notebook
+
+from conftest import ROOT, run_cli
+
+_spec = importlib.util.spec_from_file_location("lint_precision", ROOT / "benchmarks" / "lint_precision.py")
+lp = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("lint_precision", lp)
+_spec.loader.exec_module(lp)
+
+# Labelled-false findings that are accepted to keep firing for now: {(path, code, anchor): why}.
+ACCEPTED_FALSE: dict[tuple[str, str, str], str] = {}
+
+# The rules on main when the corpus was labelled still report most of the labelled-false patterns
+# (precision 0.56); the lintrules branch (issue 11b) removes them. These marks come off when both
+# branches are merged: strict, so an unexpected pass fails and reminds whoever merges.
+PENDING_RULES = pytest.mark.xfail(
+    strict=True, reason="issue 11b (lintrules branch) removes the false-positive patterns; remove this mark on merge")
+
+
+def _where(lab) -> str:
+    cell = "" if lab.cell is None else f"cell {lab.cell}:"
+    return f"{lab.path}:{cell}{lab.line}: {lab.code} {lab.anchor!r} ({lab.reason})"
+
+
+@pytest.fixture(scope="module")
+def labels():
+    return lp.load_labels()
+
+
+@pytest.fixture(scope="module")
+def matching(labels):
+    m = lp.match(lp.reported(lp.run_lint(str(ROOT / "src"))), labels)
+    if m.unlabelled:
+        print(f"\n{len(m.unlabelled)} unlabelled finding(s) (label them in tests/lint_corpus/labels.toml):")
+        for f in m.unlabelled:
+            print(f"  {f.path}:{'' if f.cell is None else f'cell {f.cell}:'}{f.line}:{f.column}: {f.code} {f.anchor}")
+        warnings.warn(f"{len(m.unlabelled)} lint finding(s) in tests/lint_corpus are not labelled yet", stacklevel=1)
+    return m
+
+
+def test_labels_point_at_real_lines(labels):
+    """Every label names an existing corpus file, a known code, and its anchor is the source line."""
+    from pitstop.lint.runner import all_rule_classes
+
+    codes = set(all_rule_classes())
+    seen = set()
+    for lab in labels:
+        assert lab.code in codes, f"unknown code in {_where(lab)}"
+        assert lp.anchor(lp.CORPUS, lab.path, lab.line, lab.cell) == lab.anchor, f"stale anchor: {_where(lab)}"
+        key = (lab.path, lab.cell, lab.code, lab.line, lab.column)
+        assert key not in seen, f"labelled twice: {_where(lab)}"
+        seen.add(key)
+    assert len(labels) >= 250
+
+
+def test_corpus_is_pinned_and_attributed():
+    notice = (lp.CORPUS / "NOTICE.md").read_text(encoding="utf-8")
+    import tomllib
+
+    manifest = tomllib.loads((lp.CORPUS / "MANIFEST.toml").read_text(encoding="utf-8"))
+    assert len(manifest["repo"]) >= 6
+    for repo in manifest["repo"]:
+        assert len(repo["commit"]) == 40 and repo["commit"] in notice, repo["name"]
+        assert (lp.CORPUS / repo["name"] / "LICENSE").is_file(), repo["name"]
+
+
+@pytest.mark.slow
+def test_labelled_true_findings_are_still_reported(matching):
+    lost = [lab for lab in matching.absent if lab.verdict == "true" and not lab.missed]
+    assert not lost, f"{len(lost)} labelled-true finding(s) no longer reported:\n" + "\n".join(map(_where, lost))
+
+
+@pytest.mark.slow
+@PENDING_RULES
+def test_labelled_false_findings_do_not_fire(matching):
+    back = [lab for _, lab in matching.matched
+            if lab.verdict == "false" and (lab.path, lab.code, lab.anchor) not in ACCEPTED_FALSE]
+    assert not back, f"{len(back)} finding(s) labelled false are reported:\n" + "\n".join(map(_where, back))
+
+
+@pytest.mark.slow
+@PENDING_RULES
+def test_precision_and_recall_targets(matching, labels):
+    scores = lp.score(matching, labels)
+    print("\n" + lp.table(scores))
+    total = scores["all"]
+    weak = {c: s.precision for c, s in scores.items()
+            if c != "all" and s.true + s.false >= 5 and s.precision < 0.80}
+    assert total.precision >= 0.90, f"precision {total.precision:.2f} < 0.90"
+    assert not weak, f"rules under 0.80 precision: {weak}"
+    assert total.recall >= 0.90, f"recall {total.recall:.2f} < 0.90"
+
+
+@pytest.mark.slow
+@PENDING_RULES
+def test_no_fix_labelled_harmful_is_offered(matching):
+    harmful = [lab for f, lab in matching.matched if lab.bad_fix and f.fixable]
+    assert not harmful, "fixes that change behaviour are offered:\n" + "\n".join(map(_where, harmful))
+
+
+@pytest.mark.slow
+def test_every_fix_applied_to_the_corpus_compiles(tmp_path):
+    """`--fix --unsafe-fixes` over a copy of the corpus: every file still compiles (every notebook
+    is still a notebook whose code compiles), and the fixer settles (a second run fixes nothing)."""
+    copy = tmp_path / "corpus"
+    shutil.copytree(lp.CORPUS, copy)
+    env = {"PYTHONPATH": str(ROOT / "src")}
+    first = run_cli("lint", "--isolated", "--fix", "--unsafe-fixes", "--exit-zero", ".", cwd=copy, env=env)
+    assert first.returncode == 0, first.stderr[-2000:]
+    changed, diff_lines = 0, 0
+    for path in sorted([*lp.CORPUS.rglob("*.py"), *lp.CORPUS.rglob("*.ipynb")]):
+        rel = path.relative_to(lp.CORPUS)
+        before, after = path.read_text(encoding="utf-8"), (copy / rel).read_text(encoding="utf-8")
+        code = read_notebook(after).python if path.suffix == ".ipynb" else after
+        with warnings.catch_warnings():  # third-party code: invalid escape sequences and the like
+            warnings.simplefilter("ignore")
+            compile(code, str(rel), "exec", dont_inherit=True)
+        if before != after:
+            changed += 1
+            diff_lines += sum(1 for line in difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="")
+                              if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+    print(f"\n--fix --unsafe-fixes changed {changed} corpus files, {diff_lines} diff lines")
+    assert changed > 0
+    second = run_cli("lint", "--isolated", "--fix", "--unsafe-fixes", "--exit-zero", ".", cwd=copy, env=env)
+    assert "Fixed" not in second.stdout, second.stdout[-2000:]
