@@ -16,6 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from pitstop.lint.findings import FileError, FileResult, Finding
+from pitstop.lint.project import ProjectIndex, build_index
 from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes, lint_file
 
 __all__ = ["Task", "LintOptions", "LintRun", "run_tasks"]
@@ -54,13 +55,13 @@ class LintRun:
         return sum(r.fixed for r in self.results)
 
 
-def _one(task: Task, opts: LintOptions) -> FileResult:
+def _one(task: Task, opts: LintOptions, project: ProjectIndex | None = None) -> FileResult:
     return lint_file(task.path, task.display, task.codes, fix=opts.fix, unsafe=opts.unsafe, diff=opts.diff,
-                     max_size=opts.max_size)
+                     max_size=opts.max_size, project=project)
 
 
-def _batch(tasks: list[Task], opts: LintOptions) -> list[FileResult]:
-    return [_one(t, opts) for t in tasks]
+def _batch(tasks: list[Task], opts: LintOptions, project: ProjectIndex | None = None) -> list[FileResult]:
+    return [_one(t, opts, project) for t in tasks]
 
 
 def _context():
@@ -71,16 +72,17 @@ def _context():
 
 def run_tasks(tasks: list[Task], opts: LintOptions) -> LintRun:
     all_rule_classes()  # load the catalog once, before forking
+    project = build_index(t.path for t in tasks)  # the first pass: what every linted file defines and calls
     jobs = opts.jobs or os.cpu_count() or 1
     jobs = min(jobs, len(tasks))
     if jobs <= 1 or len(tasks) < 4:
-        return LintRun([_one(t, opts) for t in tasks])
+        return LintRun([_one(t, opts, project) for t in tasks])
     size = max(1, min(32, len(tasks) // (jobs * 4)))
     batches = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     results: list[FileResult] = []
     failed: list[Task] = []
     with ProcessPoolExecutor(jobs, mp_context=_context()) as pool:
-        futures = {pool.submit(_batch, b, opts): b for b in batches}
+        futures = {pool.submit(_batch, b, opts, project): b for b in batches}
         for fut in as_completed(futures):
             try:
                 results.extend(fut.result())
@@ -89,7 +91,7 @@ def run_tasks(tasks: list[Task], opts: LintOptions) -> LintRun:
     for task in failed:  # isolate: one fresh process per file
         try:
             with ProcessPoolExecutor(1, mp_context=_context()) as pool:
-                results.append(pool.submit(_one, task, opts).result())
+                results.append(pool.submit(_one, task, opts, project).result())
         except BrokenProcessPool:
             results.append(FileResult(task.display, error=FileError(
                 task.display, "the linter process crashed on this file (nested too deeply for the parser?)")))

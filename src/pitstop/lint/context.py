@@ -18,8 +18,9 @@ from typing import Any, Callable
 import libcst as cst
 
 from pitstop.lint.frames import Cond, Loop, Scope, StepSite, WithBlock
-from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, loss_names
+from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, is_test_file, loss_names
 from pitstop.lint.nodes import dotted, last_name, string_value
+from pitstop.lint.scope import in_memory_getitem
 
 __all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "children", "find",
            "loss_names"]
@@ -84,8 +85,18 @@ class Pending:
 class FileContext(Matchers):
     """What rules can ask about the file being linted; see the module docstring."""
 
-    def __init__(self, module: cst.Module, rule_classes: list[type]):
+    def __init__(self, module: cst.Module, rule_classes: list[type], filename: str = "", project: Any = None,
+                 path: str | None = None, source: str | None = None):
         self.module = module
+        self.source = source
+        self._no_grad: frozenset | None = None
+        self.framework_classes: dict[str, str] = {}
+        self.in_memory_datasets: set[str] = set()  # classes whose __getitem__ only indexes attributes
+        self.filename = filename
+        self.path = path if path is not None else filename
+        #: :class:`pitstop.lint.project.ProjectIndex` of every linted file, or None (one file alone)
+        self.project = project
+        self.test_file = is_test_file(filename)
         self.rules = [cls(self) for cls in rule_classes]
         self.pending: list[Pending] = []
         self.stack: list[Any] = []
@@ -180,6 +191,8 @@ class FileContext(Matchers):
         if node.returns is not None:
             self._walk(node.returns)
         self.scope.bind(node.name.value, node)
+        if node.name.value == "__getitem__" and self.scope.kind == "class" and in_memory_getitem(node):
+            self.in_memory_datasets.add(self.scope.node.name.value)
         scope = Scope("function", node, self.scope)
         for p in _params(node.params):
             scope.bind(p)
@@ -196,9 +209,13 @@ class FileContext(Matchers):
         self._walk_all(node.decorators)
         self._walk_all(node.bases)
         self._walk_all(node.keywords)
+        framework = self.framework_base(node)
+        if framework is not None:
+            self.framework_classes[node.name.value] = framework
         for base in node.bases:
             q = self.qualname(base.value)
-            if q in MODULE_BASES or (isinstance(base.value, cst.Name) and base.value.value in self.module_classes):
+            if q in MODULE_BASES or (isinstance(base.value, cst.Name) and base.value.value in self.module_classes) \
+                    or (framework or "").endswith("LightningModule"):
                 self.module_classes.add(node.name.value)
         self.scope.bind(node.name.value, node)
         self._in_scope(Scope("class", node, self.scope), node.body)
@@ -351,6 +368,15 @@ class FileContext(Matchers):
     def value_of(self, expr: cst.BaseExpression | str, same_scope: bool = False) -> Any:
         key = expr if isinstance(expr, str) else dotted(expr)
         return None if key is None else self.scope.lookup(key, same_scope)
+
+    def no_grad_functions(self) -> frozenset:
+        """Names of functions/methods decorated no_grad/inference_mode, here or in the project."""
+        if self._no_grad is None:
+            from pitstop.lint.project import scan_source
+
+            own = scan_source(self.source if self.source is not None else self.module.code).no_grad_functions
+            self._no_grad = own | (self.project.no_grad_functions(self.path) if self.project is not None else frozenset())
+        return self._no_grad
 
     # -- reporting -----------------------------------------------------------------------
     def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when) -> None:

@@ -11,7 +11,8 @@ import libcst as cst
 from pitstop.lint.frames import OPTIMIZER_NAME, Loop, WithBlock
 from pitstop.lint.nodes import dotted, last_name
 
-__all__ = ["Matchers", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "loss_names"]
+__all__ = ["Matchers", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "FRAMEWORK_ROOTS", "loss_names",
+           "is_test_file"]
 
 DATALOADER = frozenset({"torch.utils.data.DataLoader", "torch.utils.data.dataloader.DataLoader"})
 DDP = frozenset({"torch.nn.parallel.DistributedDataParallel", "torch.nn.parallel.distributed.DistributedDataParallel"})
@@ -24,8 +25,31 @@ _NOT_TENSOR = frozenset({"device", "dtype", "no_grad", "enable_grad", "inference
                          "Size", "typename", "use_deterministic_algorithms", "set_num_threads", "get_num_threads"})
 _EVAL_NAME = re.compile(r"eval|valid|test|predict|infer", re.I)
 _MODEL_NAME = re.compile(r"model|^net$|^network$|^(student|teacher)$", re.I)
+#: names that do something TO a model rather than run it: ``load_model(...)``, ``self._swap_models()``
+_NOT_FORWARD = re.compile(
+    r"^_*(get|build|create|make|load|save|init|initiali[sz]e|setup|set|prepare|swap|copy|unwrap|wrap|register|"
+    r"configure|freeze|unfreeze|update|to|from|export|convert|compile|print|log|check|reset|is|has|apply|average|"
+    r"sync|replace|patch|instantiate|find|select|fetch|download|upload|push|store|restore|summari[sz]e|count|"
+    r"validate|verify|assert|compare|merge|broadcast|gather|move|cast|clone|deepcopy|materiali[sz]e|shard|"
+    r"quantize|fuse|profile|describe|dump|train|eval|test|evaluate|pretrain|finetune|fit|run|parallelize)(_|$)",
+    re.I)
+_TEST_FILE = re.compile(r"(^|[\\/])(test_[^\\/]*|[^\\/]*_test|conftest)\.py$")
+_TEST_FUNC = re.compile(r"^test(_|$)")
+#: base classes whose methods a framework calls (Lightning, Fabric, HF Trainer, Accelerate)
+FRAMEWORK_ROOTS = ("lightning.", "pytorch_lightning.", "lightning_fabric.", "transformers.", "accelerate.", "trl.")
 _ITER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "cycle", "track"})
 
+
+
+def is_test_file(filename: str) -> bool:
+    """``test_x.py``, ``x_test.py``, ``conftest.py``: a unit-test module (pytest's naming)."""
+    return bool(_TEST_FILE.search(filename or ""))
+
+
+def _unit_test(func, owner) -> bool:
+    """A ``test_*`` method of a ``Test*`` class (pytest/unittest collect only those outside test
+    modules' top level; a module-level ``def test(model, loader)`` in a script is evaluation)."""
+    return bool(_TEST_FUNC.match(func.name.value)) and owner.kind == "class" and owner.node.name.value.startswith("Test")
 
 
 def _is_false(node) -> bool:
@@ -140,14 +164,41 @@ class Matchers:
         return isinstance(expr.func, cst.Name) and expr.func.value in self.module_classes
 
     def is_model_call(self, call: cst.Call) -> bool:
-        """A call of something that looks like a model: named ``model``/``net``, or bound to
-        an nn.Module instance in this file."""
+        """A call of something that looks like a model: named ``model``/``net`` (not a verb
+        on one: ``load_model(...)``), or bound to an nn.Module instance in this file; never a
+        function decorated ``@torch.no_grad()``/``inference_mode()`` here or in the project."""
         name = last_name(call.func)
         if name is None:
             return False
-        if _MODEL_NAME.search(name):
+        if _MODEL_NAME.search(name) and not _NOT_FORWARD.match(name) or self.is_module_expr(self.value_of(call.func)):
+            return name not in self.no_grad_functions()
+        return False
+
+    def in_unit_test(self, node: cst.CSTNode | None = None) -> bool:
+        """In a unit-test module (``test_*.py``), or in a ``test_*`` method of a ``Test*`` class
+        (pytest/unittest naming; a LightningModule's ``test_step`` is not one). ``node``:
+        a FunctionDef being entered (its scope is not on the stack yet)."""
+        if self.test_file:
             return True
-        return self.is_module_expr(self.value_of(call.func))
+        for f in self.stack:
+            if getattr(f, "kind", None) == "function" and _unit_test(f.node, f.parent):
+                return True
+        return isinstance(node, cst.FunctionDef) and _unit_test(node, self.scope)
+
+    def framework_class(self) -> str | None:
+        """Qualified name of the framework base (``lightning.LightningModule``, ``transformers.Trainer``)
+        of the innermost enclosing class, through classes of this file; else None."""
+        cls = self.current_class()
+        return None if cls is None else self.framework_classes.get(cls.name.value)
+
+    def framework_base(self, node: cst.ClassDef) -> str | None:
+        for base in node.bases:
+            q = self.qualname(base.value)
+            if q and q.startswith(FRAMEWORK_ROOTS):
+                return q
+            if isinstance(base.value, cst.Name) and base.value.value in self.framework_classes:
+                return self.framework_classes[base.value.value]
+        return None
 
     @staticmethod
     def is_eval_function(node: cst.CSTNode | None) -> bool:

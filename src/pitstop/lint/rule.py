@@ -26,7 +26,7 @@ from pitstop.registry import Face
 if TYPE_CHECKING:  # pragma: no cover
     from pitstop.lint.context import FileContext, FixSpec
 
-__all__ = ["LintRule", "SAFE", "UNSAFE", "cst", "nodes"]
+__all__ = ["LintRule", "SAFE", "UNSAFE", "cst", "nodes", "scope"]
 
 SAFE, UNSAFE = "safe", "unsafe"
 
@@ -49,6 +49,8 @@ class _LazyModule:
 cst: Any = _LazyModule("libcst")
 #: :mod:`pitstop.lint.nodes` (argument/literal helpers), imported on first use as well.
 nodes: Any = _LazyModule("pitstop.lint.nodes")
+#: :mod:`pitstop.lint.scope` (which loader is a training loader), imported on first use.
+scope: Any = _LazyModule("pitstop.lint.scope")
 
 
 class LintRule(Face, face="L"):

@@ -62,7 +62,7 @@ class DataloaderWorkers(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, nodes, scope
 
 
 class NumWorkersRule(LintRule, tip="PIT101"):
@@ -74,7 +74,9 @@ class NumWorkersRule(LintRule, tip="PIT101"):
             return
         a = nodes.arg(node, "num_workers", 5)
         if a is None and not nodes.has_star_args(node) or a is not None and nodes.int_value(a.value) == 0:
-            self.report(node)
+            training = scope.loader_scope(ctx, node)  # None: an evaluation / one-off / in-memory / test loader
+            if training is not None:
+                self.report(node, when=training)
 
 
 # --- bench face ---

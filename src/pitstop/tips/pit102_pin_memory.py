@@ -76,7 +76,7 @@ class PinMemory(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, nodes, scope
 
 
 class PinMemoryRule(LintRule, tip="PIT102"):
@@ -88,7 +88,9 @@ class PinMemoryRule(LintRule, tip="PIT102"):
             return
         a = nodes.arg(node, "pin_memory", 7)
         if a is None and not nodes.has_star_args(node) or a is not None and nodes.is_false(a.value):
-            self.report(node, when=lambda: ctx.cuda_implied)
+            training = scope.loader_scope(ctx, node, in_memory=False)  # None: an evaluation / one-off / in-memory / test loader
+            if training is not None:
+                self.report(node, when=lambda: ctx.cuda_implied and training())
 
 
 # --- doctor face ---

@@ -99,8 +99,8 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
     def visit_FunctionDef(self, node):
         ctx = self.ctx
-        if not ctx.is_eval_function(node):
-            self.stack.append(None)
+        if not ctx.is_eval_function(node) or ctx.in_unit_test(node) or ctx.framework_class() is not None:
+            self.stack.append(None)  # unit tests; framework hooks (the Trainer runs them without autograd)
             return
         state = [node, False, False]
         for d in node.decorators:

@@ -83,19 +83,27 @@ class EvalModeRule(LintRule, tip="PIT803"):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.stack = []  # per function: None, or [node, grad disabled?, model called?, eval called?]
+        self.evaled = set()  # functions (None: module level) that called .eval() so far
+        self.called_after_eval = set()  # names called after the caller had called .eval()
+        self.candidates = []
 
     def visit_FunctionDef(self, node):
         ctx = self.ctx
-        if not ctx.is_eval_function(node):
-            self.stack.append(None)
+        if not ctx.is_eval_function(node) or ctx.in_unit_test(node) or ctx.framework_class() is not None:
+            self.stack.append(None)  # unit tests; framework hooks (the Trainer calls .eval() first)
             return
         self.stack.append([node, any(ctx.grad_mode(d.decorator) for d in node.decorators), False, False])
 
     def leave_FunctionDef(self, node):
         state = self.stack.pop()
         if state is not None and state[1] and state[2] and not state[3]:
-            self.report(node.name, f"`{node.name.value}` runs the model without model.eval(): "
-                                   "dropout and BatchNorm stay in training mode")
+            self.candidates.append(node)
+
+    def finish(self):
+        for node in self.candidates:
+            if node.name.value not in self.called_after_eval:  # else the caller set eval mode
+                self.report(node.name, f"`{node.name.value}` runs the model without model.eval(): "
+                                       "dropout and BatchNorm stay in training mode")
 
     def _state(self):
         state = self.stack[-1] if self.stack else None
@@ -107,11 +115,19 @@ class EvalModeRule(LintRule, tip="PIT803"):
             state[1] = True
 
     def visit_Call(self, node):
+        name = nodes.method(node)
+        is_eval = name == "eval" and not node.args or name == "train" and node.args and nodes.is_false(node.args[0].value)
+        fn = self.ctx.current_function()
+        if is_eval:
+            self.evaled.add(fn)
+        elif fn in self.evaled:
+            callee = nodes.last_name(node.func)
+            if callee:
+                self.called_after_eval.add(callee)
         state = self._state()
         if state is None:
             return
-        name = nodes.method(node)
-        if name == "eval" and not node.args or name == "train" and node.args and nodes.is_false(node.args[0].value):
+        if is_eval:
             state[3] = True
         elif self.ctx.is_model_call(node):
             state[2] = True

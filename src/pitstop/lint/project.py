@@ -1,0 +1,155 @@
+"""The project index: what the OTHER linted files define and call, for rules that need more than
+one file (``set_epoch`` called in another module, a model class imported from a sibling file).
+
+Built once per ``pitstop lint`` run, before the files are linted, by a line scan of every file
+(regular expressions, no parse: a few milliseconds per file, cached by path, size and mtime).
+It records, per module: its classes with their bases (as written), its functions, the
+functions and methods decorated ``@torch.no_grad()``/``@torch.inference_mode()``, the method
+names it calls (``.set_epoch(``), and its ``from X import Y`` imports.
+
+A file's *project* is the folder above its outermost package (the first folder up that has
+no ``__init__.py``): ``timm/data/loader.py`` belongs with ``train.py`` next to ``timm/``, while
+two example folders side by side (``mnist/``, ``imagenet/``) are two projects.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["ModuleInfo", "ProjectIndex", "build_index", "scan_source"]
+
+_CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:", re.M)
+_DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+_NO_GRAD_DEF = re.compile(
+    r"^[ \t]*@[\w.]*(?:no_grad|inference_mode)\b(?!\s*\(\s*(?:mode\s*=\s*)?False)[^\n]*\n"
+    r"(?:[ \t]*@[^\n]*\n)*[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+_METHOD_CALL = re.compile(r"\.(\w+)[ \t]*\(")
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]+)", re.M)
+_MODULE_BASE = re.compile(r"^(?:torch\.)?(?:nn\.)?(?:Module|Sequential|ModuleList|ModuleDict)$|(?:^|\.)LightningModule$")
+
+
+@dataclass(frozen=True)
+class ModuleInfo:
+    """What one file defines and calls."""
+
+    path: str
+    classes: dict = field(default_factory=dict)  # name -> tuple of base expressions (as written)
+    functions: frozenset = frozenset()  # every def name (top level and methods)
+    no_grad_functions: frozenset = frozenset()  # defs decorated @torch.no_grad()/inference_mode()
+    method_calls: frozenset = frozenset()  # names called as ``.name(``
+    imports: dict = field(default_factory=dict)  # local name -> (module as written, name)
+
+
+def scan_source(text: str, path: str = "") -> ModuleInfo:
+    """Index one source text (no parse; comments and strings may add names, never remove)."""
+    classes = {m[1]: tuple(b.strip() for b in (m[2] or "").split(",") if b.strip() and "=" not in b)
+               for m in _CLASS.finditer(text)}
+    imports = {}
+    for m in _FROM.finditer(text):
+        for part in m[2].strip("() \t\r\n").split(","):
+            part = part.split("#", 1)[0].strip()
+            if not part or part == "*":
+                continue
+            name, _, alias = part.partition(" as ")
+            imports[(alias or name).strip()] = (m[1], name.strip())
+    return ModuleInfo(path, classes, frozenset(m[2] for m in _DEF.finditer(text)),
+                      frozenset(m[1] for m in _NO_GRAD_DEF.finditer(text)),
+                      frozenset(_METHOD_CALL.findall(text)), imports)
+
+
+@functools.lru_cache(maxsize=65536)
+def _scan_file(path: str, size: int, mtime_ns: int) -> ModuleInfo:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return scan_source(fh.read(), path)
+    except OSError:
+        return ModuleInfo(path)
+
+
+def _project_root(path: str) -> str:
+    folder = os.path.dirname(os.path.abspath(path))
+    while os.path.isfile(os.path.join(folder, "__init__.py")):
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return folder
+
+
+@dataclass(frozen=True)
+class ProjectIndex:
+    """Modules of the linted files, by absolute path; queries are per project (see module doc)."""
+
+    modules: dict = field(default_factory=dict)  # absolute path -> ModuleInfo
+    roots: dict = field(default_factory=dict)  # absolute path -> project folder
+
+    def _siblings(self, path: str):
+        path = os.path.abspath(path)
+        root = self.roots.get(path) or _project_root(path)
+        prefix = root.rstrip(os.sep) + os.sep
+        return [m for p, m in self.modules.items() if p.startswith(prefix)]
+
+    def calls_method(self, path: str, name: str) -> bool:
+        """Some file of ``path``'s project calls ``.name(...)``."""
+        return any(name in m.method_calls for m in self._siblings(path))
+
+    def no_grad_functions(self, path: str) -> frozenset:
+        """Names of functions/methods decorated no_grad/inference_mode in ``path``'s project."""
+        out: set = set()
+        for m in self._siblings(path):
+            out |= m.no_grad_functions
+        return frozenset(out)
+
+    def module_of(self, path: str, module: str) -> ModuleInfo | None:
+        """The linted file that ``from <module> import ...`` in ``path`` names (relative dots,
+        a sibling file, or a dotted path under the project), or None."""
+        here = os.path.dirname(os.path.abspath(path))
+        dots = len(module) - len(module.lstrip("."))
+        rel = module.lstrip(".").replace(".", os.sep)
+        bases = [here]
+        if dots:
+            for _ in range(dots - 1):
+                here = os.path.dirname(here)
+            bases = [here]
+        else:
+            bases.append(self.roots.get(os.path.abspath(path)) or _project_root(path))
+        for base in bases:
+            for cand in (os.path.join(base, rel + ".py"), os.path.join(base, rel, "__init__.py")):
+                info = self.modules.get(cand)
+                if info is not None:
+                    return info
+        return None
+
+    def is_module_class(self, path: str, name: str, _depth: int = 0) -> bool:
+        """``name`` (imported into ``path``) is a class subclassing nn.Module, followed through
+        the linted files' imports and bases."""
+        info = self.modules.get(os.path.abspath(path))
+        if info is None or _depth > 8:
+            return False
+        if name in info.classes:
+            for base in info.classes[name]:
+                if _MODULE_BASE.match(base) or self.is_module_class(path, base.rsplit(".", 1)[-1], _depth + 1):
+                    return True
+            return False
+        imported = info.imports.get(name)
+        if imported is None:
+            return False
+        target = self.module_of(path, imported[0])
+        return target is not None and self.is_module_class(target.path, imported[1], _depth + 1)
+
+
+def build_index(paths) -> ProjectIndex:
+    """Index the files at ``paths`` (unreadable ones are empty)."""
+    modules, roots = {}, {}
+    for p in paths:
+        ap = os.path.abspath(p)
+        try:
+            st = os.stat(ap)
+        except OSError:
+            continue
+        modules[ap] = _scan_file(ap, st.st_size, st.st_mtime_ns)
+        roots[ap] = _project_root(ap)
+    return ProjectIndex(modules, roots)
