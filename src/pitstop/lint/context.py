@@ -279,7 +279,7 @@ class FileContext(Matchers):
                 self.cuda_implied = True
 
     def _pre_attribute(self, node: cst.Attribute) -> None:
-        if not self.cuda_implied and node.attr.value == "cuda" and self.qualname(node.value) == "torch":
+        if not self.cuda_implied and node.attr.value in ("cuda", "accelerator") and self.qualname(node.value) == "torch":
             self.cuda_implied = True
 
     def _pre_call(self, node: cst.Call) -> None:

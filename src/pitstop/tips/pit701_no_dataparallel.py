@@ -99,14 +99,20 @@ class NoDataparallel(Tip):
 from pitstop.lint.rule import LintRule
 
 _DP = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"})
+#: the functional form: one replicate/scatter/gather per call, same single process
+_DP_FN = frozenset({"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"})
 
 
 class DataParallelRule(LintRule, tip="PIT701"):
     message = "nn.DataParallel is single-process and slower than DistributedDataParallel even on one machine; use DDP with torchrun"
 
     def visit_Call(self, node):
-        if self.ctx.call_name(node) in _DP:
+        q = self.ctx.call_name(node)
+        if q in _DP:
             self.report(node)
+        elif q in _DP_FN:
+            self.report(node, "nn.parallel.data_parallel(...) replicates the module to every GPU on every call in one "
+                              "process; use DistributedDataParallel with torchrun")
 
 
 # --- doctor face ---
