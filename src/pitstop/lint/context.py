@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import libcst as cst
 
-from pitstop.lint.frames import Cond, Loop, Scope, StepSite, WithBlock
+from pitstop.lint.frames import ACCUMULATION_NAME, Cond, Loop, Scope, StepSite, WithBlock
 from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, is_test_file, loss_names
 from pitstop.lint.nodes import dotted, last_name, string_value
 from pitstop.lint.scope import in_memory_getitem
@@ -240,9 +240,16 @@ class FileContext(Matchers):
     def _walk_if(self, node: cst.If) -> None:
         self._walk(node.test)
         guard = find(node.test, lambda n: isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo))
-        self._in_frame(Cond(node, guard is not None), node.body)
+        accumulation = guard is not None or self._accumulation_test(node.test)
+        self._in_frame(Cond(node, guard is not None, accumulation=accumulation), node.body)
         if node.orelse is not None:
-            self._in_frame(Cond(node, False, orelse=True), node.orelse)
+            self._in_frame(Cond(node, False, orelse=True, accumulation=accumulation), node.orelse)
+
+    def _accumulation_test(self, test: cst.BaseExpression) -> bool:
+        loop = self.loop()
+        targets = loop.targets if loop is not None else frozenset()
+        return find(test, lambda n: isinstance(n, cst.Name) and (n.value in targets or ACCUMULATION_NAME.search(n.value))
+                    or isinstance(n, cst.Attribute) and ACCUMULATION_NAME.search(n.attr.value)) is not None
 
     def _walk_with(self, node: cst.With) -> None:
         self._walk_all(node.items)
@@ -287,17 +294,17 @@ class FileContext(Matchers):
         if not isinstance(func, cst.Attribute):
             return
         name = func.attr.value
-        if name == "backward":
+        if name in ("backward", "manual_backward"):
             loop = self.loop()
             if loop is not None:
-                loop.backward_calls.append((node, func.value))
+                loop.backward_calls.append((node, self.backward_loss(node)))
         elif name == "step":
             if self.is_optimizer(func.value) or (
                     node.args and "scaler" in (last_name(func.value) or "").lower()
                     and self.is_optimizer(node.args[0].value)):
                 loop = self.loop()
                 if loop is not None:
-                    loop.steps.append((node, self.site().conditional(loop)))
+                    loop.steps.append((node, self.site().conditional(loop, accumulation=True)))
         elif name == "cuda":
             self.cuda_implied = True
 

@@ -33,8 +33,11 @@ _NOT_FORWARD = re.compile(
     r"validate|verify|assert|compare|merge|broadcast|gather|move|cast|clone|deepcopy|materiali[sz]e|shard|"
     r"quantize|fuse|profile|describe|dump|train|eval|test|evaluate|pretrain|finetune|fit|run|parallelize)(_|$)",
     re.I)
+#: owners of ``X.backward(loss)``: the loss is the argument (accelerate, Fabric, DeepSpeed engines)
+_BACKWARD_OWNER = re.compile(r"accelerator|fabric|engine|deepspeed|booster", re.I)
 _TEST_FILE = re.compile(r"(^|[\\/])(test_[^\\/]*|[^\\/]*_test|conftest)\.py$")
 _TEST_FUNC = re.compile(r"^test(_|$)")
+_DUMMY = re.compile(r"dummy|boring|toy|mock|fake|placeholder", re.I)
 #: base classes whose methods a framework calls (Lightning, Fabric, HF Trainer, Accelerate)
 FRAMEWORK_ROOTS = ("lightning.", "pytorch_lightning.", "lightning_fabric.", "transformers.", "accelerate.", "trl.")
 _ITER_WRAPPERS = frozenset({"enumerate", "tqdm", "iter", "zip", "islice", "cycle", "track"})
@@ -93,6 +96,26 @@ class Matchers:
                 and ".lr_scheduler." not in q and ".swa_utils." not in q:
             return q
         return None
+
+    @staticmethod
+    def backward_loss(call: cst.Call) -> cst.BaseExpression | None:
+        """The loss a backward call differentiates: ``loss`` in ``loss.backward()``,
+        ``scaler.scale(loss).backward()``, ``accelerator.backward(loss)``, ``fabric.backward(loss)``,
+        ``self.manual_backward(loss)``; None when ``call`` is no backward call."""
+        func = call.func
+        if not isinstance(func, cst.Attribute):
+            return None
+        name = func.attr.value
+        if name == "manual_backward" or name == "backward" and call.args and call.args[0].keyword is None \
+                and _BACKWARD_OWNER.search(last_name(func.value) or ""):
+            return call.args[0].value if call.args else None
+        return func.value if name == "backward" else None
+
+    @staticmethod
+    def framework_backward(call: cst.Call) -> bool:
+        """``accelerator.backward(loss)`` (accelerate divides by its accumulation steps itself)."""
+        return isinstance(call.func, cst.Attribute) and call.func.attr.value == "backward" \
+            and "accelerator" in (last_name(call.func.value) or "").lower()
 
     def is_autocast(self, call: cst.CSTNode) -> bool:
         """Any autocast context: torch.autocast, torch.amp/cuda.amp/cpu.amp.autocast, or a bare
@@ -184,6 +207,14 @@ class Matchers:
             if getattr(f, "kind", None) == "function" and _unit_test(f.node, f.parent):
                 return True
         return isinstance(node, cst.FunctionDef) and _unit_test(node, self.scope)
+
+    def in_dummy_model(self) -> bool:
+        """Inside a class or function named as a deliberate stand-in (``BoringModel``, ``DummyNet``,
+        ``make_toy_model``), or in a unit test."""
+        if self.in_unit_test():
+            return True
+        return any(getattr(f, "kind", None) in ("class", "function") and _DUMMY.search(f.node.name.value)
+                   for f in self.stack)
 
     def framework_class(self) -> str | None:
         """Qualified name of the framework base (``lightning.LightningModule``, ``transformers.Trainer``)

@@ -67,6 +67,7 @@ from pitstop.lint.rule import LintRule, nodes, scope
 
 class NumWorkersRule(LintRule, tip="PIT101"):
     message = "DataLoader loads batches in the training process (num_workers=0); set num_workers"
+    in_tests = False
 
     def visit_Call(self, node):
         ctx = self.ctx

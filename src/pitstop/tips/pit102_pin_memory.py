@@ -81,6 +81,7 @@ from pitstop.lint.rule import LintRule, nodes, scope
 
 class PinMemoryRule(LintRule, tip="PIT102"):
     message = "DataLoader without pin_memory=True while the file trains on CUDA: copies from pageable memory cannot overlap compute"
+    in_tests = False
 
     def visit_Call(self, node):
         ctx = self.ctx

@@ -91,6 +91,7 @@ _PLACERS = ("prepare", "setup_dataloaders", "prepare_data_loader")  # accelerate
 
 class NonBlockingRule(LintRule, tip="PIT103"):
     message = "batch copied to the device without non_blocking=True: the copy cannot overlap compute"
+    in_tests = False
     fix = SAFE
 
     def __init__(self, ctx):

@@ -86,6 +86,7 @@ _SYNCS = frozenset({"item", "cpu", "numpy", "tolist"})
 
 class SyncInLoopRule(LintRule, tip="PIT201"):
     message = "host read in the training loop makes the CPU wait for the device every step; accumulate on the device and read every N steps"
+    in_tests = False
 
     def visit_Call(self, node):
         name = nodes.method(node)

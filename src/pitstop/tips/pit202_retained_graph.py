@@ -85,6 +85,7 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 class RetainedGraphRule(LintRule, tip="PIT202"):
     message = "the loss is accumulated with its autograd graph: every step's graph stays alive"
+    in_tests = False
     fix = UNSAFE
 
     def visit_Call(self, node):

@@ -83,6 +83,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 class Fp16WithoutScalerRule(LintRule, tip="PIT306"):
     message = "fp16 autocast without a GradScaler: small gradients underflow to zero; use torch.amp.GradScaler or bf16"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)

@@ -74,6 +74,7 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 class SetToNoneRule(LintRule, tip="PIT403"):
     message = "gradients zeroed in place; setting them to None (the default of zero_grad) skips a write per parameter"
+    in_tests = False
     fix = UNSAFE
 
     def visit_Call(self, node):

@@ -84,6 +84,7 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst
 
 class InferenceModeRule(LintRule, tip="PIT605"):
     message = "evaluation under torch.no_grad(); torch.inference_mode() also skips version counting and view tracking"
+    in_tests = False
     fix = UNSAFE
 
     def __init__(self, ctx):

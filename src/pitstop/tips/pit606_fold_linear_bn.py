@@ -87,6 +87,8 @@ from pitstop.lint.rule import LintRule
 
 class AdjacentLinearRule(LintRule, tip="PIT606"):
     message = "two Linear layers with nothing between them compose to one linear map; add a non-linearity or fold them"
+    in_tests = False
+    dummy_models = False
 
     def visit_Call(self, node):
         ctx = self.ctx

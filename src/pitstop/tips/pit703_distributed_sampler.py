@@ -86,6 +86,7 @@ _SAMPLER = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.d
 
 class DistributedSamplerRule(LintRule, tip="PIT703"):
     message = "DataLoader under DDP without a sampler: every rank reads the whole dataset; use a DistributedSampler"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)

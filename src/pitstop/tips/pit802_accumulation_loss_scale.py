@@ -79,6 +79,7 @@ from pitstop.lint.rule import LintRule, cst, nodes
 
 class LossScaleRule(LintRule, tip="PIT802"):
     message = "gradients accumulated over micro-steps but the loss is not divided by their number: the step is k times too large"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -86,8 +87,13 @@ class LossScaleRule(LintRule, tip="PIT802"):
         self.divided = []  # (name, site)
 
     def visit_Call(self, node):
-        if nodes.method(node) == "backward":
-            self.backwards.append((node, self.ctx.site(), nodes.receiver(node)))
+        ctx = self.ctx
+        loss = ctx.backward_loss(node)
+        if loss is None or ctx.framework_backward(node) or ctx.in_unit_test():
+            return  # accelerator.backward divides by gradient_accumulation_steps itself
+        if any(nodes.method(c) == "accumulate" for c in ctx.with_calls()):
+            return  # with accelerator.accumulate(model): the framework scales and syncs
+        self.backwards.append((node, ctx.site(), loss))
 
     def visit_AugAssign(self, node):
         if isinstance(node.operator, cst.DivideAssign):

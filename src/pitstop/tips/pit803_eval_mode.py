@@ -79,6 +79,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 class EvalModeRule(LintRule, tip="PIT803"):
     message = "evaluation runs the model without model.eval(): dropout and BatchNorm stay in training mode"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)
