@@ -20,7 +20,6 @@ import libcst as cst
 from pitstop.lint.frames import ACCUMULATION_NAME, Cond, Loop, Scope, StepSite, WithBlock
 from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, is_test_file, loss_names
 from pitstop.lint.nodes import dotted, last_name, string_value
-from pitstop.lint.scope import in_memory_getitem
 
 __all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "children", "find",
            "loss_names"]
@@ -91,7 +90,7 @@ class FileContext(Matchers):
         self.source = source
         self._no_grad: frozenset | None = None
         self.framework_classes: dict[str, str] = {}
-        self.in_memory_datasets: set[str] = set()  # classes whose __getitem__ only indexes attributes
+        self._info: Any = None
         self.filename = filename
         self.path = path if path is not None else filename
         #: :class:`pitstop.lint.project.ProjectIndex` of every linted file, or None (one file alone)
@@ -191,8 +190,6 @@ class FileContext(Matchers):
         if node.returns is not None:
             self._walk(node.returns)
         self.scope.bind(node.name.value, node)
-        if node.name.value == "__getitem__" and self.scope.kind == "class" and in_memory_getitem(node):
-            self.in_memory_datasets.add(self.scope.node.name.value)
         scope = Scope("function", node, self.scope)
         for p in _params(node.params):
             scope.bind(p)
@@ -376,14 +373,31 @@ class FileContext(Matchers):
         key = expr if isinstance(expr, str) else dotted(expr)
         return None if key is None else self.scope.lookup(key, same_scope)
 
+    @property
+    def info(self) -> Any:
+        """This file's :class:`pitstop.lint.project.ModuleInfo` (the project index's line scan)."""
+        if self._info is None:
+            from pitstop.lint.project import scan_source
+
+            self._info = scan_source(self.source if self.source is not None else self.module.code, self.path)
+        return self._info
+
     def no_grad_functions(self) -> frozenset:
         """Names of functions/methods decorated no_grad/inference_mode, here or in the project."""
         if self._no_grad is None:
-            from pitstop.lint.project import scan_source
-
-            own = scan_source(self.source if self.source is not None else self.module.code).no_grad_functions
+            own = self.info.no_grad_functions
             self._no_grad = own | (self.project.no_grad_functions(self.path) if self.project is not None else frozenset())
         return self._no_grad
+
+    def dataset_kind(self, name: str) -> str | None:
+        """``"in_memory"`` / ``"unsharded_iterable"`` / ``"other"`` for a Dataset class defined here
+        or imported from a linted file (see :meth:`pitstop.lint.project.ProjectIndex.dataset_kind`)."""
+        from pitstop.lint.project import dataset_kind
+
+        kind = dataset_kind(self.info, name)
+        if kind is None and self.project is not None:
+            kind = self.project.dataset_kind(self.path, name)
+        return kind
 
     # -- reporting -----------------------------------------------------------------------
     def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when) -> None:

@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ModuleInfo", "ProjectIndex", "build_index", "scan_source"]
+__all__ = ["ModuleInfo", "ProjectIndex", "build_index", "scan_source", "dataset_kind"]
 
 _CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:", re.M)
 _DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
@@ -28,6 +28,9 @@ _NO_GRAD_DEF = re.compile(
     r"(?:[ \t]*@[^\n]*\n)*[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 _METHOD_CALL = re.compile(r"\.(\w+)[ \t]*\(")
 _FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]+)", re.M)
+_GETITEM = re.compile(r"^([ \t]*)def[ \t]+__getitem__[ \t]*\([^)]*\)[^:\n]*:[ \t]*\n", re.M)
+_CALLED = re.compile(r"([A-Za-z_][\w.]*)[ \t]*\(")
+_CHEAP_CALLS = frozenset({"len", "int", "min", "max", "slice", "range", "float", "divmod", "isinstance", "tuple"})
 _MODULE_BASE = re.compile(r"^(?:torch\.)?(?:nn\.)?(?:Module|Sequential|ModuleList|ModuleDict)$|(?:^|\.)LightningModule$")
 
 
@@ -41,6 +44,13 @@ class ModuleInfo:
     no_grad_functions: frozenset = frozenset()  # defs decorated @torch.no_grad()/inference_mode()
     method_calls: frozenset = frozenset()  # names called as ``.name(``
     imports: dict = field(default_factory=dict)  # local name -> (module as written, name)
+    #: Dataset classes whose ``__getitem__`` only indexes/slices what is in memory (no call but len/int/...)
+    in_memory: frozenset = frozenset()
+    #: IterableDataset classes in a file that never calls ``get_worker_info()``: every worker would
+    #: replay the whole stream (or a forked copy of a live buffer/environment)
+    unsharded_iterable: frozenset = frozenset()
+    called_classes: frozenset = frozenset()  # capitalised names called: ``MyDataset(...)``
+    datasets: frozenset = frozenset()  # classes with a ``__getitem__``/``__iter__`` or a ``*Dataset`` base
 
 
 def scan_source(text: str, path: str = "") -> ModuleInfo:
@@ -55,9 +65,29 @@ def scan_source(text: str, path: str = "") -> ModuleInfo:
                 continue
             name, _, alias = part.partition(" as ")
             imports[(alias or name).strip()] = (m[1], name.strip())
+    in_memory = set()
+    datasets = {name for name, bases in classes.items() if any(b.endswith("Dataset") for b in bases)}
+    class_starts = [(m.start(), len(m.group(0)) - len(m.group(0).lstrip(" \t")), m[1]) for m in _CLASS.finditer(text)]
+    for m in _GETITEM.finditer(text):
+        indent = len(m[1])
+        owner = [name for start, ind, name in class_starts if start < m.start() and ind < indent]
+        body = []
+        for line in text[m.end():].splitlines():
+            if line.strip() and len(line) - len(line.lstrip(" \t")) <= indent:
+                break
+            body.append(line.split("#", 1)[0])
+        calls = {c.rsplit(".", 1)[-1] for c in _CALLED.findall("\n".join(body))}
+        if owner:
+            datasets.add(owner[-1])
+        if owner and body and calls <= _CHEAP_CALLS and not any(w in "\n".join(body) for w in ("for ", "while ", "open")):
+            in_memory.add(owner[-1])
+    sharded = "get_worker_info" in text
+    unsharded = frozenset() if sharded else frozenset(
+        name for name, bases in classes.items() if any(b.rsplit(".", 1)[-1] == "IterableDataset" for b in bases))
     return ModuleInfo(path, classes, frozenset(m[2] for m in _DEF.finditer(text)),
                       frozenset(m[1] for m in _NO_GRAD_DEF.finditer(text)),
-                      frozenset(_METHOD_CALL.findall(text)), imports)
+                      frozenset(_METHOD_CALL.findall(text)), imports, frozenset(in_memory), unsharded,
+                      frozenset(re.findall(r"(?<![\w.])([A-Z]\w*)[ \t]*\(", text)), frozenset(datasets))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -123,6 +153,19 @@ class ProjectIndex:
                     return info
         return None
 
+    def dataset_kind(self, path: str, name: str, _depth: int = 0) -> str | None:
+        """``"in_memory"`` / ``"unsharded_iterable"`` / ``"other"`` for a Dataset class ``name``
+        defined in, or imported into, ``path`` from the linted files; None when unknown."""
+        info = self.modules.get(os.path.abspath(path))
+        if info is None or _depth > 8:
+            return None
+        kind = dataset_kind(info, name)
+        if kind is not None or name in info.classes:
+            return kind
+        imported = info.imports.get(name)
+        target = self.module_of(path, imported[0]) if imported is not None else None
+        return None if target is None else self.dataset_kind(target.path, imported[1], _depth + 1)
+
     def is_module_class(self, path: str, name: str, _depth: int = 0) -> bool:
         """``name`` (imported into ``path``) is a class subclassing nn.Module, followed through
         the linted files' imports and bases."""
@@ -139,6 +182,15 @@ class ProjectIndex:
             return False
         target = self.module_of(path, imported[0])
         return target is not None and self.is_module_class(target.path, imported[1], _depth + 1)
+
+
+def dataset_kind(info: ModuleInfo, name: str) -> str | None:
+    """The kind of Dataset class ``name`` as defined in ``info`` (see ProjectIndex.dataset_kind)."""
+    if name in info.in_memory:
+        return "in_memory"
+    if name in info.unsharded_iterable:
+        return "unsharded_iterable"
+    return "other" if name in info.datasets else None
 
 
 def build_index(paths) -> ProjectIndex:

@@ -8,12 +8,15 @@ A ``DataLoader(...)`` is judged NOT a training loader (the rule stays silent) wh
   the function that builds it says validation/evaluation/test/prediction/inference/sampling/
   prompts/calibration (``val_loader = ...``, ``def val_dataloader(self)``), and not training;
 - an ordered pass: literal ``shuffle=False`` with no sampler, and not named for training;
-- (with ``in_memory=True``, PIT101) over an in-memory dataset (the tip's own docs: workers cost more than they save there): a
-  ``TensorDataset``, a list/tuple literal, a tensor expression, or a Dataset class of this file
-  whose ``__getitem__`` only indexes attributes (``return self.x[i], self.y[i]``).
+- (with ``in_memory=True``, PIT101) over an in-memory dataset (the tip's own docs: workers cost
+  more than they save there): a ``TensorDataset``, a list/tuple literal, a tensor expression, or
+  a Dataset class (this file's or imported from a linted file) whose ``__getitem__`` only
+  indexes/slices (no call but ``len``/``int``/``min``...); or over an ``IterableDataset`` whose
+  file never calls ``get_worker_info()`` (each worker would replay the whole stream, or a forked
+  copy of a live replay buffer). When the dataset is a parameter the lint cannot follow, the
+  Dataset classes the file builds decide: all of those kinds, no finding.
 
-The last check needs the whole file (the class may come after the loader): :func:`loader_scope`
-returns a predicate for ``LintRule.report(when=...)``.
+:func:`loader_scope` returns None (no finding) or a predicate for ``LintRule.report(when=...)``.
 """
 
 from __future__ import annotations
@@ -25,31 +28,14 @@ import libcst as cst
 
 from pitstop.lint.nodes import arg, dotted, is_false, last_name, string_value
 
-__all__ = ["loader_scope", "EVAL_NAME", "in_memory_getitem"]
+__all__ = ["loader_scope", "EVAL_NAME"]
 
 #: names of evaluation-only objects (loaders, datasets, functions building them)
-EVAL_NAME = re.compile(r"val|eval|test|predict|infer|sampl|prompt|calib|holdout", re.I)
+EVAL_NAME = re.compile(r"val|eval|test|predict|infer|sampl(?:e|ing)(?!r)|prompt|calib|holdout", re.I)
 _TRAIN_NAME = re.compile(r"train|fit", re.I)
+_NO_WORKERS = frozenset({"in_memory", "unsharded_iterable"})
 _IN_MEMORY = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
                         "torch.utils.data.StackDataset"})
-
-
-def in_memory_getitem(func: cst.FunctionDef) -> bool:
-    """``def __getitem__(self, i): return self.x[i]`` (optionally a tuple/dict of such, after a
-    docstring): the samples are already in memory, there is no per-sample work to move out."""
-    body = [s for s in func.body.body if not (isinstance(s, cst.SimpleStatementLine) and len(s.body) == 1
-                                                and isinstance(s.body[0], cst.Expr)
-                                                and isinstance(s.body[0].value, (cst.SimpleString, cst.ConcatenatedString)))]
-    if len(body) != 1 or not isinstance(body[0], cst.SimpleStatementLine) or not isinstance(body[0].body[0], cst.Return):
-        return False
-    value = body[0].body[0].value
-    parts = [value]
-    if isinstance(value, (cst.Tuple, cst.List)):
-        parts = [e.value for e in value.elements]
-    elif isinstance(value, cst.Dict):
-        parts = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
-    return bool(parts) and all(isinstance(p, cst.Subscript) and (dotted(p.value) or "").startswith("self.")
-                               for p in parts)
 
 
 def _names_around(ctx) -> tuple[list[str], str | None]:
@@ -110,6 +96,12 @@ def loader_scope(ctx, call: cst.Call, in_memory: bool = True) -> Callable[[], bo
             or ctx.is_tensor_expr(value):
         return None
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
-        cls = value.func.value
-        return lambda: cls not in ctx.in_memory_datasets
+        kind = ctx.dataset_kind(value.func.value)
+        if kind is not None:
+            return None if kind in _NO_WORKERS else (lambda: True)
+    # a dataset the lint cannot follow (a parameter, an attribute): judge by the dataset classes
+    # this file builds; all in memory (or unsharded streams) means no worker would help
+    kinds = {ctx.dataset_kind(name) for name in ctx.info.called_classes} - {None}
+    if kinds and kinds <= _NO_WORKERS:
+        return None
     return lambda: True
