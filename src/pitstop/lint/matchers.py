@@ -174,8 +174,9 @@ class Matchers:
         return self.call_name(node) in DATALOADER if node is not None else False
 
     def is_module_expr(self, expr: cst.BaseExpression | None) -> bool:
-        """An ``nn.*`` layer constructor or a class of this file subclassing nn.Module,
-        optionally chained with ``.to(...)``, ``.cuda()`` or ``.cpu()``."""
+        """An ``nn.*`` layer constructor, a class of this file subclassing nn.Module, or one
+        imported from a linted file of the project (the project index), optionally chained with
+        ``.to(...)``, ``.cuda()`` or ``.cpu()``."""
         while (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
                and expr.func.attr.value in ("to", "cuda", "cpu")):
             expr = expr.func.value
@@ -184,7 +185,10 @@ class Matchers:
         q = self.call_name(expr)
         if q and q.startswith("torch.nn.") and q.rsplit(".", 1)[1][:1].isupper():
             return True
-        return isinstance(expr.func, cst.Name) and expr.func.value in self.module_classes
+        if isinstance(expr.func, cst.Name) and expr.func.value in self.module_classes:
+            return True
+        # a class imported from a sibling file of the linted project (``from model import Net``)
+        return bool(q and "." in q and self.project is not None and self.project.is_module_qualname(self.path, q))
 
     def is_model_call(self, call: cst.Call) -> bool:
         """A call of something that looks like a model: named ``model``/``net`` (not a verb

@@ -166,6 +166,13 @@ class ProjectIndex:
         target = self.module_of(path, imported[0]) if imported is not None else None
         return None if target is None else self.dataset_kind(target.path, imported[1], _depth + 1)
 
+    def is_module_qualname(self, path: str, qualified: str) -> bool:
+        """``model.Net`` (as resolved through ``path``'s imports) names a class of a linted file
+        that subclasses nn.Module."""
+        module, _, name = qualified.rpartition(".")
+        target = self.module_of(path, module) if module else None
+        return target is not None and self.is_module_class(target.path, name)
+
     def is_module_class(self, path: str, name: str, _depth: int = 0) -> bool:
         """``name`` (imported into ``path``) is a class subclassing nn.Module, followed through
         the linted files' imports and bases."""

@@ -28,7 +28,7 @@ import libcst as cst
 
 from pitstop.lint.nodes import arg, dotted, is_false, last_name, string_value
 
-__all__ = ["loader_scope", "EVAL_NAME"]
+__all__ = ["loader_scope", "EVAL_NAME", "eval_only"]
 
 #: names of evaluation-only objects (loaders, datasets, functions building them)
 EVAL_NAME = re.compile(r"val|eval|test|predict|infer|sampl(?:e|ing)(?!r)|prompt|calib|holdout", re.I)
@@ -58,7 +58,8 @@ def _names_around(ctx) -> tuple[list[str], str | None]:
     return out, (fn.name.value if fn is not None else None)
 
 
-def _eval_only(name: str | None) -> bool:
+def eval_only(name: str | None) -> bool:
+    """A name about evaluation (``val_loader``, ``test_dataloader``) and not about training."""
     return bool(name) and EVAL_NAME.search(name) is not None and _TRAIN_NAME.search(name) is None
 
 
@@ -78,7 +79,7 @@ def loader_scope(ctx, call: cst.Call, in_memory: bool = True) -> Callable[[], bo
     bound, function = _names_around(ctx)
     first = bound[0] if bound else None
     training = first is not None and _TRAIN_NAME.search(first) is not None
-    if _eval_only(first) or not training and _eval_only(function):
+    if eval_only(first) or not training and eval_only(function):
         return None
     shuffle = arg(call, "shuffle", 2)
     if not training and shuffle is not None and is_false(shuffle.value) and arg(call, "sampler", 3) is None:
@@ -88,7 +89,7 @@ def loader_scope(ctx, call: cst.Call, in_memory: bool = True) -> Callable[[], bo
         return lambda: True
     value = data.value
     if isinstance(value, cst.Name):
-        if _eval_only(value.value):
+        if eval_only(value.value):
             return None
         bound = ctx.value_of(value)
         value = bound if bound is not None else value

@@ -22,9 +22,15 @@ class NonBlockingCopy(Tip):
     )
 
     what = """
-        Flags, inside a loop over a loader, `.to(...)` or `.cuda()` applied to the loop's
-        target names (`for x, y in loader:` then `x.to(device)`) without `non_blocking=True`,
-        only in files where CUDA is implied. Reported at the call; the safe autofix adds
+        Flags, inside a loop over a loader, `.to(...)` or `.cuda()` applied to a batch without
+        `non_blocking=True`: the loop's target names (`for x, y in loader:` then
+        `x.to(device)`), names bound from `next(it)` in a loop, and comprehension variables over
+        them (`[t.to(device) for t in batch]`); only in files where an accelerator is implied
+        (`"cuda"`, `torch.cuda.*`, `.cuda()`, `torch.accelerator.*`). Not flagged: dtype-only
+        casts (`.to(torch.float16)`, `.to(weight_dtype)`), evaluation copies (an evaluation
+        function, `no_grad`/`inference_mode`, an evaluation loader), batches a framework
+        already placed (a loader passed to `accelerator.prepare`/`fabric.setup_dataloaders`,
+        a LightningModule's hooks), unit tests. Reported at the call; the safe autofix adds
         `non_blocking=True` (safe because later kernels on the same stream are ordered after
         the copy, and from pageable memory the copy simply stays synchronous). At run time the
         doctor measures how long the training thread blocks in each batch's host-to-device
@@ -79,7 +85,7 @@ class NonBlockingCopy(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import SAFE, LintRule, cst, nodes
+from pitstop.lint.rule import SAFE, LintRule, cst, nodes, scope
 
 _DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16",
                      "int32", "int64", "long", "int", "short", "uint8", "bool", "complex64", "complex128"})
@@ -120,8 +126,8 @@ class NonBlockingRule(LintRule, tip="PIT103"):
         if root is None or nodes.has_kwargs_splat(node) or ctx.framework_class() is not None:
             return  # a LightningModule's batch arrives on the device already
         loops = self._batch_loops(root)
-        if loops is None:
-            return
+        if loops is None or self._evaluation() or loops and all(scope.eval_only(n) for n in loops):
+            return  # an evaluation copy: off the training step (and often from an unpinned loader)
         nb = nodes.kwarg(node, "non_blocking")
         if nb is not None and not nodes.is_false(nb.value):
             return
@@ -129,6 +135,12 @@ class NonBlockingRule(LintRule, tip="PIT103"):
             return
         fix = ctx.fix(SAFE, "Add non_blocking=True", (node, nodes.with_kwarg(node, "non_blocking", "True")))
         self.report(node, fix=fix, when=lambda: ctx.cuda_implied and not (loops & self.placed))
+
+    def _evaluation(self):
+        ctx = self.ctx
+        fn = ctx.current_function()
+        return ctx.is_eval_function(fn) or any(ctx.grad_mode(c) for c in ctx.with_calls()) or (
+            fn is not None and any(ctx.grad_mode(d.decorator) for d in fn.decorators))
 
     def _iterator(self, expr):
         """``it`` / ``train_iter`` / ``loader_iter``, or a name bound to ``iter(...)``."""
