@@ -265,3 +265,31 @@ def test_lightning_hooks_are_not_evaluation_functions_to_fix():
             return model(batch)
     """
     assert _lint(src, "PIT605", "PIT803") == [(6, "PIT605")]
+
+
+def test_pit902_settings_in_the_two_branches_of_one_if():
+    # torchtune/training/seed.py
+    src = """
+        import torch
+        def set_seed(deterministic_debug_mode):
+            if deterministic_debug_mode == 0:
+                torch.backends.cudnn.deterministic = False
+                torch.backends.cudnn.benchmark = True
+            else:
+                torch.backends.cudnn.deterministic = True
+                torch.backends.cudnn.benchmark = False
+    """
+    assert _lint(src, "PIT902") == []
+    assert _lint(src.replace("deterministic = False", "deterministic = True"), "PIT902") == [(6, "PIT902")]
+
+
+def test_pit201_needs_an_accelerator():
+    # pytorch/examples regression/main.py: CPU only, .item() waits for nothing
+    src = """
+        for batch_idx in count(1):
+            output = F.smooth_l1_loss(fc(batch_x), batch_y)
+            loss = output.item()
+            output.backward()
+    """
+    assert _lint(src, "PIT201") == []
+    assert _lint('device = "cuda"\n' + textwrap.dedent(src), "PIT201") == [(5, "PIT201")]

@@ -28,6 +28,7 @@ _NO_GRAD_DEF = re.compile(
     r"(?:[ \t]*@[^\n]*\n)*[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 _METHOD_CALL = re.compile(r"\.(\w+)[ \t]*\(")
 _FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]+)", re.M)
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.M)
 _GETITEM = re.compile(r"^([ \t]*)def[ \t]+__getitem__[ \t]*\([^)]*\)[^:\n]*:[ \t]*\n", re.M)
 _CALLED = re.compile(r"([A-Za-z_][\w.]*)[ \t]*\(")
 _CHEAP_CALLS = frozenset({"len", "int", "min", "max", "slice", "range", "float", "divmod", "isinstance", "tuple"})
@@ -51,6 +52,7 @@ class ModuleInfo:
     unsharded_iterable: frozenset = frozenset()
     called_classes: frozenset = frozenset()  # capitalised names called: ``MyDataset(...)``
     datasets: frozenset = frozenset()  # classes with a ``__getitem__``/``__iter__`` or a ``*Dataset`` base
+    imported_modules: frozenset = frozenset()  # absolute module names imported: ``timm.data``
 
 
 def scan_source(text: str, path: str = "") -> ModuleInfo:
@@ -87,7 +89,8 @@ def scan_source(text: str, path: str = "") -> ModuleInfo:
     return ModuleInfo(path, classes, frozenset(m[2] for m in _DEF.finditer(text)),
                       frozenset(m[1] for m in _NO_GRAD_DEF.finditer(text)),
                       frozenset(_METHOD_CALL.findall(text)), imports, frozenset(in_memory), unsharded,
-                      frozenset(re.findall(r"(?<![\w.])([A-Z]\w*)[ \t]*\(", text)), frozenset(datasets))
+                      frozenset(re.findall(r"(?<![\w.])([A-Z]\w*)[ \t]*\(", text)), frozenset(datasets),
+                      frozenset(a or b for a, b in _IMPORT.findall(text)))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -117,10 +120,16 @@ class ProjectIndex:
     roots: dict = field(default_factory=dict)  # absolute path -> project folder
 
     def _siblings(self, path: str):
+        """The linted files under ``path``'s project folder, and those importing its module or one
+        of its packages by a dotted name of two parts or more (``from timm.data import ...`` for
+        ``timm/data/loader.py``, even where a packaging step left out the ``__init__.py`` files)."""
         path = os.path.abspath(path)
         root = self.roots.get(path) or _project_root(path)
         prefix = root.rstrip(os.sep) + os.sep
-        return [m for p, m in self.modules.items() if p.startswith(prefix)]
+        parts = os.path.splitext(path)[0].split(os.sep)[1:]
+        names = {".".join(parts[i:j]) for j in range(len(parts), 0, -1) for i in range(j)
+                 if j - i >= 2 or j == len(parts)}
+        return [m for p, m in self.modules.items() if p.startswith(prefix) or m.imported_modules & names]
 
     def calls_method(self, path: str, name: str) -> bool:
         """Some file of ``path``'s project calls ``.name(...)``."""
