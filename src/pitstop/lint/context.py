@@ -12,6 +12,7 @@ whole file was seen (a loop is a training loop only once its ``.backward()`` was
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -30,6 +31,8 @@ _SKIP = frozenset({"lpar", "rpar", "comma", "leading_lines", "lines_after_decora
                    "operator", "attr", "keyword", "asynchronous", "star", "default_indent",
                    "default_newline", "encoding", "has_trailing_newline", "value_string"})
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_DEVICE_HINT = re.compile(r"device|local_rank|\bgpu|accelerat|fabric|deepspeed|detectron2|FullyShardedDataParallel|fully_shard|FSDP|"
+                          r"DistributedDataParallel|nccl", re.I)
 
 
 def _fields(t: type) -> tuple[str, ...]:
@@ -91,6 +94,7 @@ class FileContext(Matchers):
         self._no_grad: frozenset | None = None
         self.framework_classes: dict[str, str] = {}
         self._info: Any = None
+        self._device: bool | None = None
         self.filename = filename
         self.path = path if path is not None else filename
         #: :class:`pitstop.lint.project.ProjectIndex` of every linted file, or None (one file alone)
@@ -381,6 +385,19 @@ class FileContext(Matchers):
 
             self._info = scan_source(self.source if self.source is not None else self.module.code, self.path)
         return self._info
+
+    @property
+    def device_implied(self) -> bool:
+        """The file may run on an accelerator: CUDA implied, or its code names a device, a local
+        rank, a GPU, an accelerator framework (accelerate, Lightning/Fabric, DeepSpeed,
+        detectron2), FSDP, DDP or NCCL.
+        False means a CPU-only script (``pytorch/examples/regression``)."""
+        if self.cuda_implied:
+            return True
+        if self._device is None:
+            text = self.source if self.source is not None else self.module.code
+            self._device = _DEVICE_HINT.search(re.sub(r"#[^\n]*", "", text)) is not None  # code, not comments
+        return self._device
 
     def no_grad_functions(self) -> frozenset:
         """Names of functions/methods decorated no_grad/inference_mode, here or in the project."""

@@ -24,9 +24,9 @@ class SyncInLoop(Tip):
         Flags `.item()`, `.cpu()`, `.numpy()` and `.tolist()` inside a training loop (a
         `for`/`while` whose body calls `.backward(...)` or an optimizer's `.step()`), unless
         they sit under an interval guard: an `if` whose test contains `%`, such as
-        `if step % 100 == 0:`; only in files where an accelerator is implied (`"cuda"`,
-        `torch.cuda.*`, `.cuda()`, `torch.accelerator.*`): on a CPU-only script the read waits
-        for nothing. Reported at the call; no autofix. While training runs, the
+        `if step % 100 == 0:`; not in a CPU-only script (no `"cuda"`, `torch.cuda`/
+        `torch.accelerator`, device, local rank, GPU or accelerator framework anywhere in the
+        file), where the read waits for nothing. Reported at the call; no autofix. While training runs, the
         doctor counts the host-device synchronizations per step (including `float(t)`,
         `print(t)` and Python branches on device values) and the time the CPU waits in them.
     """
@@ -99,7 +99,7 @@ class SyncInLoopRule(LintRule, tip="PIT201"):
         # only where an accelerator is implied: on a CPU-only script the read waits for nothing
         self.report(node, f".{name}() in the training loop makes the CPU wait for the device every step; "
                           "accumulate on the device and read every N steps",
-                    when=lambda: ctx.cuda_implied and site.per_step())
+                    when=lambda: ctx.device_implied and site.per_step())
 
 
 # --- doctor face ---

@@ -79,7 +79,7 @@ class InferenceMode(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import UNSAFE, LintRule, cst
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 
 class InferenceModeRule(LintRule, tip="PIT605"):
@@ -135,7 +135,11 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
     def visit_Call(self, node):
         state = self._state()
-        if state is not None and not state[2] and self.ctx.is_model_call(node):
+        if state is None:
+            return
+        if nodes.method(node) == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
+            state[1] = True  # stack.enter_context(torch.no_grad()) (detectron2's inference_on_dataset)
+        elif not state[2] and self.ctx.is_model_call(node):
             state[2] = True
 
 

@@ -130,6 +130,8 @@ class EvalModeRule(LintRule, tip="PIT803"):
             return
         if is_eval:
             state[3] = True
+        elif name == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
+            state[1] = True
         elif self.ctx.is_model_call(node):
             state[2] = True
 
