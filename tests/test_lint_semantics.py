@@ -300,3 +300,25 @@ def test_pit404_not_in_a_cpu_only_script():
     src = "import torch\ndata = torch.load('traindata.pt')\n"
     assert _lint(src, "PIT404") == []
     assert _lint(src + "model.to(device)\n", "PIT404") == [(2, "PIT404")]
+
+
+def test_framework_step_methods_are_per_step_code():
+    src = """
+        import torch, lightning as L
+        from transformers import Trainer
+        class Lit(L.LightningModule):
+            def training_step(self, batch, batch_idx):
+                loss = self.model(batch).loss
+                self.log("loss", loss.item())
+                if batch_idx % 100 == 0:
+                    print(loss.item())
+                return loss
+            def on_train_epoch_end(self):
+                print(self.total.item())
+        class MyTrainer(Trainer):
+            def compute_loss(self, model, inputs, return_outputs=False):
+                loss = model(**inputs).loss
+                torch.cuda.empty_cache()
+                return loss
+    """
+    assert _lint(src, "PIT201", "PIT203") == [(7, "PIT201"), (16, "PIT203")]

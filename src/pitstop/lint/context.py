@@ -31,7 +31,9 @@ _SKIP = frozenset({"lpar", "rpar", "comma", "leading_lines", "lines_after_decora
                    "operator", "attr", "keyword", "asynchronous", "star", "default_indent",
                    "default_newline", "encoding", "has_trailing_newline", "value_string"})
 _FIELDS: dict[type, tuple[str, ...]] = {}
-_DEVICE_HINT = re.compile(r"device|local_rank|\bgpu|accelerat|fabric|deepspeed|detectron2|FullyShardedDataParallel|fully_shard|FSDP|"
+#: methods a framework calls once per training step (Lightning, HF Trainer)
+_STEP_METHODS = frozenset({"training_step", "compute_loss", "forward"})
+_DEVICE_HINT = re.compile(r"device|local_rank|\bgpu|accelerat|fabric|lightning|transformers|deepspeed|detectron2|FullyShardedDataParallel|fully_shard|FSDP|"
                           r"DistributedDataParallel|nccl", re.I)
 
 
@@ -350,7 +352,10 @@ class FileContext(Matchers):
         return tuple(stack)
 
     def site(self) -> StepSite:
-        return StepSite(self.function_frames())
+        fn = self.current_function()
+        step = fn is not None and fn.name.value in _STEP_METHODS and (self.framework_class() or "").startswith(
+            ("lightning.", "pytorch_lightning.", "transformers.", "trl."))
+        return StepSite(self.function_frames(), step)
 
     def loop(self) -> Loop | None:
         """The innermost loop of the current function around the node."""
@@ -389,8 +394,8 @@ class FileContext(Matchers):
     @property
     def device_implied(self) -> bool:
         """The file may run on an accelerator: CUDA implied, or its code names a device, a local
-        rank, a GPU, an accelerator framework (accelerate, Lightning/Fabric, DeepSpeed,
-        detectron2), FSDP, DDP or NCCL.
+        rank, a GPU, a framework that picks the accelerator itself (accelerate, Lightning/Fabric,
+        transformers, DeepSpeed, detectron2), FSDP, DDP or NCCL.
         False means a CPU-only script (``pytorch/examples/regression``)."""
         if self.cuda_implied:
             return True

@@ -109,9 +109,14 @@ class WithBlock:
 
 @dataclass(frozen=True, eq=False)
 class StepSite:
-    """A snapshot of the frames around a node, judged once the file has been walked."""
+    """A snapshot of the frames around a node, judged once the file has been walked.
+
+    ``framework_step``: the node is in a method a framework calls once per training step
+    (``training_step``/``forward`` of a LightningModule, ``compute_loss``/``training_step`` of a
+    ``transformers.Trainer`` subclass): per-step code without a loop of its own."""
 
     frames: tuple
+    framework_step: bool = False
 
     def loop(self) -> Loop | None:
         """The outermost enclosing training loop of the current function, if any."""
@@ -128,10 +133,11 @@ class StepSite:
         return None
 
     def guarded(self) -> bool:
-        """Under an interval guard (``if step % N == 0:``) inside the training loop."""
+        """Under an interval guard (``if step % N == 0:``) inside the training loop (or the
+        framework's step method)."""
         loop = self.loop()
         if loop is None:
-            return False
+            return self.framework_step and any(isinstance(f, Cond) and f.guard for f in self.frames)
         idx = self.frames.index(loop)
         return any(isinstance(f, Cond) and f.guard for f in self.frames[idx + 1:])
 
@@ -142,5 +148,5 @@ class StepSite:
         return any(isinstance(f, Cond) and (f.accumulation or not accumulation) for f in self.frames[idx + 1:])
 
     def per_step(self) -> bool:
-        """In a training loop and not under an interval guard."""
-        return self.loop() is not None and not self.guarded()
+        """In a training loop (or a framework's per-step method) and not under an interval guard."""
+        return (self.loop() is not None or self.framework_step) and not self.guarded()
