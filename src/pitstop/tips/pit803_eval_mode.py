@@ -74,7 +74,9 @@ class EvalMode(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+import re  # noqa: E402
+
+from pitstop.lint.rule import LintRule, cst, nodes  # noqa: E402
 
 
 class EvalModeRule(LintRule, tip="PIT803"):
@@ -132,8 +134,20 @@ class EvalModeRule(LintRule, tip="PIT803"):
             state[3] = True
         elif name == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
             state[1] = True
+        elif _eval_context(node):
+            state[3] = True  # inference_context(model) / eval_mode(model): a helper that sets eval mode
         elif self.ctx.is_model_call(node):
             state[2] = True
+
+
+_EVAL_CONTEXT = re.compile(r"(inference|eval).*(context|mode)|^evaluating$")
+
+
+def _eval_context(call):
+    """``inference_context(model)``, ``eval_mode(model)``, ``evaluating(net)``: a call that is given
+    a model and is named for evaluation (a context manager that switches it to eval mode)."""
+    name = (nodes.last_name(call.func) or "").lower() if isinstance(call, cst.Call) else ""
+    return bool(call.args) and _EVAL_CONTEXT.search(name) is not None
 
 
 # --- doctor face ---
