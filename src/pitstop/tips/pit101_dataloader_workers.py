@@ -19,7 +19,13 @@ class DataloaderWorkers(Tip):
 
     what = """
         Flags a training `DataLoader` built without `num_workers` (the default is 0) or with a
-        literal `num_workers=0`. At run time the doctor measures how long each step waits for
+        literal `num_workers=0`. Not training loaders, and not flagged: evaluation loaders
+        (bound to, passed as, or built by a function named for validation/evaluation/test/
+        prediction/inference/sampling/prompts), an ordered pass (`shuffle=False`, no sampler),
+        one-off `next(iter(DataLoader(...)))`, unit tests; nor loaders over in-memory data
+        (a `TensorDataset`, a list, a Dataset class whose `__getitem__` only indexes, found in
+        the file or a linted sibling file) or an `IterableDataset` that never calls
+        `get_worker_info()` (each worker would replay the whole stream). At run time the doctor measures how long each step waits for
         the next batch, and `tune` tries several worker counts on your own training.
     """
     why = """

@@ -22,9 +22,12 @@ class PinMemory(Tip):
     )
 
     what = """
-        Flags a `DataLoader(...)` built without `pin_memory=True`, only in files where CUDA is
-        implied (the file calls `.cuda()`, builds `torch.device("cuda...")`, uses a string
-        starting with `"cuda"` or touches `torch.cuda.*`). Reported at the call; no autofix.
+        Flags a training `DataLoader(...)` built without `pin_memory=True`, only in files where
+        an accelerator is implied (the file calls `.cuda()`, builds `torch.device("cuda...")`,
+        uses a string starting with `"cuda"`, touches `torch.cuda.*` or picks its device with
+        `torch.accelerator`). Evaluation loaders, one-off `next(iter(...))` loaders and unit
+        tests are not flagged (the same scope as PIT101, in-memory datasets included: their
+        copies to the device still gain from pinned memory). Reported at the call; no autofix.
         At run time, when the model is on a CUDA device, the doctor checks whether the training
         DataLoader pins its batches and how long the step spends copying them to the device; `tune` switches pinning on and off and measures your training.
     """

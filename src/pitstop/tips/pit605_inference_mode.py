@@ -29,7 +29,13 @@ class InferenceMode(Tip):
         Flags an eval function (its name contains `eval`, `valid`, `test`, `predict` or `infer`)
         decorated with `@torch.no_grad()` or containing `with torch.no_grad():`, reported at the
         decorator or the `with`; and an eval function that calls a model under neither `no_grad`
-        nor `inference_mode`, reported at the function name. The fix `torch.inference_mode()` is
+        nor `inference_mode`, reported at the function name. A "model call" is a call of
+        something named like a model (`model(x)`, `self.net(x)`), not a verb on one
+        (`load_model(...)`, `self._swap_models()`), and never a function or method decorated
+        `@torch.no_grad()`/`inference_mode()` in the file or the project (a pipeline's
+        `__call__`, a `generate`). Unit tests (`test_*.py`, `Test*.test_*`) and the hooks of a
+        framework class (a LightningModule's `validation_step`: the Trainer already runs it
+        without autograd) are not flagged. The fix `torch.inference_mode()` is
         offered as unsafe (its outputs cannot enter autograd later). At run time the doctor checks
         whether evaluation forward passes run with gradient recording enabled.
     """

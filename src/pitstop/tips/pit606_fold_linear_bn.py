@@ -28,7 +28,8 @@ class FoldLinearBn(Tip):
 
     what = """
         Flags, in an `nn.Sequential(...)` literal, two `nn.Linear(...)` directly adjacent,
-        reported at the second Linear; no fix is offered (a missing activation is a modelling
+        reported at the second Linear, except in unit tests and deliberate stand-in models
+        (classes/functions named dummy/boring/toy/mock/fake); no fix is offered (a missing activation is a modelling
         bug to fix by hand, a deliberate pair is folded for inference). At run time the doctor
         follows the data flow of one training forward for Linear->Linear pairs with nothing
         between them (Conv->BatchNorm folding only matters for inference). The helper

@@ -21,8 +21,9 @@ class NoDataparallel(Tip):
     )
 
     what = """
-        Flags every `nn.DataParallel(...)` call, matched by qualified name through imports and
-        aliases (`from torch.nn import DataParallel as DP`). It reports at the call and offers
+        Flags every `nn.DataParallel(...)` call and its functional form
+        `nn.parallel.data_parallel(module, input, device_ids)`, matched by qualified name through
+        imports and aliases (`from torch.nn import DataParallel as DP`). It reports at the call and offers
         no fix: moving to DDP means one process per device, a launcher and a sampler, not a
         one-line edit. At run time the doctor reports when the model being trained is wrapped
         in `DataParallel`.

@@ -23,7 +23,10 @@ class EvalMode(Tip):
     what = """
         Flags an eval function (its name contains `eval`, `valid`, `test`, `predict` or
         `infer`) that runs under `no_grad`/`inference_mode` and calls a model but never calls
-        `.eval()` nor `.train(False)`. It reports at the function name and offers no fix. At
+        `.eval()` nor `.train(False)`, nor enters a helper that does (`inference_context(model)`).
+        Not flagged when the caller already called `.eval()` before calling it (in the same
+        file), in unit tests, or in the hooks of a framework class (the Lightning Trainer calls
+        `.eval()` around `validation_step`). It reports at the function name and offers no fix. At
         run time the doctor flags forward passes run without gradients while the model is
         still in training mode (`model.training == True`).
     """
