@@ -16,7 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
 from pitstop.lint.findings import FileError, FileResult, Finding
-from pitstop.lint.project import ProjectIndex, build_index
+from pitstop.lint.project import ProjectIndex, index_for, index_signature
 from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes, lint_file
 
 __all__ = ["Task", "LintOptions", "LintRun", "run_tasks"]
@@ -60,7 +60,8 @@ def _one(task: Task, opts: LintOptions, project: ProjectIndex | None = None) -> 
                      max_size=opts.max_size, project=project)
 
 
-def _batch(tasks: list[Task], opts: LintOptions, project: ProjectIndex | None = None) -> list[FileResult]:
+def _batch(tasks: list[Task], opts: LintOptions, signature: tuple) -> list[FileResult]:
+    project = index_for(signature)  # cached: a forked worker finds the parent's index
     return [_one(t, opts, project) for t in tasks]
 
 
@@ -72,7 +73,8 @@ def _context():
 
 def run_tasks(tasks: list[Task], opts: LintOptions) -> LintRun:
     all_rule_classes()  # load the catalog once, before forking
-    project = build_index(t.path for t in tasks)  # the first pass: what every linted file defines and calls
+    signature = index_signature(t.path for t in tasks)
+    project = index_for(signature)  # the first pass: what every linted file defines and calls
     jobs = opts.jobs or os.cpu_count() or 1
     jobs = min(jobs, len(tasks))
     if jobs <= 1 or len(tasks) < 4:
@@ -82,7 +84,7 @@ def run_tasks(tasks: list[Task], opts: LintOptions) -> LintRun:
     results: list[FileResult] = []
     failed: list[Task] = []
     with ProcessPoolExecutor(jobs, mp_context=_context()) as pool:
-        futures = {pool.submit(_batch, b, opts, project): b for b in batches}
+        futures = {pool.submit(_batch, b, opts, signature): b for b in batches}
         for fut in as_completed(futures):
             try:
                 results.extend(fut.result())
@@ -91,7 +93,7 @@ def run_tasks(tasks: list[Task], opts: LintOptions) -> LintRun:
     for task in failed:  # isolate: one fresh process per file
         try:
             with ProcessPoolExecutor(1, mp_context=_context()) as pool:
-                results.append(pool.submit(_one, task, opts, project).result())
+                results.extend(pool.submit(_batch, [task], opts, signature).result())
         except BrokenProcessPool:
             results.append(FileResult(task.display, error=FileError(
                 task.display, "the linter process crashed on this file (nested too deeply for the parser?)")))

@@ -19,7 +19,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ModuleInfo", "ProjectIndex", "build_index", "scan_source", "dataset_kind"]
+__all__ = ["ModuleInfo", "ProjectIndex", "build_index", "index_signature", "index_for", "scan_source", "dataset_kind"]
 
 _CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:", re.M)
 _DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
@@ -118,18 +118,26 @@ class ProjectIndex:
 
     modules: dict = field(default_factory=dict)  # absolute path -> ModuleInfo
     roots: dict = field(default_factory=dict)  # absolute path -> project folder
+    by_root: dict = field(default_factory=dict)  # project folder -> absolute paths under it
+    importers: dict = field(default_factory=dict)  # dotted module name -> paths importing it
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)  # path -> sibling ModuleInfos
 
     def _siblings(self, path: str):
         """The linted files under ``path``'s project folder, and those importing its module or one
         of its packages by a dotted name of two parts or more (``from timm.data import ...`` for
         ``timm/data/loader.py``, even where a packaging step left out the ``__init__.py`` files)."""
         path = os.path.abspath(path)
-        root = self.roots.get(path) or _project_root(path)
-        prefix = root.rstrip(os.sep) + os.sep
-        parts = os.path.splitext(path)[0].split(os.sep)[1:]
-        names = {".".join(parts[i:j]) for j in range(len(parts), 0, -1) for i in range(j)
-                 if j - i >= 2 or j == len(parts)}
-        return [m for p, m in self.modules.items() if p.startswith(prefix) or m.imported_modules & names]
+        found = self._cache.get(path)
+        if found is None:
+            root = self.roots.get(path) or _project_root(path)
+            parts = os.path.splitext(path)[0].split(os.sep)[1:]
+            paths = set(self.by_root.get(root, ()))
+            for j in range(len(parts), 0, -1):
+                for i in range(j):
+                    if j - i >= 2 or j == len(parts):
+                        paths.update(self.importers.get(".".join(parts[i:j]), ()))
+            found = self._cache[path] = [self.modules[p] for p in sorted(paths)]
+        return found
 
     def calls_method(self, path: str, name: str) -> bool:
         """Some file of ``path``'s project calls ``.name(...)``."""
@@ -211,13 +219,38 @@ def dataset_kind(info: ModuleInfo, name: str) -> str | None:
 
 def build_index(paths) -> ProjectIndex:
     """Index the files at ``paths`` (unreadable ones are empty)."""
-    modules, roots = {}, {}
+    modules, roots, by_root, importers = {}, {}, {}, {}
     for p in paths:
         ap = os.path.abspath(p)
         try:
             st = os.stat(ap)
         except OSError:
             continue
-        modules[ap] = _scan_file(ap, st.st_size, st.st_mtime_ns)
-        roots[ap] = _project_root(ap)
-    return ProjectIndex(modules, roots)
+        info = modules[ap] = _scan_file(ap, st.st_size, st.st_mtime_ns)
+        root = roots[ap] = _project_root(ap)
+        by_root.setdefault(root, []).append(ap)
+        for name in info.imported_modules:
+            importers.setdefault(name, []).append(ap)
+    return ProjectIndex(modules, roots, by_root, importers)
+
+
+def index_signature(paths) -> tuple:
+    """``((path, size, mtime_ns), ...)`` of the readable files among ``paths``: the key under which
+    :func:`index_for` caches their index."""
+    signature = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        signature.append((p, st.st_size, st.st_mtime_ns))
+    return tuple(signature)
+
+
+@functools.lru_cache(maxsize=4)
+def index_for(signature: tuple) -> ProjectIndex:
+    """The index of the files of ``signature`` (:func:`index_signature`), cached per process: the
+    lint workers, forked after the parent built it, ask for it per batch of files with the
+    parent's signature and get the parent's copy instead of a pickled one (1-2 MB for a thousand
+    files); files that ``--fix`` rewrites meanwhile do not invalidate it."""
+    return build_index(p for p, _, _ in signature)
