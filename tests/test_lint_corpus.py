@@ -42,8 +42,6 @@ ACCEPTED_FALSE: dict[tuple[str, str, str], str] = {}
 # The rules on main when the corpus was labelled still report most of the labelled-false patterns
 # (precision 0.56); the lintrules branch (issue 11b) removes them. These marks come off when both
 # branches are merged: strict, so an unexpected pass fails and reminds whoever merges.
-PENDING_RULES = pytest.mark.xfail(
-    strict=True, reason="issue 11b (lintrules branch) removes the false-positive patterns; remove this mark on merge")
 
 
 def _where(lab) -> str:
@@ -100,7 +98,6 @@ def test_labelled_true_findings_are_still_reported(matching):
 
 
 @pytest.mark.slow
-@PENDING_RULES
 def test_labelled_false_findings_do_not_fire(matching):
     back = [lab for _, lab in matching.matched
             if lab.verdict == "false" and (lab.path, lab.code, lab.anchor) not in ACCEPTED_FALSE]
@@ -108,7 +105,6 @@ def test_labelled_false_findings_do_not_fire(matching):
 
 
 @pytest.mark.slow
-@PENDING_RULES
 def test_precision_and_recall_targets(matching, labels):
     scores = lp.score(matching, labels)
     print("\n" + lp.table(scores))
@@ -121,7 +117,6 @@ def test_precision_and_recall_targets(matching, labels):
 
 
 @pytest.mark.slow
-@PENDING_RULES
 def test_no_fix_labelled_harmful_is_offered(matching):
     harmful = [lab for f, lab in matching.matched if lab.bad_fix and f.fixable]
     assert not harmful, "fixes that change behaviour are offered:\n" + "\n".join(map(_where, harmful))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from pitstop.lint.findings import FileError, FileResult, Finding
 from pitstop.lint.notebook import is_notebook, lint_notebook_file
+from pitstop.lint.project import ProjectIndex, index_for, index_signature
 from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes, lint_file
 
 __all__ = ["Task", "LintOptions", "LintRun", "run_tasks"]
@@ -56,18 +57,19 @@ class LintRun:
         return sum(r.fixed for r in self.results)
 
 
-def _one(task: Task, opts: LintOptions) -> FileResult:
+def _one(task: Task, opts: LintOptions, project: ProjectIndex | None = None) -> FileResult:
     lint = lint_notebook_file if is_notebook(task.path) else lint_file
     result = lint(task.path, task.display, task.codes, fix=opts.fix and task.may_write, unsafe=opts.unsafe,
-                  diff=opts.diff, max_size=opts.max_size)
+                  diff=opts.diff, max_size=opts.max_size, project=project)
     if opts.fix and not task.may_write and any(f.fix is not None for f in result.findings):
         result.note = ("not fixed: a symbolic link to a file outside the linted folder (run `pitstop lint --fix` on "
                        "the file it points to)")
     return result
 
 
-def _batch(tasks: list[Task], opts: LintOptions) -> list[FileResult]:
-    return [_one(t, opts) for t in tasks]
+def _batch(tasks: list[Task], opts: LintOptions, signature: tuple) -> list[FileResult]:
+    project = index_for(signature)  # cached: a forked worker finds the parent's index
+    return [_one(t, opts, project) for t in tasks]
 
 
 def _context():
@@ -78,16 +80,18 @@ def _context():
 
 def run_tasks(tasks: list[Task], opts: LintOptions) -> LintRun:
     all_rule_classes()  # load the catalog once, before forking
+    signature = index_signature(t.path for t in tasks)
+    project = index_for(signature)  # the first pass: what every linted file defines and calls
     jobs = opts.jobs or os.cpu_count() or 1
     jobs = min(jobs, len(tasks))
     if jobs <= 1 or len(tasks) < 4:
-        return LintRun([_one(t, opts) for t in tasks])
+        return LintRun([_one(t, opts, project) for t in tasks])
     size = max(1, min(32, len(tasks) // (jobs * 4)))
     batches = [tasks[i:i + size] for i in range(0, len(tasks), size)]
     results: list[FileResult] = []
     failed: list[Task] = []
     with ProcessPoolExecutor(jobs, mp_context=_context()) as pool:
-        futures = {pool.submit(_batch, b, opts): b for b in batches}
+        futures = {pool.submit(_batch, b, opts, signature): b for b in batches}
         for fut in as_completed(futures):
             try:
                 results.extend(fut.result())
@@ -96,7 +100,7 @@ def run_tasks(tasks: list[Task], opts: LintOptions) -> LintRun:
     for task in failed:  # isolate: one fresh process per file
         try:
             with ProcessPoolExecutor(1, mp_context=_context()) as pool:
-                results.append(pool.submit(_one, task, opts).result())
+                results.extend(pool.submit(_batch, [task], opts, signature).result())
         except BrokenProcessPool:
             results.append(FileResult(task.display, error=FileError(
                 task.display, "the linter process crashed on this file (nested too deeply for the parser?)")))

@@ -12,13 +12,14 @@ whole file was seen (a loop is a training loop only once its ``.backward()`` was
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import libcst as cst
 
-from pitstop.lint.frames import Cond, Loop, Scope, StepSite, WithBlock
-from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, loss_names
+from pitstop.lint.frames import ACCUMULATION_NAME, Cond, Loop, Scope, StepSite, WithBlock
+from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, is_test_file, loss_names
 from pitstop.lint.nodes import dotted, last_name, string_value
 
 __all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "children", "find",
@@ -30,6 +31,10 @@ _SKIP = frozenset({"lpar", "rpar", "comma", "leading_lines", "lines_after_decora
                    "operator", "attr", "keyword", "asynchronous", "star", "default_indent",
                    "default_newline", "encoding", "has_trailing_newline", "value_string"})
 _FIELDS: dict[type, tuple[str, ...]] = {}
+#: methods a framework calls once per training step (Lightning, HF Trainer)
+_STEP_METHODS = frozenset({"training_step", "compute_loss", "forward"})
+_DEVICE_HINT = re.compile(r"device|local_rank|\bgpu|accelerat|fabric|lightning|transformers|deepspeed|detectron2|FullyShardedDataParallel|fully_shard|FSDP|"
+                          r"DistributedDataParallel|nccl", re.I)
 
 
 def _fields(t: type) -> tuple[str, ...]:
@@ -84,8 +89,19 @@ class Pending:
 class FileContext(Matchers):
     """What rules can ask about the file being linted; see the module docstring."""
 
-    def __init__(self, module: cst.Module, rule_classes: list[type]):
+    def __init__(self, module: cst.Module, rule_classes: list[type], filename: str = "", project: Any = None,
+                 path: str | None = None, source: str | None = None):
         self.module = module
+        self.source = source
+        self._no_grad: frozenset | None = None
+        self.framework_classes: dict[str, str] = {}
+        self._info: Any = None
+        self._device: bool | None = None
+        self.filename = filename
+        self.path = path if path is not None else filename
+        #: :class:`pitstop.lint.project.ProjectIndex` of every linted file, or None (one file alone)
+        self.project = project
+        self.test_file = is_test_file(filename)
         self.rules = [cls(self) for cls in rule_classes]
         self.pending: list[Pending] = []
         self.stack: list[Any] = []
@@ -196,9 +212,13 @@ class FileContext(Matchers):
         self._walk_all(node.decorators)
         self._walk_all(node.bases)
         self._walk_all(node.keywords)
+        framework = self.framework_base(node)
+        if framework is not None:
+            self.framework_classes[node.name.value] = framework
         for base in node.bases:
             q = self.qualname(base.value)
-            if q in MODULE_BASES or (isinstance(base.value, cst.Name) and base.value.value in self.module_classes):
+            if q in MODULE_BASES or (isinstance(base.value, cst.Name) and base.value.value in self.module_classes) \
+                    or (framework or "").endswith("LightningModule"):
                 self.module_classes.add(node.name.value)
         self.scope.bind(node.name.value, node)
         self._in_scope(Scope("class", node, self.scope), node.body)
@@ -223,9 +243,16 @@ class FileContext(Matchers):
     def _walk_if(self, node: cst.If) -> None:
         self._walk(node.test)
         guard = find(node.test, lambda n: isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo))
-        self._in_frame(Cond(node, guard is not None), node.body)
+        accumulation = guard is not None or self._accumulation_test(node.test)
+        self._in_frame(Cond(node, guard is not None, accumulation=accumulation), node.body)
         if node.orelse is not None:
-            self._in_frame(Cond(node, False, orelse=True), node.orelse)
+            self._in_frame(Cond(node, False, orelse=True, accumulation=accumulation), node.orelse)
+
+    def _accumulation_test(self, test: cst.BaseExpression) -> bool:
+        loop = self.loop()
+        targets = loop.targets if loop is not None else frozenset()
+        return find(test, lambda n: isinstance(n, cst.Name) and (n.value in targets or ACCUMULATION_NAME.search(n.value))
+                    or isinstance(n, cst.Attribute) and ACCUMULATION_NAME.search(n.attr.value)) is not None
 
     def _walk_with(self, node: cst.With) -> None:
         self._walk_all(node.items)
@@ -262,7 +289,7 @@ class FileContext(Matchers):
                 self.cuda_implied = True
 
     def _pre_attribute(self, node: cst.Attribute) -> None:
-        if not self.cuda_implied and node.attr.value == "cuda" and self.qualname(node.value) == "torch":
+        if not self.cuda_implied and node.attr.value in ("cuda", "accelerator") and self.qualname(node.value) == "torch":
             self.cuda_implied = True
 
     def _pre_call(self, node: cst.Call) -> None:
@@ -270,17 +297,17 @@ class FileContext(Matchers):
         if not isinstance(func, cst.Attribute):
             return
         name = func.attr.value
-        if name == "backward":
+        if name in ("backward", "manual_backward"):
             loop = self.loop()
             if loop is not None:
-                loop.backward_calls.append((node, func.value))
+                loop.backward_calls.append((node, self.backward_loss(node)))
         elif name == "step":
             if self.is_optimizer(func.value) or (
                     node.args and "scaler" in (last_name(func.value) or "").lower()
                     and self.is_optimizer(node.args[0].value)):
                 loop = self.loop()
                 if loop is not None:
-                    loop.steps.append((node, self.site().conditional(loop)))
+                    loop.steps.append((node, self.site().conditional(loop, accumulation=True)))
         elif name == "cuda":
             self.cuda_implied = True
 
@@ -325,7 +352,10 @@ class FileContext(Matchers):
         return tuple(stack)
 
     def site(self) -> StepSite:
-        return StepSite(self.function_frames())
+        fn = self.current_function()
+        step = fn is not None and fn.name.value in _STEP_METHODS and (self.framework_class() or "").startswith(
+            ("lightning.", "pytorch_lightning.", "transformers.", "trl."))
+        return StepSite(self.function_frames(), step)
 
     def loop(self) -> Loop | None:
         """The innermost loop of the current function around the node."""
@@ -351,6 +381,45 @@ class FileContext(Matchers):
     def value_of(self, expr: cst.BaseExpression | str, same_scope: bool = False) -> Any:
         key = expr if isinstance(expr, str) else dotted(expr)
         return None if key is None else self.scope.lookup(key, same_scope)
+
+    @property
+    def info(self) -> Any:
+        """This file's :class:`pitstop.lint.project.ModuleInfo` (the project index's line scan)."""
+        if self._info is None:
+            from pitstop.lint.project import scan_source
+
+            self._info = scan_source(self.source if self.source is not None else self.module.code, self.path)
+        return self._info
+
+    @property
+    def device_implied(self) -> bool:
+        """The file may run on an accelerator: CUDA implied, or its code names a device, a local
+        rank, a GPU, a framework that picks the accelerator itself (accelerate, Lightning/Fabric,
+        transformers, DeepSpeed, detectron2), FSDP, DDP or NCCL.
+        False means a CPU-only script (``pytorch/examples/regression``)."""
+        if self.cuda_implied:
+            return True
+        if self._device is None:
+            text = self.source if self.source is not None else self.module.code
+            self._device = _DEVICE_HINT.search(re.sub(r"#[^\n]*", "", text)) is not None  # code, not comments
+        return self._device
+
+    def no_grad_functions(self) -> frozenset:
+        """Names of functions/methods decorated no_grad/inference_mode, here or in the project."""
+        if self._no_grad is None:
+            own = self.info.no_grad_functions
+            self._no_grad = own | (self.project.no_grad_functions(self.path) if self.project is not None else frozenset())
+        return self._no_grad
+
+    def dataset_kind(self, name: str) -> str | None:
+        """``"in_memory"`` / ``"unsharded_iterable"`` / ``"other"`` for a Dataset class defined here
+        or imported from a linted file (see :meth:`pitstop.lint.project.ProjectIndex.dataset_kind`)."""
+        from pitstop.lint.project import dataset_kind
+
+        kind = dataset_kind(self.info, name)
+        if kind is None and self.project is not None:
+            kind = self.project.dataset_kind(self.path, name)
+        return kind
 
     # -- reporting -----------------------------------------------------------------------
     def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when) -> None:

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Scope", "Loop", "Cond", "WithBlock", "StepSite", "OPTIMIZER_NAME"]
+__all__ = ["Scope", "Loop", "Cond", "WithBlock", "StepSite", "OPTIMIZER_NAME", "ACCUMULATION_NAME"]
 
 #: ``<name>.step()`` counts as an optimizer step when ``name`` looks like an optimizer.
 OPTIMIZER_NAME = re.compile(r"(^|_)(opt|optim|optimizer|optimiser)s?(\d*)($|_)|optimi[sz]er")
@@ -83,7 +83,12 @@ class Loop:
 
     @property
     def conditional_step(self) -> bool:
+        """Some optimizer step runs under an accumulation-like condition (see :class:`Cond`)."""
         return any(cond for _, cond in self.steps)
+
+
+#: a name in an ``if`` test that says "accumulation boundary" (``sync_gradients``, ``is_accumulating``)
+ACCUMULATION_NAME = re.compile(r"accum|sync|boundary|micro|update|step|iter|batch_idx", re.I)
 
 
 @dataclass(eq=False)
@@ -91,6 +96,9 @@ class Cond:
     node: Any
     guard: bool  # the body of an ``if`` whose test contains ``%``: runs every N steps
     orelse: bool = False
+    #: the test can be an accumulation boundary: ``%``, an accumulation-like name, or a target of
+    #: the enclosing loop (``if i == last``); a config switch (``if args.use_optimizer``) is not
+    accumulation: bool = True
 
 
 @dataclass(eq=False)
@@ -101,9 +109,14 @@ class WithBlock:
 
 @dataclass(frozen=True, eq=False)
 class StepSite:
-    """A snapshot of the frames around a node, judged once the file has been walked."""
+    """A snapshot of the frames around a node, judged once the file has been walked.
+
+    ``framework_step``: the node is in a method a framework calls once per training step
+    (``training_step``/``forward`` of a LightningModule, ``compute_loss``/``training_step`` of a
+    ``transformers.Trainer`` subclass): per-step code without a loop of its own."""
 
     frames: tuple
+    framework_step: bool = False
 
     def loop(self) -> Loop | None:
         """The outermost enclosing training loop of the current function, if any."""
@@ -120,18 +133,20 @@ class StepSite:
         return None
 
     def guarded(self) -> bool:
-        """Under an interval guard (``if step % N == 0:``) inside the training loop."""
+        """Under an interval guard (``if step % N == 0:``) inside the training loop (or the
+        framework's step method)."""
         loop = self.loop()
         if loop is None:
-            return False
+            return self.framework_step and any(isinstance(f, Cond) and f.guard for f in self.frames)
         idx = self.frames.index(loop)
         return any(isinstance(f, Cond) and f.guard for f in self.frames[idx + 1:])
 
-    def conditional(self, loop: Loop) -> bool:
-        """Under any ``if``/``else`` between ``loop`` and the node."""
+    def conditional(self, loop: Loop, accumulation: bool = False) -> bool:
+        """Under any ``if``/``else`` between ``loop`` and the node (``accumulation``: under one
+        whose test can be an accumulation boundary)."""
         idx = self.frames.index(loop)
-        return any(isinstance(f, Cond) for f in self.frames[idx + 1:])
+        return any(isinstance(f, Cond) and (f.accumulation or not accumulation) for f in self.frames[idx + 1:])
 
     def per_step(self) -> bool:
-        """In a training loop and not under an interval guard."""
-        return self.loop() is not None and not self.guarded()
+        """In a training loop (or a framework's per-step method) and not under an interval guard."""
+        return (self.loop() is not None or self.framework_step) and not self.guarded()

@@ -26,7 +26,7 @@ from pitstop.registry import Face
 if TYPE_CHECKING:  # pragma: no cover
     from pitstop.lint.context import FileContext, FixSpec
 
-__all__ = ["LintRule", "SAFE", "UNSAFE", "cst", "nodes"]
+__all__ = ["LintRule", "SAFE", "UNSAFE", "cst", "nodes", "scope"]
 
 SAFE, UNSAFE = "safe", "unsafe"
 
@@ -49,6 +49,8 @@ class _LazyModule:
 cst: Any = _LazyModule("libcst")
 #: :mod:`pitstop.lint.nodes` (argument/literal helpers), imported on first use as well.
 nodes: Any = _LazyModule("pitstop.lint.nodes")
+#: :mod:`pitstop.lint.scope` (which loader is a training loader), imported on first use.
+scope: Any = _LazyModule("pitstop.lint.scope")
 
 
 class LintRule(Face, face="L"):
@@ -58,10 +60,17 @@ class LintRule(Face, face="L"):
 
     - ``message``: the default message (one sentence, what is wrong and what to do).
     - ``fix``: the best fix applicability the rule offers: ``"safe"``, ``"unsafe"`` or ``None``.
+    - ``in_tests`` / ``dummy_models``: False to stay silent in unit tests / dummy models.
     """
 
     message: ClassVar[str] = ""
     fix: ClassVar[str | None] = None
+    #: False for rules about training/evaluation speed: silent in unit tests (``test_*.py``,
+    #: ``Test*.test_*``), which build loaders, models and loops to check behaviour, not to run fast
+    in_tests: ClassVar[bool] = True
+    #: False for rules about model design: silent inside deliberate dummy models (``BoringModel``,
+    #: ``DummyModel``, ``ToyNet``: classes/functions named dummy/boring/toy/mock/fake/placeholder)
+    dummy_models: ClassVar[bool] = True
     #: node class name -> (visit method names, leave method names); filled per subclass
     hooks: ClassVar[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {}
 
@@ -89,6 +98,8 @@ class LintRule(Face, face="L"):
     def report(self, node: Any, message: str | None = None, *, fix: FixSpec | None = None,
                when: Callable[[], bool] | None = None) -> None:
         """Report ``node``; ``when`` (evaluated after the whole file was seen) can veto it."""
+        if not self.in_tests and self.ctx.in_unit_test() or not self.dummy_models and self.ctx.in_dummy_model():
+            return
         self.ctx.report(self.tip, node, message or self.message, fix, when)
 
     def finish(self) -> None:

@@ -150,8 +150,11 @@ def is_valid_python(source: str, filename: str = "<fixed>") -> bool:
     return True
 
 
-def lint_source(source: str, filename: str, rules: list[type]) -> list[Finding]:
-    """Findings of ``rules`` in ``source`` (sorted, ``# noqa`` applied). Raises ParseError."""
+def lint_source(source: str, filename: str, rules: list[type], project=None, path: str | None = None) -> list[Finding]:
+    """Findings of ``rules`` in ``source`` (sorted, ``# noqa`` applied). Raises ParseError.
+
+    ``project`` (a :class:`pitstop.lint.project.ProjectIndex`) lets rules look at the other
+    linted files; ``path`` is where the file lies (default: ``filename``)."""
     silenced = _file_noqa(source)
     if silenced == {"*"}:
         return []
@@ -159,7 +162,7 @@ def lint_source(source: str, filename: str, rules: list[type]) -> list[Finding]:
     if silenced:
         rules = [r for r in rules if r.tip not in silenced]
     try:
-        pending = FileContext(module, rules).run()
+        pending = FileContext(module, rules, filename, project, path, source).run()
     except RecursionError:
         raise ParseError("expression nested too deeply for the linter (RecursionError)") from None
     if not pending:
@@ -229,15 +232,15 @@ def _apply(source: str, fixes: list[Fix]) -> tuple[str, int]:
     return source, n
 
 
-def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = False
-               ) -> tuple[str, list[Finding], int, str]:
+def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = False, project=None,
+               path: str | None = None) -> tuple[str, list[Finding], int, str]:
     """Apply fixes until none applies. Returns (text, remaining findings, fixes applied, note).
 
     Every round's result must parse and compile; a fix that breaks that is dropped (tried
     alone), so the returned text is always valid Python. A file in syntax newer than this
     interpreter (linted through libcst) gets no fixes: they could not be compiled to check them.
     Raises ParseError for the input."""
-    findings = lint_source(source, filename, rules)
+    findings = lint_source(source, filename, rules, project, path)
     applied, note, refused = 0, "", set()
     if any(f.fix and (f.fix.applicability == SAFE or unsafe) for f in findings) and not compiles_here(source, filename):
         return source, findings, 0, (f"fixes not applied: the file uses syntax newer than Python "
@@ -261,7 +264,7 @@ def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = Fal
             if n == 0:
                 continue
         source, applied = new, applied + n
-        findings = lint_source(source, filename, rules)
+        findings = lint_source(source, filename, rules, project, path)
     note = note or f"fixes did not settle after {MAX_FIX_ROUNDS} rounds"
     return source, findings, applied, note
 
@@ -298,16 +301,16 @@ def read_source(path: Path, max_size: int = DEFAULT_MAX_FILE_SIZE) -> tuple[str,
 
 
 def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = False, unsafe: bool = False,
-              diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE) -> FileResult:
+              diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE, project=None) -> FileResult:
     """Lint (and with ``fix``/``diff`` fix) one file. Never raises for bad input."""
     result = FileResult(display)
     rules = rules_for(codes)
     try:
         source, encoding = read_source(Path(path), max_size)
         if not (fix or diff):
-            result.findings = lint_source(source, display, rules)
+            result.findings = lint_source(source, display, rules, project, path)
             return result
-        new, result.findings, result.fixed, result.note = fix_source(source, display, rules, unsafe)
+        new, result.findings, result.fixed, result.note = fix_source(source, display, rules, unsafe, project, path)
         if new != source:
             if diff:
                 result.diff = "".join(difflib.unified_diff(

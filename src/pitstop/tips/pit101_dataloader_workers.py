@@ -19,7 +19,13 @@ class DataloaderWorkers(Tip):
 
     what = """
         Flags a training `DataLoader` built without `num_workers` (the default is 0) or with a
-        literal `num_workers=0`. At run time the doctor measures how long each step waits for
+        literal `num_workers=0`. Not training loaders, and not flagged: evaluation loaders
+        (bound to, passed as, or built by a function named for validation/evaluation/test/
+        prediction/inference/sampling/prompts), an ordered pass (`shuffle=False`, no sampler),
+        one-off `next(iter(DataLoader(...)))`, unit tests; nor loaders over in-memory data
+        (a `TensorDataset`, a list, a Dataset class whose `__getitem__` only indexes, found in
+        the file or a linted sibling file) or an `IterableDataset` that never calls
+        `get_worker_info()` (each worker would replay the whole stream). At run time the doctor measures how long each step waits for
         the next batch, and `tune` tries several worker counts on your own training.
     """
     why = """
@@ -62,11 +68,12 @@ class DataloaderWorkers(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, nodes, scope
 
 
 class NumWorkersRule(LintRule, tip="PIT101"):
     message = "DataLoader loads batches in the training process (num_workers=0); set num_workers"
+    in_tests = False
 
     def visit_Call(self, node):
         ctx = self.ctx
@@ -74,7 +81,9 @@ class NumWorkersRule(LintRule, tip="PIT101"):
             return
         a = nodes.arg(node, "num_workers", 5)
         if a is None and not nodes.has_star_args(node) or a is not None and nodes.int_value(a.value) == 0:
-            self.report(node)
+            training = scope.loader_scope(ctx, node)  # None: an evaluation / one-off / in-memory / test loader
+            if training is not None:
+                self.report(node, when=training)
 
 
 # --- bench face ---

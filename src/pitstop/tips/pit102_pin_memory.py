@@ -22,9 +22,12 @@ class PinMemory(Tip):
     )
 
     what = """
-        Flags a `DataLoader(...)` built without `pin_memory=True`, only in files where CUDA is
-        implied (the file calls `.cuda()`, builds `torch.device("cuda...")`, uses a string
-        starting with `"cuda"` or touches `torch.cuda.*`). Reported at the call; no autofix.
+        Flags a training `DataLoader(...)` built without `pin_memory=True`, only in files where
+        an accelerator is implied (the file calls `.cuda()`, builds `torch.device("cuda...")`,
+        uses a string starting with `"cuda"`, touches `torch.cuda.*` or picks its device with
+        `torch.accelerator`). Evaluation loaders, one-off `next(iter(...))` loaders and unit
+        tests are not flagged (the same scope as PIT101, in-memory datasets included: their
+        copies to the device still gain from pinned memory). Reported at the call; no autofix.
         At run time, when the model is on a CUDA device, the doctor checks whether the training
         DataLoader pins its batches and how long the step spends copying them to the device; `tune` switches pinning on and off and measures your training.
     """
@@ -76,11 +79,12 @@ class PinMemory(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, nodes, scope
 
 
 class PinMemoryRule(LintRule, tip="PIT102"):
     message = "DataLoader without pin_memory=True while the file trains on CUDA: copies from pageable memory cannot overlap compute"
+    in_tests = False
 
     def visit_Call(self, node):
         ctx = self.ctx
@@ -88,7 +92,9 @@ class PinMemoryRule(LintRule, tip="PIT102"):
             return
         a = nodes.arg(node, "pin_memory", 7)
         if a is None and not nodes.has_star_args(node) or a is not None and nodes.is_false(a.value):
-            self.report(node, when=lambda: ctx.cuda_implied)
+            training = scope.loader_scope(ctx, node, in_memory=False)  # None: an evaluation / one-off / in-memory / test loader
+            if training is not None:
+                self.report(node, when=lambda: ctx.cuda_implied and training())
 
 
 # --- doctor face ---

@@ -22,9 +22,15 @@ class NonBlockingCopy(Tip):
     )
 
     what = """
-        Flags, inside a loop over a loader, `.to(...)` or `.cuda()` applied to the loop's
-        target names (`for x, y in loader:` then `x.to(device)`) without `non_blocking=True`,
-        only in files where CUDA is implied. Reported at the call; the safe autofix adds
+        Flags, inside a loop over a loader, `.to(...)` or `.cuda()` applied to a batch without
+        `non_blocking=True`: the loop's target names (`for x, y in loader:` then
+        `x.to(device)`), names bound from `next(it)` in a loop, and comprehension variables over
+        them (`[t.to(device) for t in batch]`); only in files where an accelerator is implied
+        (`"cuda"`, `torch.cuda.*`, `.cuda()`, `torch.accelerator.*`). Not flagged: dtype-only
+        casts (`.to(torch.float16)`, `.to(weight_dtype)`), evaluation copies (an evaluation
+        function, `no_grad`/`inference_mode`, an evaluation loader), batches a framework
+        already placed (a loader passed to `accelerator.prepare`/`fabric.setup_dataloaders`,
+        a LightningModule's hooks), unit tests. Reported at the call; the safe autofix adds
         `non_blocking=True` (safe because later kernels on the same stream are ordered after
         the copy, and from pageable memory the copy simply stays synchronous). At run time the
         doctor measures how long the training thread blocks in each batch's host-to-device
@@ -79,31 +85,84 @@ class NonBlockingCopy(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import SAFE, LintRule, nodes
+from pitstop.lint.rule import SAFE, LintRule, cst, nodes, scope
 
 _DTYPES = frozenset({"float16", "half", "bfloat16", "float32", "float", "float64", "double", "int8", "int16",
                      "int32", "int64", "long", "int", "short", "uint8", "bool", "complex64", "complex128"})
 
 
+_DTYPE_NAME = ("dtype", "precision")
+_PLACERS = ("prepare", "setup_dataloaders", "prepare_data_loader")  # accelerate / Fabric put batches on the device
+
+
 class NonBlockingRule(LintRule, tip="PIT103"):
     message = "batch copied to the device without non_blocking=True: the copy cannot overlap compute"
+    in_tests = False
     fix = SAFE
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.placed = set()  # loader names handed to accelerator.prepare / fabric.setup_dataloaders
+        self.next_batches = {}  # function -> names bound from next(<iterator>) inside a loop
+
+    def visit_Assign(self, node):
+        value = node.value
+        ctx = self.ctx
+        if (isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "next"
+                and ctx.loop() is not None and value.args and self._iterator(value.args[0].value)):
+            names = self.next_batches.setdefault(ctx.current_function(), set())
+            for t in node.targets:
+                names.update(_names(t.target))
 
     def visit_Call(self, node):
         name = nodes.method(node)
+        if name in _PLACERS:
+            self.placed.update(n for a in node.args for n in [nodes.root_name(a.value)] if n)
+            return
         if name not in ("to", "cuda"):
             return
         ctx = self.ctx
         root = nodes.root_name(nodes.receiver(node))
-        if root is None or root not in ctx.loader_targets() or nodes.has_kwargs_splat(node):
-            return
+        if root is None or nodes.has_kwargs_splat(node) or ctx.framework_class() is not None:
+            return  # a LightningModule's batch arrives on the device already
+        loops = self._batch_loops(root)
+        if loops is None or self._evaluation() or loops and all(scope.eval_only(n) for n in loops):
+            return  # an evaluation copy: off the training step (and often from an unpinned loader)
         nb = nodes.kwarg(node, "non_blocking")
         if nb is not None and not nodes.is_false(nb.value):
             return
         if name == "to" and not self._is_device_copy(node):
             return
         fix = ctx.fix(SAFE, "Add non_blocking=True", (node, nodes.with_kwarg(node, "non_blocking", "True")))
-        self.report(node, fix=fix, when=lambda: ctx.cuda_implied)
+        self.report(node, fix=fix, when=lambda: ctx.cuda_implied and not (loops & self.placed))
+
+    def _evaluation(self):
+        ctx = self.ctx
+        fn = ctx.current_function()
+        return ctx.is_eval_function(fn) or any(ctx.grad_mode(c) for c in ctx.with_calls()) or (
+            fn is not None and any(ctx.grad_mode(d.decorator) for d in fn.decorators))
+
+    def _iterator(self, expr):
+        """``it`` / ``train_iter`` / ``loader_iter``, or a name bound to ``iter(...)``."""
+        name = (nodes.last_name(expr) or "").lower()
+        if name == "it" or any(k in name for k in ("loader", "iter", "batches")):
+            return True
+        value = self.ctx.value_of(expr)
+        return isinstance(value, cst.Call) and nodes.last_name(value.func) == "iter"
+
+    def _batch_loops(self, root):
+        """The names of the loaders whose batch ``root`` is (a loop target, a name bound from
+        ``next(it)`` in a loop, or a comprehension variable over one); None when it is none."""
+        ctx = self.ctx
+        if ctx.loop() is not None and root in self.next_batches.get(ctx.current_function(), ()):
+            return set()
+        comp = _comprehension_source(ctx.ancestors, root)
+        if comp is not None:
+            root = comp
+        loops = [f for f in ctx.function_frames() if getattr(f, "over_loader", False) and root in f.targets]
+        if not loops:
+            return None
+        return {n for f in loops for n in [nodes.root_name(_unwrap(f.node.iter))] if n}
 
     def _is_device_copy(self, node):
         pos = nodes.positional(node)
@@ -114,6 +173,9 @@ class NonBlockingRule(LintRule, tip="PIT103"):
             q = self.ctx.qualname(first)
             if q and q.startswith("torch.") and q[6:] in _DTYPES:
                 return False
+            key = (nodes.last_name(first) or "").lower()
+            if any(k in key for k in _DTYPE_NAME):  # .to(weight_dtype): a cast, not a copy
+                return False
             s = nodes.string_value(first)
             return s is None or not s.startswith("cpu")
         device = nodes.kwarg(node, "device")
@@ -121,6 +183,36 @@ class NonBlockingRule(LintRule, tip="PIT103"):
             return False
         s = nodes.string_value(device.value)
         return s is None or not s.startswith("cpu")
+
+
+def _names(target):
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _names(e.value)]
+    return []
+
+
+
+
+def _unwrap(it):
+    """``enumerate(loader)`` / ``tqdm(loader)`` -> ``loader``."""
+    while isinstance(it, cst.Call) and it.args and isinstance(it.func, (cst.Name, cst.Attribute)) \
+            and nodes.last_name(it.func) in ("enumerate", "tqdm", "iter", "zip", "islice", "track"):
+        it = it.args[0].value
+    return it
+
+
+def _comprehension_source(ancestors, root):
+    """``batch`` for ``t`` in ``[t.to(dev) for t in batch]``; None when ``root`` is no comprehension variable."""
+    for node in reversed(ancestors):
+        if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
+            clause = node.for_in
+            while clause is not None:
+                if root in _names(clause.target):
+                    return nodes.root_name(clause.iter)
+                clause = clause.inner_for_in
+    return None
 
 
 # --- doctor face ---

@@ -81,6 +81,7 @@ _RANDOM = frozenset({"rand", "randn", "randint"})
 
 class CreateOnDeviceRule(LintRule, tip="PIT106"):
     message = "tensor made on the CPU and then copied to the device; pass device= to the factory"
+    in_tests = False
     fix = SAFE
 
     def visit_Call(self, node):

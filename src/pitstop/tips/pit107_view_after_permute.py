@@ -8,7 +8,7 @@ from pitstop.tips._base import Tip
 class ViewAfterPermute(Tip):
     code = "PIT107"
     slug = "view-after-permute"
-    title = ".view() right after .permute()/.transpose() fails or needs a .contiguous() copy"
+    title = ".view() merging dimensions right after .permute()/.transpose() fails; .reshape() works"
     faces = "L"
     seeds = ("000",)
     truth = (
@@ -20,8 +20,11 @@ class ViewAfterPermute(Tip):
     )
 
     what = """
-        Flags `.permute(…)`, `.transpose(…)`, `.t()`, `.T` or `.mT` immediately followed by
-        `.view(…)`, reported at the `.view` call. The fix, `.reshape(…)`, is offered as unsafe:
+        Flags `.permute(…)`, `.transpose(…)`, `.t()`, `.T` or `.mT` immediately followed by a
+        `.view(…)` that merges dimensions: a `-1`, a product (`H * D`), or fewer dimensions than
+        the permuted tensor has; reported at the `.view` call. A view that only splits a
+        dimension (`x.transpose(1, 2).view(B, C, H, W)`) or keeps the shape is valid and
+        zero-copy, and is not flagged. The fix, `.reshape(…)`, is offered as unsafe:
         `reshape` returns a copy where `view` would have raised, so code that writes into the
         result expecting to modify the original tensor would silently stop doing so in those
         cases.
@@ -70,14 +73,41 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 
 class ViewAfterPermuteRule(LintRule, tip="PIT107"):
-    message = ".view() right after .permute()/.transpose() fails on the non-contiguous result; use .reshape()"
+    message = (".view() merges dimensions of a permuted/transposed tensor: it raises on the non-contiguous "
+               "layout; use .reshape()")
     fix = UNSAFE
 
     def visit_Call(self, node):
         if nodes.method(node) != "view":
             return
         inner = nodes.receiver(node)
-        if (isinstance(inner, cst.Call) and nodes.method(inner) in ("permute", "transpose", "t")) or (
-                isinstance(inner, cst.Attribute) and inner.attr.value in ("T", "mT")):
+        rank = None
+        if isinstance(inner, cst.Call) and nodes.method(inner) in ("permute", "transpose", "t"):
+            if nodes.method(inner) == "permute":
+                pos = nodes.positional(inner)
+                rank = len(pos[0].value.elements) if len(pos) == 1 and isinstance(pos[0].value, (cst.List, cst.Tuple)) \
+                    else None if any(a.star for a in inner.args) else len(inner.args)
+            elif nodes.method(inner) == "t":
+                rank = 2
+        elif not (isinstance(inner, cst.Attribute) and inner.attr.value in ("T", "mT")):
+            return
+        if self._may_merge(node, rank):
             self.report(node, fix=self.ctx.fix(UNSAFE, "Use .reshape() (copies only when it must)",
                                                (node.func.attr, "reshape")))
+
+    @staticmethod
+    def _may_merge(view, rank):
+        """A view that only splits dimensions (``x.transpose(1, 2).view(B, C, H, W)``) or keeps the
+        shape is valid and zero-copy; one that merges shows a ``-1``, a product, or fewer dimensions
+        than the permuted tensor has. Shapes the lint cannot count (``*size``) are not judged."""
+        args = view.args
+        if not args or any(a.star or a.keyword for a in args):
+            return False  # .view(B, C, *size): the lint cannot count the dimensions
+        values = [a.value for a in args]
+        if len(values) == 1 and isinstance(values[0], (cst.List, cst.Tuple)):
+            values = [e.value for e in values[0].elements]
+        if any(nodes.number_value(v) == -1 or nodes.contains_op(v, cst.Multiply) for v in values):
+            return True
+        if len(values) == 1 and isinstance(values[0], (cst.Name, cst.Attribute)):
+            return False  # .view(dtype) / .view(shape): not judged
+        return rank is not None and len(values) < rank

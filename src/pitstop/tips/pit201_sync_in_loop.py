@@ -24,7 +24,9 @@ class SyncInLoop(Tip):
         Flags `.item()`, `.cpu()`, `.numpy()` and `.tolist()` inside a training loop (a
         `for`/`while` whose body calls `.backward(...)` or an optimizer's `.step()`), unless
         they sit under an interval guard: an `if` whose test contains `%`, such as
-        `if step % 100 == 0:`. Reported at the call; no autofix. While training runs, the
+        `if step % 100 == 0:`; not in a CPU-only script (no `"cuda"`, `torch.cuda`/
+        `torch.accelerator`, device, local rank, GPU or accelerator framework anywhere in the
+        file), where the read waits for nothing. Reported at the call; no autofix. While training runs, the
         doctor counts the host-device synchronizations per step (including `float(t)`,
         `print(t)` and Python branches on device values) and the time the CPU waits in them.
     """
@@ -86,14 +88,18 @@ _SYNCS = frozenset({"item", "cpu", "numpy", "tolist"})
 
 class SyncInLoopRule(LintRule, tip="PIT201"):
     message = "host read in the training loop makes the CPU wait for the device every step; accumulate on the device and read every N steps"
+    in_tests = False
 
     def visit_Call(self, node):
         name = nodes.method(node)
         if name not in _SYNCS or nodes.method(nodes.receiver(node)) in _SYNCS:
             return  # x.cpu().numpy() is one sync: reported once, at .cpu()
-        site = self.ctx.site()
+        ctx = self.ctx
+        site = ctx.site()
+        # only where an accelerator is implied: on a CPU-only script the read waits for nothing
         self.report(node, f".{name}() in the training loop makes the CPU wait for the device every step; "
-                          "accumulate on the device and read every N steps", when=site.per_step)
+                          "accumulate on the device and read every N steps",
+                    when=lambda: ctx.device_implied and site.per_step())
 
 
 # --- doctor face ---

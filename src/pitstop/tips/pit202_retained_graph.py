@@ -25,8 +25,10 @@ class RetainedGraph(Tip):
 
     what = """
         Flags, in a training loop, the tensor that `.backward()` is called on (`loss`) being
-        accumulated as is: `xs.append(loss)`, `total += loss` or `total = total + loss`.
-        Reported at the append or the assignment; the autofix, `loss.detach()`, is offered as
+        accumulated as is: `xs.append(loss)`, `total += loss` or `total = total + loss`. An
+        accumulator reset inside that same loop (`running_loss = 0` at every optimizer step,
+        torchtune's recipes) is not flagged: it holds at most one step's losses, whose graph
+        buffers backward already freed. Reported at the append or the assignment; the autofix, `loss.detach()`, is offered as
         unsafe (the accumulated values no longer carry `grad_fn`, which changes code that
         inspects them or differentiates through them). While training runs, the doctor
         counts the autograd nodes kept alive by live tensors (and the earlier steps' loss
@@ -85,7 +87,12 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 class RetainedGraphRule(LintRule, tip="PIT202"):
     message = "the loss is accumulated with its autograd graph: every step's graph stays alive"
+    in_tests = False
     fix = UNSAFE
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.resets = []  # (accumulator name, site): ``running_loss = 0`` inside a loop
 
     def visit_Call(self, node):
         if nodes.method(node) == "append" and len(node.args) == 1 and isinstance(node.args[0].value, cst.Name):
@@ -97,6 +104,11 @@ class RetainedGraphRule(LintRule, tip="PIT202"):
 
     def visit_Assign(self, node):
         value = node.value
+        if len(node.targets) == 1 and (nodes.number_value(value) is not None or isinstance(value, (cst.List, cst.Dict))
+                                       and not getattr(value, "elements", ())):
+            key = nodes.dotted(node.targets[0].target)
+            if key:
+                self.resets.append((key, self.ctx.site()))
         if len(node.targets) != 1 or not isinstance(value, cst.BinaryOperation) or not isinstance(value.operator, cst.Add):
             return
         target = nodes.dotted(node.targets[0].target)
@@ -110,10 +122,16 @@ class RetainedGraphRule(LintRule, tip="PIT202"):
     def _candidate(self, node, name_node):
         site = self.ctx.site()
         name = name_node.value
+        target = node.target if isinstance(node, cst.AugAssign) else (
+            node.targets[0].target if isinstance(node, cst.Assign) else nodes.receiver(node))
+        acc = nodes.dotted(target)
 
         def backwarded():
             loop = site.inner_loop()
-            return loop is not None and any(name in self.ctx.loss_names(recv) for _, recv in loop.backward_calls)
+            if loop is None or not any(name in self.ctx.loss_names(recv) for _, recv in loop.backward_calls):
+                return False
+            # reset inside the loop (every optimizer step): the graphs of one step at most, freed by backward
+            return not any(key == acc and loop in s.frames for key, s in self.resets)
 
         fix = self.ctx.fix(UNSAFE, f"Accumulate {name}.detach()", (name_node, f"{name}.detach()"))
         self.report(node, f"`{name}` is accumulated with its autograd graph, which stays alive every step; "

@@ -27,10 +27,16 @@ class DeprecatedAmpApi(Tip):
         `torch.cuda.amp.GradScaler` and imports of them (`from torch.cuda.amp import autocast,
         GradScaler`), plus imports of `apex.amp` and calls of `amp.initialize`. Names are
         resolved through imports and aliases; the finding is reported at the call or import.
-        Calls spelled `torch.cuda.amp.…(…)` get a safe autofix to `torch.amp.autocast("cuda", …)`
+        Calls spelled `torch.cuda.amp.…(…)` get an autofix to `torch.amp.autocast("cuda", …)`
         and `torch.amp.GradScaler("cuda", …)` (autocast only with keyword arguments, whose
-        positional order differs); imports, calls through imported names and apex code get no
-        automatic fix (apex needs the rewrite shown below).
+        positional order differs). The fix is *safe* only when the file already uses the new
+        spelling (proof that the torch it supports has it; `torch.amp.GradScaler` is new in
+        torch 2.3), else *unsafe*. Deliberate old-torch fallbacks are not flagged at all: an
+        `except (AttributeError, TypeError, ImportError)` handler, a `try`/`except ImportError`
+        import, or either branch of an `if`/conditional expression testing a version or an
+        attribute (`if _TORCH_GREATER_EQUAL_2_4 ... else ...`, `if hasattr(torch, "amp")`).
+        Imports, calls through imported names and apex code get no automatic fix (apex needs
+        the rewrite shown below).
     """
     why = """
         Not a speed problem but a maintenance one. The device-specific classes are thin
@@ -90,7 +96,9 @@ class DeprecatedAmpApi(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import SAFE, LintRule, cst, nodes
+import re  # noqa: E402
+
+from pitstop.lint.rule import SAFE, UNSAFE, LintRule, cst, nodes  # noqa: E402
 
 _OLD = {
     "torch.cuda.amp.autocast": ("cuda", "autocast"),
@@ -102,13 +110,40 @@ _OLD = {
 }
 
 
+_VERSION_TEST = re.compile(r"version|TORCH_|_TORCH|GREATER|LESS|hasattr|getattr|_AVAILABLE|_available", re.I)
+_FALLBACK_ERRORS = frozenset({"AttributeError", "TypeError", "ImportError", "ModuleNotFoundError", "Exception"})
+#: the new spelling already used in the file proves the torch it supports has it
+_NEW_API = {"GradScaler": re.compile(r"(?<!cuda)(?<!cpu)\.amp\.GradScaler\("),
+            "autocast": re.compile(r"(?<!cuda)(?<!cpu)\.amp\.autocast\(|\btorch\.autocast\(")}
+
+
 class DeprecatedAmpRule(LintRule, tip="PIT302"):
     message = "deprecated AMP API; use torch.amp.autocast(device, ...) / torch.amp.GradScaler(device)"
     fix = SAFE
 
+    def _fallback(self):
+        """In a deliberate old-torch fallback: an ``except (AttributeError, TypeError, ImportError)``
+        handler, or either branch of an ``if``/conditional expression that tests a version or an
+        attribute (``if _TORCH_GREATER_EQUAL_2_4 ... else``, ``if hasattr(torch, "amp")``)."""
+        ctx = self.ctx
+        for node in ctx.ancestors:
+            if isinstance(node, cst.ExceptHandler):
+                names = {nodes.last_name(e) for e in _handler_types(node)}
+                if not names or names & _FALLBACK_ERRORS:
+                    return True
+            elif isinstance(node, (cst.If, cst.IfExp)) and _VERSION_TEST.search(ctx.code(node.test)):
+                return True
+            elif isinstance(node, cst.Try) and any(
+                    {nodes.last_name(e) for e in _handler_types(h)} & {"ImportError", "ModuleNotFoundError"}
+                    for h in node.handlers):
+                return True  # try: from torch.amp import ... except ImportError: ...
+        return False
+
     def visit_Call(self, node):
         ctx = self.ctx
         q = ctx.call_name(node)
+        if q in _OLD and self._fallback():
+            return
         if q in _OLD:
             device, name = _OLD[q]
             self.report(node, f'{q}(...) is deprecated; use torch.amp.{name}("{device}", ...)',
@@ -130,10 +165,15 @@ class DeprecatedAmpRule(LintRule, tip="PIT302"):
         if node.args:
             first = first.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         new = node.with_changes(func=cst.parse_expression(f"{root}.amp.{name}"), args=[first, *node.args])
-        return ctx.fix(SAFE, f'Use {root}.amp.{name}("{device}", ...)', (node, new))
+        # safe only when the file already uses the new spelling (its torch has it: torch.amp.GradScaler
+        # is new in torch 2.3); otherwise the rewrite could break the older torch the file supports
+        proven = ctx.source is not None and _NEW_API[name].search(ctx.source) is not None
+        how = SAFE if proven else UNSAFE
+        note = "" if proven else " (needs a torch that has it: 2.3+ for GradScaler)"
+        return ctx.fix(how, f'Use {root}.amp.{name}("{device}", ...){note}', (node, new))
 
     def visit_ImportFrom(self, node):
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar) or self._fallback():
             return
         module = nodes.dotted(node.module)
         for alias in node.names:
@@ -148,3 +188,10 @@ class DeprecatedAmpRule(LintRule, tip="PIT302"):
             name = nodes.dotted(alias.name) or ""
             if name == "apex.amp" or name.startswith("apex.amp."):
                 self.report(alias, "apex.amp is obsolete; use torch.amp.autocast (and torch.amp.GradScaler for fp16)")
+
+
+def _handler_types(handler):
+    t = handler.type
+    if t is None:
+        return []
+    return [e.value for e in t.elements] if isinstance(t, cst.Tuple) else [t]

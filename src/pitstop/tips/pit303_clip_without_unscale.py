@@ -72,6 +72,7 @@ class ClipWithoutUnscale(Tip):
 
 
 # --- lint face ---
+from pitstop.lint.frames import Cond
 from pitstop.lint.rule import LintRule, nodes
 
 _CLIPS = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
@@ -83,7 +84,7 @@ class ClipWithoutUnscaleRule(LintRule, tip="PIT303"):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.scaled = {}  # function node -> scalers whose scaled backward has no unscale_ yet
+        self.scaled = {}  # function node -> {scaler: if/else blocks around its scaled backward}
 
     def visit_Call(self, node):
         ctx = self.ctx
@@ -94,10 +95,15 @@ class ClipWithoutUnscaleRule(LintRule, tip="PIT303"):
             if nodes.method(inner) == "scale":
                 key = nodes.dotted(nodes.receiver(inner))
                 if key:
-                    self.scaled.setdefault(fn, set()).add(key)
+                    conds = tuple(f for f in ctx.function_frames() if isinstance(f, Cond))
+                    self.scaled.setdefault(fn, {})[key] = conds
         elif name == "unscale_":
-            self.scaled.get(fn, set()).discard(nodes.dotted(nodes.receiver(node)))
+            self.scaled.get(fn, {}).pop(nodes.dotted(nodes.receiver(node)), None)
         elif self.scaled.get(fn) and ctx.call_name(node) in _CLIPS:
-            scaler = sorted(self.scaled[fn])[0]
-            self.report(node, f"gradients clipped while still scaled by `{scaler}`; "
-                              f"call {scaler}.unscale_(optimizer) before clipping")
+            here = ctx.function_frames()
+            # only where the scaled backward ran: its if/else branch (or one nested in it), not the other branch
+            live = sorted(k for k, conds in self.scaled[fn].items() if all(any(c is f for f in here) for c in conds))
+            if live:
+                scaler = live[0]
+                self.report(node, f"gradients clipped while still scaled by `{scaler}`; "
+                                  f"call {scaler}.unscale_(optimizer) before clipping")

@@ -21,9 +21,14 @@ class Fp16WithoutScaler(Tip):
     )
 
     what = """
-        Flags a file that enters CUDA autocast in fp16 (an explicit `dtype=torch.float16` or
-        `torch.half`, no `dtype` on device `"cuda"`, or `torch.cuda.amp.autocast()`), calls
-        `.backward()`, and never constructs a GradScaler. The finding is reported at the
+        Flags CUDA autocast in fp16 (an explicit `dtype=torch.float16` or `torch.half`, no
+        `dtype` on device `"cuda"`, or `torch.cuda.amp.autocast()`) in a function (or at module
+        level) that also calls `.backward()`, in a file that never makes a loss scaler
+        (`GradScaler`, timm's `NativeScaler`, anything named `*scaler*`). Autocast used for
+        inference only (an eval function, under `no_grad`) is not flagged, nor is a file where
+        a framework or an optimizer owns the loss scaling (`Accelerator(mixed_precision=...)`,
+        `Fabric`/`Trainer(precision=...)`, `accelerator.backward(loss)`,
+        `optimizer.backward(loss)`). The finding is reported at the
         autocast call; there is no autofix. At run time the doctor checks whether the forward
         pass runs under fp16 autocast while the loss is not scaled.
     """
@@ -81,24 +86,38 @@ class Fp16WithoutScaler(Tip):
 from pitstop.lint.rule import LintRule, nodes
 
 
+_OWNERS = ("accelerator", "fabric", "engine", "optimizer", "optim", "deepspeed", "booster")
+_FRAMEWORKS = ("Accelerator", "Fabric", "Trainer")  # own the precision and its loss scaling
+
+
 class Fp16WithoutScalerRule(LintRule, tip="PIT306"):
     message = "fp16 autocast without a GradScaler: small gradients underflow to zero; use torch.amp.GradScaler or bf16"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.fp16 = []
-        self.backward = False
-        self.scaler = False
+        self.fp16 = []  # (autocast call, its function, inference only?)
+        self.backward_in = set()  # functions (None: module level) calling a plain .backward()
+        self.scaler = False  # a scaler, or a framework/optimizer that scales the loss itself
 
     def visit_Call(self, node):
         ctx = self.ctx
-        if nodes.method(node) == "backward":
-            self.backward = True
+        name = nodes.method(node)
+        if name in ("backward", "manual_backward"):
+            owner = (nodes.last_name(nodes.receiver(node)) or "").lower()
+            if name == "manual_backward" or node.args and node.args[0].keyword is None and any(o in owner for o in _OWNERS):
+                self.scaler = True  # accelerator.backward / fabric.backward / optimizer.backward(loss) scale it
+            else:
+                self.backward_in.add(ctx.current_function())
+            return
         q = ctx.call_name(node)
-        if q and q.rsplit(".", 1)[-1] in ("GradScaler", "ShardedGradScaler"):
+        callee = nodes.last_name(node.func) or ""
+        if "scaler" in callee.lower() or callee in _FRAMEWORKS or q and q.rsplit(".", 1)[-1] in _FRAMEWORKS:
             self.scaler = True
         elif ctx.is_autocast(node) and self._fp16(node, q):
-            self.fp16.append(node)
+            fn = ctx.current_function()
+            inference = ctx.is_eval_function(fn) or any(ctx.grad_mode(c) for c in ctx.with_calls())
+            self.fp16.append((node, fn, inference))
 
     def _fp16(self, node, q):
         enabled = nodes.kwarg(node, "enabled")
@@ -115,8 +134,10 @@ class Fp16WithoutScalerRule(LintRule, tip="PIT306"):
         return q.startswith("torch.cuda.amp.") or device_str is not None
 
     def finish(self):
-        if self.backward and not self.scaler:
-            for node in self.fp16:
+        if self.scaler:
+            return
+        for node, fn, inference in self.fp16:
+            if fn in self.backward_in and not inference:  # autocast for inference needs no scaler
                 self.report(node)
 
 

@@ -25,7 +25,10 @@ class SetToNone(Tip):
         Flags `.zero_grad(set_to_none=False)` and manual zeroing: `<x>.grad.zero_()`,
         `<x>.grad.data.zero_()` and `<x>.grad.fill_(0)`. The finding is reported at the
         call. The autofix (drop the argument, or `<x>.grad = None`) is marked unsafe because
-        a `None` gradient and a zero gradient are not the same to an optimizer (below).
+        a `None` gradient and a zero gradient are not the same to an optimizer (below). A file
+        that updates gradients in place (`p.grad += g`, `p.grad.copy_(...)`, `p.grad.add_(...)`,
+        `p.grad.data.clamp_(...)`) is not flagged at all: there the zeros are the buffers those
+        updates write into, and `None` would make them crash. Unit tests are not flagged.
     """
     why = """
         Zeroing writes every element of every gradient each step, and the next backward then
@@ -75,16 +78,32 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 class SetToNoneRule(LintRule, tip="PIT403"):
     message = "gradients zeroed in place; setting them to None (the default of zero_grad) skips a write per parameter"
     fix = UNSAFE
+    in_tests = False
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.found = []  # (node, message, fix)
+        self.in_place = False  # the file updates gradients in place: p.grad += g, grad.copy_(...)
+
+    def visit_AugAssign(self, node):
+        if _is_grad(node.target):
+            self.in_place = True
+
+    def visit_Assign(self, node):
+        if any(isinstance(t.target, cst.Subscript) and _is_grad(t.target.value) for t in node.targets):
+            self.in_place = True
 
     def visit_Call(self, node):
         ctx = self.ctx
         name = nodes.method(node)
+        if name in _IN_PLACE and _is_grad(nodes.receiver(node)):
+            self.in_place = True
         if name == "zero_grad":
             a = nodes.arg(node, "set_to_none", 0)
             if a is not None and nodes.is_false(a.value):
-                self.report(node, "zero_grad(set_to_none=False) writes zeros into every gradient; "
-                                  "the default (set_to_none=True) frees them instead",
-                            fix=ctx.fix(UNSAFE, "Drop set_to_none=False", (node, nodes.without_arg(node, a))))
+                self.found.append((node, "zero_grad(set_to_none=False) writes zeros into every gradient; "
+                                         "the default (set_to_none=True) frees them instead",
+                                   ctx.fix(UNSAFE, "Drop set_to_none=False", (node, nodes.without_arg(node, a)))))
         elif name in ("zero_", "fill_"):
             if name == "fill_" and not (len(node.args) == 1 and nodes.number_value(node.args[0].value) == 0):
                 return
@@ -98,4 +117,25 @@ class SetToNoneRule(LintRule, tip="PIT403"):
             if isinstance(parent, cst.Expr) and parent.value is node:
                 grad = ctx.code(nodes.strip_parens(target))
                 fix = ctx.fix(UNSAFE, f"Set {grad} = None", (parent, f"{grad} = None"))
-            self.report(node, f".grad.{name}(...) writes zeros into the gradient; set it to None instead", fix=fix)
+            self.found.append((node, f".grad.{name}(...) writes zeros into the gradient; set it to None instead", fix))
+
+    def finish(self):
+        if self.in_place:  # the zeros are the buffers those updates write into: None would crash them
+            return
+        for node, message, fix in self.found:
+            self.report(node, message, fix=fix)
+
+
+#: in-place tensor methods that, called on a gradient, need it to exist (not None)
+_IN_PLACE = frozenset({"copy_", "add_", "sub_", "mul_", "div_", "addcmul_", "addcdiv_", "lerp_", "index_add_",
+                       "scatter_add_", "clamp_", "masked_fill_"})
+
+
+def _is_grad(expr):
+    """``p.grad``, ``p.grad.data``, ``p.grad[i]``, a name ``grad`` / ``grads[i]`` / ``param_grad``."""
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
+        expr = expr.value
+    if isinstance(expr, cst.Subscript):
+        expr = expr.value
+    name = nodes.last_name(expr)
+    return name is not None and (name == "grad" or isinstance(expr, cst.Name) and (name == "grads" or name.endswith("_grad")))

@@ -22,8 +22,10 @@ class LoadCheckpoint(Tip):
     )
 
     what = """
-        Flags `torch.load(…)` called without `map_location`. The finding is reported at the
-        call; there is no autofix, since the right target (`"cpu"`, `device`, a per-rank
+        Flags `torch.load(…)` called without `map_location`, except in a CPU-only script (no
+        `"cuda"`, `torch.cuda`/`torch.accelerator`, device, local rank, GPU or accelerator
+        framework anywhere in the file: what it loads was saved on the CPU). The finding is
+        reported at the call; there is no autofix, since the right target (`"cpu"`, `device`, a per-rank
         mapping) depends on the program.
     """
     why = """
@@ -81,4 +83,5 @@ class MapLocationRule(LintRule, tip="PIT404"):
     def visit_Call(self, node):
         if (self.ctx.call_name(node) == "torch.load" and nodes.arg(node, "map_location", 1) is None
                 and not nodes.has_kwargs_splat(node)):
-            self.report(node)
+            ctx = self.ctx
+            self.report(node, when=lambda: ctx.device_implied)  # a CPU-only script saved it on the CPU

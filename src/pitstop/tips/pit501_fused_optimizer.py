@@ -168,6 +168,7 @@ def pit501_message(cls: str, key: str, foreach, fused) -> str:
 
 class ForLoopOptimizerRule(LintRule, tip="PIT501"):
     message = "optimizer forced off its multi-tensor implementations by foreach=False/fused=False"
+    in_tests = False
 
     def visit_Call(self, node):
         q = self.ctx.optimizer_class(node)

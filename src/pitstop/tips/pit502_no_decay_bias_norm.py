@@ -80,6 +80,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 class DecayOnBiasRule(LintRule, tip="PIT502"):
     message = "weight decay applied to every parameter, biases and norm weights included; pass two parameter groups (pitstop.param_groups)"
+    in_tests = False
 
     def visit_Call(self, node):
         q = self.ctx.optimizer_class(node)

@@ -21,10 +21,11 @@ class ConvBiasBeforeBn(Tip):
     )
 
     what = """
-        Flags, in an `nn.Sequential(...)` literal, an `nn.ConvNd(...)` without `bias=False`
-        immediately followed by `nn.BatchNormNd(...)`; and in a Module,
-        `self.<bn>(self.<conv>(…))` where `__init__` binds those names to a ConvNd (bias not
-        False) and a BatchNormNd.
+        Flags, in an `nn.Sequential(...)` literal, an `nn.ConvNd(...)` with a bias (no `bias=`
+        argument, or a literal `bias=True`) immediately followed by `nn.BatchNormNd(...)`; and in
+        a Module, `self.<bn>(self.<conv>(…))` where `__init__` binds those names to such a ConvNd
+        and a BatchNormNd. `bias=<variable>` is not flagged (the lint cannot know its value), nor
+        are unit tests and deliberate dummy models.
         Reported at the conv constructor, with an unsafe fix `bias=False` (unsafe because the
         state-dict keys change, so existing checkpoints no longer load strictly). At run time the
         doctor looks for convolutions with a bias whose output goes straight into a BatchNorm.
@@ -80,6 +81,8 @@ _BNS = frozenset({"torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.Batc
 
 class ConvBiasBeforeBnRule(LintRule, tip="PIT603"):
     message = "conv bias directly followed by BatchNorm: the BN mean subtraction cancels it; use bias=False"
+    in_tests = False
+    dummy_models = False
     fix = UNSAFE
 
     def __init__(self, ctx):
@@ -90,7 +93,9 @@ class ConvBiasBeforeBnRule(LintRule, tip="PIT603"):
         if self.ctx.call_name(call) not in _CONVS:
             return False
         bias = nodes.arg(call, "bias", 7)
-        return not (bias is not None and nodes.is_false(bias.value)) and not (bias is None and nodes.has_star_args(call))
+        if bias is not None:  # bias=<variable> may well be False (timm's conv_bias): only a literal True counts
+            return nodes.is_true(bias.value)
+        return not nodes.has_star_args(call)
 
     def _report(self, call):
         bias = nodes.arg(call, "bias", 7)

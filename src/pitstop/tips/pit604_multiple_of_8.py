@@ -23,10 +23,12 @@ class MultipleOf8(Tip):
     )
 
     what = """
-        Flags `nn.Linear`, `nn.ConvNd` and `nn.Embedding` constructors with an integer literal size
-        of 64 or more that is not divisible by 8, and `nn.Embedding` with a `num_embeddings` of
-        1000 or more that is not divisible by 64; reported at the literal, no fix (the size is a
-        modelling choice). At run time the doctor checks the sizes of the layers and of the batch
+        Flags `nn.Linear` and `nn.ConvNd` constructors with an integer literal size of 64 or more
+        that is not divisible by 8 (a language model's vocabulary shows up at its output
+        projection, `nn.Linear(d_model, vocab)`); reported at the literal, no fix (the size is a
+        modelling choice). `nn.Embedding` is not flagged: a lookup is a gather, not a matmul, and
+        uses no tensor cores. Unit tests and deliberate dummy models (`BoringModel`,
+        `DummyModel`, ...) are not flagged either. At run time the doctor checks the sizes of the layers and of the batch
         actually used when training runs on a GPU in fp16/bf16. `pitstop bench PIT604` times a
         matmul just below, at and just above a multiple of 8 on this machine.
     """
@@ -44,7 +46,7 @@ class MultipleOf8(Tip):
             nn.ReLU(),
             nn.Linear(500, 10),
         )
-        embedding = nn.Embedding(50257, 768)   # vocabulary not a multiple of 64
+        lm_head = nn.Linear(768, 50257)        # vocabulary not a multiple of 8 (nor 64)
         ```
     """
     use_instead = """
@@ -54,7 +56,7 @@ class MultipleOf8(Tip):
             nn.ReLU(),
             nn.Linear(512, 10),
         )
-        embedding = nn.Embedding(50304, 768)   # padded; the extra rows are never indexed
+        lm_head = nn.Linear(768, 50304)        # padded; the extra logits are never the target
         ```
         Fixed sizes of the data (784 input pixels, 10 classes) stay as they are; choose the
         sizes you are free to choose (hidden widths, batch size, padded vocabulary).
@@ -82,12 +84,13 @@ _SIZES = {
     "torch.nn.Conv1d": (("in_channels", 0), ("out_channels", 1)),
     "torch.nn.Conv2d": (("in_channels", 0), ("out_channels", 1)),
     "torch.nn.Conv3d": (("in_channels", 0), ("out_channels", 1)),
-    "torch.nn.Embedding": (("num_embeddings", 0), ("embedding_dim", 1)),
 }
 
 
 class MultipleOf8Rule(LintRule, tip="PIT604"):
     message = "layer size not a multiple of 8: tensor cores pad or fall back to slower kernels"
+    in_tests = False
+    dummy_models = False
 
     def visit_Call(self, node):
         q = self.ctx.call_name(node)
@@ -100,9 +103,7 @@ class MultipleOf8Rule(LintRule, tip="PIT604"):
             v = nodes.int_value(a.value) if a is not None else None
             if v is None:
                 continue
-            if name == "num_embeddings" and v >= 1000 and v % 64:
-                self.report(a.value, f"{layer} vocabulary of {v} is not a multiple of 64; pad it to {-(-v // 64) * 64}")
-            elif v >= 64 and v % 8:
+            if v >= 64 and v % 8:
                 self.report(a.value, f"{layer} {name}={v} is not a multiple of 8; tensor cores want "
                                      f"{v // 8 * 8} or {-(-v // 8) * 8}")
 

@@ -29,7 +29,13 @@ class InferenceMode(Tip):
         Flags an eval function (its name contains `eval`, `valid`, `test`, `predict` or `infer`)
         decorated with `@torch.no_grad()` or containing `with torch.no_grad():`, reported at the
         decorator or the `with`; and an eval function that calls a model under neither `no_grad`
-        nor `inference_mode`, reported at the function name. The fix `torch.inference_mode()` is
+        nor `inference_mode`, reported at the function name. A "model call" is a call of
+        something named like a model (`model(x)`, `self.net(x)`), not a verb on one
+        (`load_model(...)`, `self._swap_models()`), and never a function or method decorated
+        `@torch.no_grad()`/`inference_mode()` in the file or the project (a pipeline's
+        `__call__`, a `generate`). Unit tests (`test_*.py`, `Test*.test_*`) and the hooks of a
+        framework class (a LightningModule's `validation_step`: the Trainer already runs it
+        without autograd) are not flagged. The fix `torch.inference_mode()` is
         offered as unsafe (its outputs cannot enter autograd later). At run time the doctor checks
         whether evaluation forward passes run with gradient recording enabled.
     """
@@ -79,11 +85,12 @@ class InferenceMode(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import UNSAFE, LintRule, cst
+from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 
 class InferenceModeRule(LintRule, tip="PIT605"):
     message = "evaluation under torch.no_grad(); torch.inference_mode() also skips version counting and view tracking"
+    in_tests = False
     fix = UNSAFE
 
     def __init__(self, ctx):
@@ -99,8 +106,8 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
     def visit_FunctionDef(self, node):
         ctx = self.ctx
-        if not ctx.is_eval_function(node):
-            self.stack.append(None)
+        if not ctx.is_eval_function(node) or ctx.in_unit_test(node) or ctx.framework_class() is not None:
+            self.stack.append(None)  # unit tests; framework hooks (the Trainer runs them without autograd)
             return
         state = [node, False, False]
         for d in node.decorators:
@@ -134,7 +141,11 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
     def visit_Call(self, node):
         state = self._state()
-        if state is not None and not state[2] and self.ctx.is_model_call(node):
+        if state is None:
+            return
+        if nodes.method(node) == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
+            state[1] = True  # stack.enter_context(torch.no_grad()) (detectron2's inference_on_dataset)
+        elif not state[2] and self.ctx.is_model_call(node):
             state[2] = True
 
 

@@ -28,7 +28,8 @@ class FoldLinearBn(Tip):
 
     what = """
         Flags, in an `nn.Sequential(...)` literal, two `nn.Linear(...)` directly adjacent,
-        reported at the second Linear; no fix is offered (a missing activation is a modelling
+        reported at the second Linear, except in unit tests and deliberate stand-in models
+        (classes/functions named dummy/boring/toy/mock/fake); no fix is offered (a missing activation is a modelling
         bug to fix by hand, a deliberate pair is folded for inference). At run time the doctor
         follows the data flow of one training forward for Linear->Linear pairs with nothing
         between them (Conv->BatchNorm folding only matters for inference). The helper
@@ -87,6 +88,8 @@ from pitstop.lint.rule import LintRule
 
 class AdjacentLinearRule(LintRule, tip="PIT606"):
     message = "two Linear layers with nothing between them compose to one linear map; add a non-linearity or fold them"
+    in_tests = False
+    dummy_models = False
 
     def visit_Call(self, node):
         ctx = self.ctx

@@ -21,8 +21,9 @@ class NoDataparallel(Tip):
     )
 
     what = """
-        Flags every `nn.DataParallel(...)` call, matched by qualified name through imports and
-        aliases (`from torch.nn import DataParallel as DP`). It reports at the call and offers
+        Flags every `nn.DataParallel(...)` call and its functional form
+        `nn.parallel.data_parallel(module, input, device_ids)`, matched by qualified name through
+        imports and aliases (`from torch.nn import DataParallel as DP`). It reports at the call and offers
         no fix: moving to DDP means one process per device, a launcher and a sampler, not a
         one-line edit. At run time the doctor reports when the model being trained is wrapped
         in `DataParallel`.
@@ -99,14 +100,21 @@ class NoDataparallel(Tip):
 from pitstop.lint.rule import LintRule
 
 _DP = frozenset({"torch.nn.DataParallel", "torch.nn.parallel.DataParallel", "torch.nn.parallel.data_parallel.DataParallel"})
+#: the functional form: one replicate/scatter/gather per call, same single process
+_DP_FN = frozenset({"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_parallel.data_parallel"})
 
 
 class DataParallelRule(LintRule, tip="PIT701"):
     message = "nn.DataParallel is single-process and slower than DistributedDataParallel even on one machine; use DDP with torchrun"
+    in_tests = False
 
     def visit_Call(self, node):
-        if self.ctx.call_name(node) in _DP:
+        q = self.ctx.call_name(node)
+        if q in _DP:
             self.report(node)
+        elif q in _DP_FN:
+            self.report(node, "nn.parallel.data_parallel(...) replicates the module to every GPU on every call in one "
+                              "process; use DistributedDataParallel with torchrun")
 
 
 # --- doctor face ---

@@ -81,6 +81,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 class DdpNoSyncRule(LintRule, tip="PIT702"):
     message = "gradient accumulation under DDP without no_sync(): every micro-step all-reduces the gradients"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)

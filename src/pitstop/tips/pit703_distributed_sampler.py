@@ -14,9 +14,12 @@ class DistributedSamplerTip(Tip):
     truth = ""
 
     what = """
-        Flags a file that uses `DistributedDataParallel` and builds a `DataLoader` without
-        `sampler=` (reported at the DataLoader), or builds a `DistributedSampler` and never
-        calls `.set_epoch(` (reported at the sampler). No fix is offered. At run time the
+        Flags a file that uses `DistributedDataParallel` and builds a training `DataLoader`
+        without `sampler=` (reported at the DataLoader), or builds a shuffling
+        `DistributedSampler` while no file of the project calls `.set_epoch(` (reported at the
+        sampler; the project is every linted file under the folder above the file's outermost
+        package). Evaluation loaders and samplers (named so, or `shuffle=False`) are not
+        flagged, nor are unit tests. No fix is offered. At run time the
         doctor checks, when a process group of more than one rank is initialized or the model
         is DistributedDataParallel, whether the training loader gives each rank its own part
         of the data (a `DistributedSampler`); the missing `set_epoch` is the lint rule's job.
@@ -79,13 +82,14 @@ class DistributedSamplerTip(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, nodes, scope
 
 _SAMPLER = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
 
 
 class DistributedSamplerRule(LintRule, tip="PIT703"):
     message = "DataLoader under DDP without a sampler: every rank reads the whole dataset; use a DistributedSampler"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)
@@ -100,10 +104,13 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
         if ctx.is_ddp(node):
             self.ddp = True
         elif q in _SAMPLER:
-            self.samplers.append(node)
+            shuffle = nodes.arg(node, "shuffle", 3)
+            # shuffle=False (an evaluation sampler) needs no set_epoch; neither does an evaluation one
+            if not (shuffle is not None and nodes.is_false(shuffle.value)) and scope.loader_scope(ctx, node, False):
+                self.samplers.append(node)
         elif ctx.is_dataloader(node):
             if (nodes.arg(node, "sampler", 3) is None and nodes.arg(node, "batch_sampler", 4) is None
-                    and not nodes.has_star_args(node)):
+                    and not nodes.has_star_args(node) and scope.loader_scope(ctx, node, False) is not None):
                 self.loaders.append(node)
         elif nodes.method(node) == "set_epoch":
             self.set_epoch = True
@@ -112,6 +119,9 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
         if self.ddp:
             for node in self.loaders:
                 self.report(node)
+        project = self.ctx.project
+        if project is not None and project.calls_method(self.ctx.path, "set_epoch"):
+            self.set_epoch = True  # called in another module of the project (timm's train.py for its loader.py)
         if not self.set_epoch:
             for node in self.samplers:
                 self.report(node, "DistributedSampler without sampler.set_epoch(epoch): every epoch sees the same order")

@@ -78,6 +78,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 class ZeroGradEveryMicroStepRule(LintRule, tip="PIT801"):
     message = "zero_grad() every micro-step while step() is conditional: the accumulated gradients are wiped before each step"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)

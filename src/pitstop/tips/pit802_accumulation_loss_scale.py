@@ -21,9 +21,16 @@ class AccumulationLossScale(Tip):
     )
 
     what = """
-        Flags a training loop with a conditional `.step()` whose backward'ed loss is never
-        divided: no `loss / k`, no `loss /= k`, and no division inside the expression passed
-        to backward. It reports at the backward call and offers no fix.
+        Flags a training loop with a `.step()` under an accumulation condition (a `%` test, a
+        name about accumulation/sync/steps, or the loop's own counter; a config switch such as
+        `if args.use_optimizer:` is not one) whose backward'ed loss is never divided: no
+        `loss / k`, no `loss /= k` in the loop, and no division inside the expression passed to
+        backward. `accelerator.backward(loss)` / `fabric.backward(loss)` /
+        `self.manual_backward(loss)` count as backward calls of `loss`; it is not flagged under
+        `with accelerator.accumulate(model):`, through `accelerator.backward` when the file
+        gives `Accelerator(gradient_accumulation_steps=...)` (accelerate divides then), nor when
+        the gradients are scaled before the step (`scale_grads(model, 1 / num_tokens)`,
+        `p.grad /= k`, `p.grad.div_(k)`). It reports at the backward call and offers no fix.
     """
     why = """
         Gradients add up across `backward()` calls, so k micro-batches with a mean-reduced loss
@@ -76,21 +83,46 @@ class AccumulationLossScale(Tip):
 # --- lint face ---
 from pitstop.lint.rule import LintRule, cst, nodes
 
+_ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+
+
+def _is_grad(expr):
+    if isinstance(expr, cst.Attribute) and expr.attr.value == "data":
+        expr = expr.value
+    return isinstance(expr, cst.Attribute) and expr.attr.value == "grad"
+
 
 class LossScaleRule(LintRule, tip="PIT802"):
     message = "gradients accumulated over micro-steps but the loss is not divided by their number: the step is k times too large"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.backwards = []  # (call, site, receiver)
+        self.backwards = []  # (call, site, loss, through accelerator.backward?)
         self.divided = []  # (name, site)
+        self.grads_scaled = []  # sites where gradients are scaled before the step
+        self.framework_divides = False
 
     def visit_Call(self, node):
-        if nodes.method(node) == "backward":
-            self.backwards.append((node, self.ctx.site(), nodes.receiver(node)))
+        ctx = self.ctx
+        name = nodes.last_name(node.func) or ""
+        if "scale_grad" in name or name in ("div_", "mul_") and _is_grad(nodes.receiver(node)):
+            self.grads_scaled.append(ctx.site())  # torchtune's scale_grads(model, 1 / num_tokens), p.grad.div_(k)
+            return
+        if ctx.call_name(node) in _ACCELERATORS and nodes.kwarg(node, "gradient_accumulation_steps") is not None \
+                or "GradientAccumulationPlugin" in name:
+            self.framework_divides = True  # accelerator.backward divides by its accumulation steps
+        loss = ctx.backward_loss(node)
+        if loss is None:
+            return
+        if any(nodes.method(c) == "accumulate" for c in ctx.with_calls()):
+            return  # with accelerator.accumulate(model): the framework scales and syncs
+        self.backwards.append((node, ctx.site(), loss, ctx.framework_backward(node)))
 
     def visit_AugAssign(self, node):
-        if isinstance(node.operator, cst.DivideAssign):
+        if isinstance(node.operator, (cst.DivideAssign, cst.MultiplyAssign)) and _is_grad(node.target):
+            self.grads_scaled.append(self.ctx.site())
+        elif isinstance(node.operator, cst.DivideAssign):
             self._divided(node.target)
 
     def visit_Assign(self, node):
@@ -104,9 +136,11 @@ class LossScaleRule(LintRule, tip="PIT802"):
             self.divided.append((name, self.ctx.site()))
 
     def finish(self):
-        for node, site, recv in self.backwards:
+        for node, site, recv, framework in self.backwards:
             loop = site.inner_loop()
             if loop is None or not loop.conditional_step or nodes.contains_op(recv, cst.Divide):
+                continue
+            if framework and self.framework_divides or any(loop in s.frames for s in self.grads_scaled):
                 continue
             names = self.ctx.loss_names(recv)
             if any(name in names and loop in s.frames for name, s in self.divided):

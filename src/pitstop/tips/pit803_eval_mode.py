@@ -23,7 +23,10 @@ class EvalMode(Tip):
     what = """
         Flags an eval function (its name contains `eval`, `valid`, `test`, `predict` or
         `infer`) that runs under `no_grad`/`inference_mode` and calls a model but never calls
-        `.eval()` nor `.train(False)`. It reports at the function name and offers no fix. At
+        `.eval()` nor `.train(False)`, nor enters a helper that does (`inference_context(model)`).
+        Not flagged when the caller already called `.eval()` before calling it (in the same
+        file), in unit tests, or in the hooks of a framework class (the Lightning Trainer calls
+        `.eval()` around `validation_step`). It reports at the function name and offers no fix. At
         run time the doctor flags forward passes run without gradients while the model is
         still in training mode (`model.training == True`).
     """
@@ -74,28 +77,39 @@ class EvalMode(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+import re  # noqa: E402
+
+from pitstop.lint.rule import LintRule, cst, nodes  # noqa: E402
 
 
 class EvalModeRule(LintRule, tip="PIT803"):
     message = "evaluation runs the model without model.eval(): dropout and BatchNorm stay in training mode"
+    in_tests = False
 
     def __init__(self, ctx):
         super().__init__(ctx)
         self.stack = []  # per function: None, or [node, grad disabled?, model called?, eval called?]
+        self.evaled = set()  # functions (None: module level) that called .eval() so far
+        self.called_after_eval = set()  # names called after the caller had called .eval()
+        self.candidates = []
 
     def visit_FunctionDef(self, node):
         ctx = self.ctx
-        if not ctx.is_eval_function(node):
-            self.stack.append(None)
+        if not ctx.is_eval_function(node) or ctx.in_unit_test(node) or ctx.framework_class() is not None:
+            self.stack.append(None)  # unit tests; framework hooks (the Trainer calls .eval() first)
             return
         self.stack.append([node, any(ctx.grad_mode(d.decorator) for d in node.decorators), False, False])
 
     def leave_FunctionDef(self, node):
         state = self.stack.pop()
         if state is not None and state[1] and state[2] and not state[3]:
-            self.report(node.name, f"`{node.name.value}` runs the model without model.eval(): "
-                                   "dropout and BatchNorm stay in training mode")
+            self.candidates.append(node)
+
+    def finish(self):
+        for node in self.candidates:
+            if node.name.value not in self.called_after_eval:  # else the caller set eval mode
+                self.report(node.name, f"`{node.name.value}` runs the model without model.eval(): "
+                                       "dropout and BatchNorm stay in training mode")
 
     def _state(self):
         state = self.stack[-1] if self.stack else None
@@ -107,14 +121,36 @@ class EvalModeRule(LintRule, tip="PIT803"):
             state[1] = True
 
     def visit_Call(self, node):
+        name = nodes.method(node)
+        is_eval = name == "eval" and not node.args or name == "train" and node.args and nodes.is_false(node.args[0].value)
+        fn = self.ctx.current_function()
+        if is_eval:
+            self.evaled.add(fn)
+        elif fn in self.evaled:
+            callee = nodes.last_name(node.func)
+            if callee:
+                self.called_after_eval.add(callee)
         state = self._state()
         if state is None:
             return
-        name = nodes.method(node)
-        if name == "eval" and not node.args or name == "train" and node.args and nodes.is_false(node.args[0].value):
+        if is_eval:
             state[3] = True
+        elif name == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
+            state[1] = True
+        elif _eval_context(node):
+            state[3] = True  # inference_context(model) / eval_mode(model): a helper that sets eval mode
         elif self.ctx.is_model_call(node):
             state[2] = True
+
+
+_EVAL_CONTEXT = re.compile(r"(inference|eval).*(context|mode)|^evaluating$")
+
+
+def _eval_context(call):
+    """``inference_context(model)``, ``eval_mode(model)``, ``evaluating(net)``: a call that is given
+    a model and is named for evaluation (a context manager that switches it to eval mode)."""
+    name = (nodes.last_name(call.func) or "").lower() if isinstance(call, cst.Call) else ""
+    return bool(call.args) and _EVAL_CONTEXT.search(name) is not None
 
 
 # --- doctor face ---

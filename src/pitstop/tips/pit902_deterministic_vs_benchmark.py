@@ -69,6 +69,7 @@ class DeterministicVsBenchmark(Tip):
 
 
 # --- lint face ---
+from pitstop.lint.frames import Cond
 from pitstop.lint.rule import LintRule, nodes
 
 
@@ -77,8 +78,8 @@ class DeterministicVsBenchmarkRule(LintRule, tip="PIT902"):
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.deterministic = False
-        self.benchmarks = []
+        self.deterministic = []  # frames around each `deterministic = True`
+        self.benchmarks = []  # (node, frames)
 
     def visit_Assign(self, node):
         if not nodes.is_true(node.value):
@@ -86,14 +87,21 @@ class DeterministicVsBenchmarkRule(LintRule, tip="PIT902"):
         for t in node.targets:
             q = self.ctx.qualname(t.target)
             if q == "torch.backends.cudnn.deterministic":
-                self.deterministic = True
+                self.deterministic.append(tuple(self.ctx.stack))
             elif q == "torch.backends.cudnn.benchmark":
-                self.benchmarks.append(node)
+                self.benchmarks.append((node, tuple(self.ctx.stack)))
 
     def finish(self):
-        if self.deterministic:
-            for node in self.benchmarks:
+        for node, frames in self.benchmarks:
+            # not when the two settings sit in the two branches of one if/else (torchtune's seed.py)
+            if any(not _exclusive(frames, det) for det in self.deterministic):
                 self.report(node)
+
+
+def _exclusive(a, b):
+    """Two frame stacks in different branches (body / else) of the same ``if``."""
+    return any(isinstance(x, Cond) and isinstance(y, Cond) and x.node is y.node and x.orelse != y.orelse
+               for x in a for y in b)
 
 
 # --- doctor face ---

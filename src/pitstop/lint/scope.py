@@ -1,0 +1,108 @@
+"""Which DataLoader is a *training* loader: the scope of the rules that claim "training".
+
+A ``DataLoader(...)`` is judged NOT a training loader (the rule stays silent) when it is:
+
+- in a unit test (``test_*.py``, a ``test_*`` function; see ``Matchers.in_unit_test``);
+- a one-off: ``next(iter(DataLoader(...)))`` reads one batch;
+- named for evaluation: the name it is bound to, the keyword or dict key it is passed as, or
+  the function that builds it says validation/evaluation/test/prediction/inference/sampling/
+  prompts/calibration (``val_loader = ...``, ``def val_dataloader(self)``), and not training;
+- an ordered pass: literal ``shuffle=False`` with no sampler, and not named for training;
+- (with ``in_memory=True``, PIT101) over an in-memory dataset (the tip's own docs: workers cost
+  more than they save there): a ``TensorDataset``, a list/tuple literal, a tensor expression, or
+  a Dataset class (this file's or imported from a linted file) whose ``__getitem__`` only
+  indexes/slices (no call but ``len``/``int``/``min``...); or over an ``IterableDataset`` whose
+  file never calls ``get_worker_info()`` (each worker would replay the whole stream, or a forked
+  copy of a live replay buffer). When the dataset is a parameter the lint cannot follow, the
+  Dataset classes the file builds decide: all of those kinds, no finding.
+
+:func:`loader_scope` returns None (no finding) or a predicate for ``LintRule.report(when=...)``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+import libcst as cst
+
+from pitstop.lint.nodes import arg, dotted, is_false, last_name, string_value
+
+__all__ = ["loader_scope", "EVAL_NAME", "eval_only"]
+
+#: names of evaluation-only objects (loaders, datasets, functions building them)
+EVAL_NAME = re.compile(r"val|eval|test|predict|infer|sampl(?:e|ing)(?!r)|prompt|calib|holdout", re.I)
+_TRAIN_NAME = re.compile(r"train|fit", re.I)
+_NO_WORKERS = frozenset({"in_memory", "unsharded_iterable"})
+_IN_MEMORY = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
+                        "torch.utils.data.StackDataset"})
+
+
+def _names_around(ctx) -> tuple[list[str], str | None]:
+    """(names the loader is bound to or passed as, innermost first; the enclosing function's name)."""
+    out: list[str] = []
+    for node in reversed(ctx.ancestors[:-1]):
+        if isinstance(node, cst.Arg) and node.keyword is not None:
+            out.append(node.keyword.value)
+        elif isinstance(node, cst.DictElement):
+            s = string_value(node.key)
+            if s:
+                out.append(s)
+        elif isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            out.extend(n for n in (last_name(t) for t in targets) if n)
+            break
+        elif isinstance(node, (cst.SimpleStatementLine, cst.FunctionDef)):
+            break
+    fn = ctx.current_function()
+    return out, (fn.name.value if fn is not None else None)
+
+
+def eval_only(name: str | None) -> bool:
+    """A name about evaluation (``val_loader``, ``test_dataloader``) and not about training."""
+    return bool(name) and EVAL_NAME.search(name) is not None and _TRAIN_NAME.search(name) is None
+
+
+def _one_off(ctx) -> bool:
+    """``next(iter(<the loader>))``."""
+    anc = ctx.ancestors
+    calls = [n for n in reversed(anc[:-1]) if isinstance(n, cst.Call)][:2]
+    return len(calls) == 2 and last_name(calls[0].func) == "iter" and last_name(calls[1].func) == "next"
+
+
+def loader_scope(ctx, call: cst.Call, in_memory: bool = True) -> Callable[[], bool] | None:
+    """None when ``call`` (a DataLoader construction being visited) is certainly not a training
+    loader; else a predicate, judged after the file, that is False for in-memory datasets
+    (``in_memory=False``: in-memory datasets count as training loaders too)."""
+    if ctx.in_unit_test() or _one_off(ctx):
+        return None
+    bound, function = _names_around(ctx)
+    first = bound[0] if bound else None
+    training = first is not None and _TRAIN_NAME.search(first) is not None
+    if eval_only(first) or not training and eval_only(function):
+        return None
+    shuffle = arg(call, "shuffle", 2)
+    if not training and shuffle is not None and is_false(shuffle.value) and arg(call, "sampler", 3) is None:
+        return None
+    data = arg(call, "dataset", 0)
+    if data is None or not in_memory:
+        return lambda: True
+    value = data.value
+    if isinstance(value, cst.Name):
+        if eval_only(value.value):
+            return None
+        bound = ctx.value_of(value)
+        value = bound if bound is not None else value
+    if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)) or ctx.call_name(value) in _IN_MEMORY \
+            or ctx.is_tensor_expr(value):
+        return None
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+        kind = ctx.dataset_kind(value.func.value)
+        if kind is not None:
+            return None if kind in _NO_WORKERS else (lambda: True)
+    # a dataset the lint cannot follow (a parameter, an attribute): judge by the dataset classes
+    # this file builds; all in memory (or unsharded streams) means no worker would help
+    kinds = {ctx.dataset_kind(name) for name in ctx.info.called_classes} - {None}
+    if kinds and kinds <= _NO_WORKERS:
+        return None
+    return lambda: True
