@@ -209,3 +209,23 @@ def test_docs_out_pointing_at_a_file_is_a_usage_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "is not a directory" in err
     assert (tmp_path / "f.md").read_text() == "x"
+
+
+# -- signals ---------------------------------------------------------------------------
+def test_exit_on_signals_turns_sigterm_into_a_clean_exit_and_leaves_ignored_signals_alone():
+    import signal
+
+    from pitstop.lifecycle import exit_on_signals
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("the test runner handles SIGTERM itself")
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with exit_on_signals():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            with pytest.raises(SystemExit) as stopped:
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs at the next bytecode
+            assert stopped.value.code == 128 + signal.SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, previous)
