@@ -9,7 +9,8 @@ from typing import Any
 from pitstop.tune.knob import Knob, all_knobs
 from pitstop.tune.progress import NullProgress
 from pitstop.tune.result import TuneResult
-from pitstop.tune.search import Budget, TuneOptions, search
+from pitstop.tune.options import Budget, TuneOptions
+from pitstop.tune.search import search
 
 __all__ = ["tune", "tune_script"]
 
@@ -109,6 +110,9 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
                             survey_steps=survey_steps, timeout=timeout, threads=threads)
     knob_list = list(knobs) if knobs is not None else all_knobs()
     bar = make_progress(progress) if progress is not False else NullProgress()
-    result = search(backend, knob_list, options, progress=bar)
+    try:
+        result = search(backend, knob_list, options, progress=bar)
+    finally:
+        backend.close()
     result.settings["threads"] = threads
     return result
