@@ -57,7 +57,7 @@ def _time(console: Any, result: TuneResult) -> None:
             f"shutdown {t.setup + t.other:.0f} s, warm-up steps {t.warmup:.0f} s, measured steps {t.measured:.0f} s")
     if b and b.get("seconds"):
         line += f"; budget {b['seconds']:.0f} s" + (" (exhausted: some runs were skipped)" if b.get("exhausted") else "")
-    console.print(line, markup=False, highlight=False)
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _compile_text(t: Any) -> str:

@@ -90,6 +90,7 @@ def _child(request: dict[str, Any], channel: int) -> None:
         if spec.cwd:
             os.chdir(spec.cwd)
         run_in_process(spec, request["result"])
+        _write_packages(request.get("packages"))
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:
@@ -103,6 +104,47 @@ def _child(request: dict[str, Any], channel: int) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _write_packages(path: str | None) -> None:
+    """The installed packages this run imported (top-level names of modules loaded from
+    site-packages), for the worker to preload before the next forks."""
+    if not path:
+        return
+    names = set()
+    for name, mod in list(sys.modules.items()):
+        f = getattr(mod, "__file__", None) or ""
+        if "." not in name and ("site-packages" in f or "dist-packages" in f):
+            names.add(name)
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(sorted(names), out)
+
+
+def _preload(names: list[str]) -> list[str]:
+    """Import installed packages in the worker (not the user's own modules: see
+    :func:`_write_packages`); a package that fails to import is left to the runs."""
+    import importlib
+
+    done = []
+    for name in names:
+        try:
+            importlib.import_module(name)
+            done.append(name)
+        except BaseException:  # noqa: BLE001 - a package that cannot preload just is not preloaded
+            pass
+    return done
+
+
+def _warm_torch() -> None:
+    """What the first run of every script would otherwise pay: ``torch._dynamo`` (imported
+    by the first optimizer built: seconds) and the optimizer machinery. No tensor op runs."""
+    import torch
+
+    try:
+        import torch._dynamo  # noqa: F401
+    except Exception:  # noqa: BLE001 - an install without dynamo just pays it per run
+        pass
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
 def serve() -> int:
@@ -121,11 +163,15 @@ def serve() -> int:
     import pitstop.tune.child  # noqa: F401
     import pitstop.tune.patch  # noqa: F401
 
+    _warm_torch()
     out.write(json.dumps({"ready": True}) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
         request = json.loads(line)
+        if "preload" in request:
+            out.write(json.dumps({"preloaded": _preload(request["preload"])}) + "\n")
+            continue
         started = time.perf_counter()
         pid = os.fork()
         if pid == 0:
@@ -147,6 +193,7 @@ class WarmRunner:
         self.python, self.cwd, self.env = python, cwd, env
         self.proc: subprocess.Popen | None = None
         self.last_stderr: list[str] = []
+        self.preloaded: list[str] | None = None  # after the first run: the packages the worker preloaded
         self.tmp = tempfile.TemporaryDirectory(prefix="pitstop-warm-")
 
     @staticmethod
@@ -177,6 +224,8 @@ class WarmRunner:
         with tempfile.TemporaryDirectory(dir=self.tmp.name) as tmp:
             paths = {k: str(Path(tmp) / f"{k}.json") for k in ("spec", "result")}
             paths["stderr"] = str(Path(tmp) / "stderr.txt")
+            if self.preloaded is None:
+                paths["packages"] = str(Path(tmp) / "packages.json")
             Path(paths["spec"]).write_text(json.dumps(spec.to_dict()), encoding="utf-8")
             limit = None if spec.timeout is None else spec.timeout + _grace()
             started = time.perf_counter()
@@ -193,6 +242,8 @@ class WarmRunner:
                 self.close()
                 raise OSError("the warm worker died")
             code = json.loads(answer)["returncode"]
+            if self.preloaded is None and Path(paths["packages"]).is_file():
+                self._preload(json.loads(Path(paths["packages"]).read_text(encoding="utf-8")))
             err = Path(paths["stderr"])
             self.last_stderr = err.read_text(encoding="utf-8", errors="replace").splitlines() if err.is_file() else []
             if Path(paths["result"]).is_file():
@@ -207,6 +258,15 @@ class WarmRunner:
                                       "could be written")
             result.returncode = code
             return result
+
+    def _preload(self, names: list[str]) -> None:
+        self.preloaded = []
+        try:
+            self.proc.stdin.write(json.dumps({"preload": names}) + "\n")
+            self.proc.stdin.flush()
+            self.preloaded = json.loads(self.proc.stdout.readline() or "{}").get("preloaded", [])
+        except (OSError, ValueError):
+            pass
 
     def close(self) -> None:
         if self.proc is not None:
