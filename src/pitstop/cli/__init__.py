@@ -5,7 +5,10 @@ Each module of this package defines one :class:`Command` subclass; it registers 
 adding a file. Command modules import only argparse-level things at import time: the work
 (and torch) is imported inside ``run``, so ``pitstop lint`` never loads torch.
 
-Exit codes: 0 success / nothing found, 1 findings, 2 usage or input errors.
+Exit codes: 0 success / nothing found, 1 findings, 2 usage or input errors, 1 also for an
+unexpected internal error (one line and a hint to report it; the traceback with
+``--verbose``), 128 + N when stopped by signal N (SIGTERM, SIGHUP: cleanup runs first), 130
+on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ import argparse
 import importlib
 import pkgutil
 import sys
+import traceback
 from typing import ClassVar
 
-__all__ = ["Command", "CliError", "main", "split_at_double_dash", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE"]
+__all__ = ["Command", "CliError", "main", "split_at_double_dash", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE",
+           "EXIT_INTERNAL"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_INTERNAL = 1  # an unexpected error inside pitstop (a bug): one line, the traceback with --verbose
 
 _COMMANDS: dict[str, type[Command]] = {}
 
@@ -66,29 +72,43 @@ def build_parser() -> argparse.ArgumentParser:
         description="A pit crew for PyTorch training: lint, doctor, tune, engine and bench, one code per tip.",
     )
     parser.add_argument("--version", action="version", version=f"pitstop {__version__}")
+    parser.add_argument("--verbose", action="store_true", help="show the traceback of an unexpected error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for cls in sorted(_COMMANDS.values(), key=lambda c: (c.order, c.name)):
         cmd = cls()
         p = sub.add_parser(cls.name, help=cls.help, description=cls.help)
+        p.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                       help="show the traceback of an unexpected error")
         cmd.add_arguments(p)
         p.set_defaults(_command=cmd)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pitstop.lifecycle import exit_on_signals
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "_command", None) is None:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return args._command.run(args)
+        with exit_on_signals():  # SIGTERM/SIGHUP: finally blocks run (children killed, temp files removed)
+            return args._command.run(args)
     except CliError as exc:
         print(f"pitstop {args.command}: error: {exc}", file=sys.stderr)
         return exc.code
     except KeyboardInterrupt:
         print("pitstop: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # last resort: one line, not a traceback
+        if args.verbose:
+            traceback.print_exc()
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"pitstop {args.command}: internal error: {type(exc).__name__}" + (f": {detail}" if detail else "")
+              + " (a bug in pitstop: please report it" + ("" if args.verbose else "; --verbose shows the traceback")
+              + ")", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,9 +1,14 @@
-"""The child-process bootstrap: ``python -m pitstop.doctor.child SPEC.json RESULT.json``.
+"""The child-process bootstrap: ``python -c <boot> SPEC.json RESULT.json [PARENT_PID]``.
 
-Order of events: read the :class:`RunSpec`; start a watchdog thread (the timeout); seed
+(:func:`pitstop.doctor.runner.child_command` builds that line; ``python -m
+pitstop.doctor.child`` works too but puts the working directory on ``sys.path``.)
+
+Order of events: die with the parent (``PARENT_PID``); read the :class:`RunSpec`; start a
+watchdog thread (the timeout; it also writes a progress snapshot, RESULT.json.partial, that
+the parent reads if this process stops answering); seed
 python/numpy/torch (``spec.seed``); install the instrumentation; run the setup callables;
 run the script as ``__main__`` with ``runpy`` (``sys.argv`` and ``sys.path[0]`` set the way
-``python script.py ARGS`` sets them); when the planned steps are done the optimizer hook
+``python script.py ARGS`` sets them: the script's directory, or the working directory for ``-m``); when the planned steps are done the optimizer hook
 raises :class:`StopDoctor` and the script unwinds (its ``finally`` blocks run). Then the
 instrumentation is removed, the losses read, the probes run and the :class:`RunResult`
 written atomically to RESULT.json. The script's output goes where the spec says; results
@@ -13,6 +18,7 @@ never travel through stdout.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import runpy
 import sys
@@ -20,9 +26,13 @@ import threading
 import time
 import traceback
 
+from pitstop.doctor.runner import FINISHING_SUFFIX, PARTIAL_SUFFIX
 from pitstop.doctor.spec import RunResult, RunSpec
 
-__all__ = ["main", "run_in_process"]
+__all__ = ["main", "run_in_process", "SNAPSHOT_S"]
+
+#: seconds between progress snapshots (only written when a step was done since the last)
+SNAPSHOT_S = 1.0
 
 _lock = threading.Lock()
 _written = False
@@ -58,6 +68,7 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
     with _lock:
         if _written:
             return
+        _touch(result_path + FINISHING_SUFFIX)  # tells the parent: writing the report, not hung
         from pitstop.doctor.collect import device_of
         from pitstop.doctor.memory import peak_rss_bytes
 
@@ -96,9 +107,39 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
         _written = True
 
 
+def _touch(path: str) -> None:
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError:
+        pass
+
+
+def _snapshot(inst, path: str) -> None:
+    """The steps done so far, for the parent in case this process stops answering."""
+    import dataclasses
+
+    from pitstop.atomic import write_atomic
+
+    try:
+        write_atomic(path, json.dumps({"steps": [dataclasses.asdict(r) for r in list(inst.records)]}), durable=False)
+    except (OSError, TypeError, ValueError):
+        pass
+
+
 def _watchdog(spec: RunSpec, inst_box: list, started: float, result_path: str, done: threading.Event) -> None:
-    if done.wait(spec.timeout):
-        return
+    deadline = time.monotonic() + spec.timeout
+    seen = -1
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        if done.wait(min(left, SNAPSHOT_S, threading.TIMEOUT_MAX)):
+            return
+        inst = inst_box[0] if inst_box else None
+        if inst is not None and inst.index != seen:
+            seen = inst.index
+            _snapshot(inst, result_path + PARTIAL_SUFFIX)
     try:
         inst = inst_box[0] if inst_box else None
         n = inst.index if inst is not None else 0
@@ -144,10 +185,10 @@ def run_in_process(spec: RunSpec, result_path: str) -> None:
         return
     if spec.script is not None:
         sys.argv = [spec.script, *spec.args]
-        sys.path[0] = os.path.dirname(os.path.abspath(spec.script))
+        sys.path.insert(0, os.path.dirname(os.path.abspath(spec.script)))
     else:
         sys.argv = [spec.module, *spec.args]
-        sys.path[0] = os.getcwd()
+        sys.path.insert(0, os.getcwd())
     status, kw = "finished", {}
     try:
         if spec.script is not None:
@@ -176,11 +217,13 @@ def run_in_process(spec: RunSpec, result_path: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        print("usage: python -m pitstop.doctor.child SPEC.json RESULT.json", file=sys.stderr)
+    if len(argv) not in (2, 3) or (len(argv) == 3 and not argv[2].isdigit()):
+        print("usage: python -m pitstop.doctor.child SPEC.json RESULT.json [PARENT_PID]", file=sys.stderr)
         return 2
-    import json
+    if len(argv) == 3:
+        from pitstop.lifecycle import die_with_parent
 
+        die_with_parent(int(argv[2]))
     with open(argv[0], encoding="utf-8") as f:
         spec = RunSpec.from_dict(json.load(f))
     run_in_process(spec, argv[1])

@@ -1,28 +1,57 @@
 """The parent side: start the child bootstrap, enforce the timeout, read the result back.
 
-Torch-free. The child runs in its own session (process group), so that a timeout can kill
-the script *and* its DataLoader workers. The child's own watchdog writes a partial report
-at ``spec.timeout``; this side kills the whole group ``GRACE_S`` seconds later if the
-child is still there, and turns a missing report into a ``crashed`` result.
+Torch-free. Lifecycle promises (tested in ``tests/test_doctor_lifecycle.py``):
+
+- The child runs in its own session (process group), so a timeout, Ctrl-C, SIGTERM or SIGHUP
+  to the parent kills the script *and* its DataLoader workers, and the run's temporary
+  directory is removed (:func:`pitstop.lifecycle.exit_on_signals`: the signal becomes
+  ``SystemExit(128 + signum)`` in the parent).
+- The child dies with its parent even when the parent is SIGKILLed
+  (:func:`pitstop.lifecycle.die_with_parent`: ``PR_SET_PDEATHSIG`` on Linux, a pid watchdog
+  elsewhere); a stale temporary directory of a dead parent is removed by the next run.
+- The child starts with a safe ``sys.path``: the bootstrap is run with ``-c`` and drops the
+  working directory that Python puts first, so a ``json.py`` in the working directory is not
+  imported by pitstop; the script then gets exactly what ``python script.py`` gives it (its
+  own directory first; the working directory for ``-m``).
+- Timeout: the child's watchdog writes a partial report at ``spec.timeout``. A script that
+  holds the interpreter lock cannot be stopped that way, so ``GRACE_S`` seconds later the
+  parent kills the group and reports ``timeout`` with the steps of the child's last progress
+  snapshot. Only a child that is already writing its report (probes, observations) is given
+  up to ``FINISH_GRACE_S`` more.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from pitstop.doctor.spec import RunResult, RunSpec
+from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
+from pitstop.lifecycle import exit_on_signals, kill_group, pid_alive
 
-__all__ = ["run_script", "GRACE_S", "ScriptNotFoundError", "ScriptSyntaxError", "check_target"]
+__all__ = ["run_script", "GRACE_S", "FINISH_GRACE_S", "ScriptNotFoundError", "ScriptSyntaxError", "check_target",
+           "child_command", "PARTIAL_SUFFIX", "FINISHING_SUFFIX"]
 
-#: seconds the parent waits past ``spec.timeout`` (finalization: probes, report) before kill.
-GRACE_S = 60.0
+#: seconds the parent waits past ``spec.timeout`` for the child's own partial report before
+#: killing the process group (a script holding the GIL never lets the child's watchdog run).
+GRACE_S = 5.0
+#: at most this much longer while the child is writing its report (it said so on disk).
+FINISH_GRACE_S = 60.0
+#: files next to RESULT.json: the child's progress snapshot, and the marker it creates when it
+#: starts writing its report
+PARTIAL_SUFFIX, FINISHING_SUFFIX = ".partial", ".finishing"
+
+_TMP_PREFIX = "pitstop-doctor-"
+# ``python -c`` puts '' (the working directory) first on sys.path; drop it before importing
+# anything, the way ``-P`` / PYTHONSAFEPATH would (but without an environment variable that the
+# script's own subprocesses would inherit, and on Python < 3.11 too).
+_BOOT = ("import sys; sys.path[:1] == [''] and sys.path.pop(0); "
+         "from pitstop.doctor.child import main; sys.exit(main())")
 
 
 class ScriptNotFoundError(FileNotFoundError):
@@ -47,6 +76,8 @@ def check_target(spec: RunSpec) -> None:
         except SyntaxError as exc:
             raise ScriptSyntaxError(f"{exc.filename}:{exc.lineno}:{exc.offset or 0}: {exc.msg}"
                                     + (f"\n    {exc.text.rstrip()}" if exc.text else "")) from None
+        except ValueError as exc:  # source with NUL bytes
+            raise ScriptSyntaxError(f"{path}: {exc}") from None
     else:
         import importlib.util
 
@@ -65,11 +96,59 @@ def check_target(spec: RunSpec) -> None:
             raise ScriptNotFoundError(f"no module named {spec.module!r}")
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def child_command(python: str, spec_path: str | Path, result_path: str | Path) -> list[str]:
+    """The command line that starts the child bootstrap (safe ``sys.path``, parent pid)."""
+    return [python, "-c", _BOOT, str(spec_path), str(result_path), str(os.getpid())]
+
+
+def _child_env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    src = str(Path(__file__).resolve().parents[2])  # make this pitstop importable in the child
+    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def _remove_stale_tmpdirs() -> None:
+    """Temporary directories of runs whose parent was killed (``pitstop-doctor-<pid>-*``)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
+        entries = list(Path(tempfile.gettempdir()).glob(f"{_TMP_PREFIX}*-*"))
+    except OSError:
+        return
+    for entry in entries:
+        pid = entry.name[len(_TMP_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _wait(proc: subprocess.Popen, spec: RunSpec, result_path: Path) -> tuple[int, bool]:
+    """Wait for the child; returns (returncode, killed_by_the_parent_after_the_timeout)."""
+    if spec.timeout is None:
+        return proc.wait(), False
+    try:
+        return proc.wait(timeout=spec.timeout + GRACE_S), False
+    except subprocess.TimeoutExpired:
         pass
+    finishing = Path(str(result_path) + FINISHING_SUFFIX)
+    if finishing.exists() and not result_path.exists():
+        try:  # the child is writing its report: give it time to finish
+            return proc.wait(timeout=FINISH_GRACE_S), False
+        except subprocess.TimeoutExpired:
+            pass
+    kill_group(proc.pid)
+    return proc.wait(), True
+
+
+def _partial(spec: RunSpec, result_path: Path, elapsed: float) -> RunResult:
+    """A ``timeout`` result from the child's last progress snapshot (steps done so far)."""
+    steps: list[StepRecord] = []
+    try:
+        data = json.loads(Path(str(result_path) + PARTIAL_SUFFIX).read_text(encoding="utf-8"))
+        steps = [StepRecord.from_dict(s) for s in data.get("steps", [])]
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    return RunResult(spec=spec, status="timeout", steps=steps, elapsed=elapsed,
+                     message=(f"timed out after {spec.timeout:g} s ({len(steps)} optimizer steps done); the script did "
+                              f"not respond (it may hold the interpreter lock) and was killed {GRACE_S:g} s later"))
 
 
 def run_script(spec: RunSpec, *, check: bool = True) -> RunResult:
@@ -78,40 +157,35 @@ def run_script(spec: RunSpec, *, check: bool = True) -> RunResult:
     Never raises for the script's own failures: they come back as the result's
     ``status`` (``error``, ``exited``, ``timeout``, ``crashed``, ...). Raises
     :class:`ScriptNotFoundError` / :class:`ScriptSyntaxError` before starting when
-    ``check`` is true and the target cannot run at all.
+    ``check`` is true and the target cannot run at all. SIGTERM/SIGHUP during the run (main
+    thread) kill the child's group, remove the temporary files and raise ``SystemExit``.
     """
     if check:
         check_target(spec)
-    with tempfile.TemporaryDirectory(prefix="pitstop-doctor-") as tmp:
+    _remove_stale_tmpdirs()
+    with exit_on_signals(), tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid()}-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         if spec.script is not None and spec.cwd is None:
             spec = RunSpec.from_dict({**spec.to_dict(), "script": str(Path(spec.script).resolve())})
         spec_path.write_text(json.dumps(spec.to_dict()), encoding="utf-8")
-        cmd = [spec.python, "-m", "pitstop.doctor.child", str(spec_path), str(result_path)]
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        src = str(Path(__file__).resolve().parents[2])  # make this pitstop importable in the child
-        env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=spec.cwd, env=env, start_new_session=True, stdin=subprocess.DEVNULL)
-        limit = None if spec.timeout is None else spec.timeout + GRACE_S
+        proc = subprocess.Popen(child_command(spec.python, spec_path, result_path), cwd=spec.cwd, env=_child_env(),
+                                start_new_session=True, stdin=subprocess.DEVNULL)
         try:
-            returncode = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            returncode = proc.wait()
-        except BaseException:
-            _kill_group(proc)
+            returncode, killed = _wait(proc, spec, result_path)
+        except BaseException:  # Ctrl-C, SIGTERM/SIGHUP (SystemExit), anything: leave nothing running
+            kill_group(proc.pid)
             proc.wait()
             raise
-        _kill_group(proc)  # leftover DataLoader workers of a child that exited abruptly
+        kill_group(proc.pid)  # leftover DataLoader workers of a child that exited abruptly
+        elapsed = time.perf_counter() - started
         if result_path.is_file():
             result = RunResult.read(result_path)
+        elif killed:
+            result = _partial(spec, result_path, elapsed)
         else:
             how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-            result = RunResult(spec=spec, status="crashed", elapsed=time.perf_counter() - started,
+            result = RunResult(spec=spec, status="crashed", elapsed=elapsed,
                                message=f"the child process died without a report ({how})")
-            if spec.timeout is not None and time.perf_counter() - started >= spec.timeout:
-                result.status = "timeout"
-                result.message = f"timed out after {spec.timeout:g} s and was killed; no partial report could be written"
         result.returncode = returncode
         return result

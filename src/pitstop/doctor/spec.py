@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Setup", "RunSpec", "StepRecord", "RunResult", "STATUSES", "MODES"]
+__all__ = ["Setup", "RunSpec", "StepRecord", "RunResult", "STATUSES", "MODES", "MAX_TIMEOUT"]
 
 #: How a run ended. ``stopped``: the doctor stopped the script after the planned steps
 #: (the normal case); ``finished``: the script returned by itself; ``exited``: it called
@@ -27,6 +27,9 @@ STATUSES = ("stopped", "finished", "exited", "error", "timeout", "setup_error", 
 #: ``full``: every measurement the checks need. ``light``: step wall times and losses only
 #: (for A/B trials, where heavy instrumentation would slow the thing being measured).
 MODES = ("full", "light")
+
+#: the longest timeout a run accepts, in seconds (30 days); ``None`` means no timeout
+MAX_TIMEOUT = 30 * 24 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -92,8 +95,8 @@ class RunSpec:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if self.warmup < 0:
             raise ValueError(f"warmup must be >= 0, got {self.warmup}")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.timeout is not None and not 0 < self.timeout <= MAX_TIMEOUT:  # also refuses nan
+            raise ValueError(f"timeout must be > 0 and <= {MAX_TIMEOUT:g} seconds (or None), got {self.timeout}")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.trace_steps < 1:
@@ -219,12 +222,10 @@ class RunResult:
 
     def write(self, path: str | Path) -> None:
         """Atomic write: a reader never sees half a file."""
-        path = Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
+        from pitstop.atomic import write_atomic
         from pitstop.report.jsonout import dumps
 
-        tmp.write_text(dumps(self.to_dict(), indent=None), encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, dumps(self.to_dict(), indent=None))
 
     @classmethod
     def read(cls, path: str | Path) -> RunResult:
