@@ -35,29 +35,30 @@ from typing import Any
 __all__ = ["WarmRunner", "serve"]
 
 
-def _grace() -> float:
-    from pitstop.doctor.runner import GRACE_S
+def _wait(pid: int, timeout: float | None, result: str) -> tuple[int, bool]:
+    """Wait for ``pid`` up to ``timeout`` plus the runner's grace (more while the child is
+    writing its report, as :mod:`pitstop.doctor.runner` does); then kill its process group.
+    Returns (exit status as ``subprocess`` reports it, killed after the timeout)."""
+    from pitstop.doctor.runner import FINISH_GRACE_S, FINISHING_SUFFIX, GRACE_S
 
-    return GRACE_S
-
-
-def _wait(pid: int, timeout: float | None) -> int:
-    """Wait for ``pid`` up to ``timeout`` seconds; kill its process group after. Exit status
-    as ``subprocess`` reports it (negative: killed by that signal)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    delay = 0.005
+    deadline = None if timeout is None else time.monotonic() + timeout + GRACE_S
+    delay, killed, extended = 0.005, False, False
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             break
         if deadline is not None and time.monotonic() > deadline:
+            if not extended and os.path.exists(result + FINISHING_SUFFIX) and not os.path.exists(result):
+                deadline, extended = time.monotonic() + FINISH_GRACE_S, True
+                continue
             _killpg(pid)
             _, status = os.waitpid(pid, 0)
+            killed = True
             break
         time.sleep(delay)
         delay = min(0.05, delay * 1.5)
     _killpg(pid)  # leftover DataLoader workers of a child that exited abruptly
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return (-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)), killed
 
 
 def _killpg(pid: int) -> None:
@@ -73,6 +74,9 @@ def _child(request: dict[str, Any], channel: int) -> None:
     try:
         os.close(channel)
         os.setsid()
+        from pitstop.lifecycle import die_with_parent
+
+        die_with_parent(os.getppid())  # the worker gone (killed): this run goes too
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -147,9 +151,13 @@ def _warm_torch() -> None:
     torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1)
 
 
-def serve() -> int:
-    """The worker's loop (``python -m pitstop.tune.warm``): one JSON request per stdin line,
-    one JSON answer per stdout line."""
+def serve(parent: int | None = None) -> int:
+    """The worker's loop (``python -m pitstop.tune.warm [PARENT_PID]``): one JSON request
+    per stdin line, one JSON answer per stdout line."""
+    if parent is not None:
+        from pitstop.lifecycle import die_with_parent
+
+        die_with_parent(parent)
     out = os.fdopen(os.dup(1), "w", buffering=1)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # nothing the children print can reach the protocol channel
@@ -176,8 +184,9 @@ def serve() -> int:
         pid = os.fork()
         if pid == 0:
             _child(request, out.fileno())
-        code = _wait(pid, request.get("limit"))
-        out.write(json.dumps({"returncode": code, "elapsed": time.perf_counter() - started, "pid": pid}) + "\n")
+        code, killed = _wait(pid, request.get("timeout"), request["result"])
+        out.write(json.dumps({"returncode": code, "killed": killed, "elapsed": time.perf_counter() - started,
+                              "pid": pid}) + "\n")
     return 0
 
 
@@ -204,7 +213,8 @@ class WarmRunner:
         env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        proc = subprocess.Popen([self.python, "-m", "pitstop.tune.warm"], cwd=self.cwd, env=env, text=True,
+        proc = subprocess.Popen([self.python, "-m", "pitstop.tune.warm", str(os.getpid())], cwd=self.cwd, env=env,
+                                text=True,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
         ready = proc.stdout.readline()
@@ -215,6 +225,12 @@ class WarmRunner:
         return proc
 
     def run(self, spec: Any) -> Any:
+        from pitstop.lifecycle import exit_on_signals
+
+        with exit_on_signals():
+            return self._run(spec)
+
+    def _run(self, spec: Any) -> Any:
         from pitstop.doctor.spec import RunResult, RunSpec
 
         if self.proc is None or self.proc.poll() is not None:
@@ -227,35 +243,33 @@ class WarmRunner:
             if self.preloaded is None:
                 paths["packages"] = str(Path(tmp) / "packages.json")
             Path(paths["spec"]).write_text(json.dumps(spec.to_dict()), encoding="utf-8")
-            limit = None if spec.timeout is None else spec.timeout + _grace()
             started = time.perf_counter()
             try:
-                self.proc.stdin.write(json.dumps({**paths, "limit": limit}) + "\n")
+                self.proc.stdin.write(json.dumps({**paths, "timeout": spec.timeout}) + "\n")
                 self.proc.stdin.flush()
                 answer = self.proc.stdout.readline()
             except (BrokenPipeError, OSError):
                 answer = ""
-            except BaseException:
-                self.close()
+            except BaseException:  # Ctrl-C, SIGTERM (SystemExit): the worker and its run go now
+                self.close(kill=True)
                 raise
             if not answer:
                 self.close()
                 raise OSError("the warm worker died")
-            code = json.loads(answer)["returncode"]
+            reply = json.loads(answer)
+            code = reply["returncode"]
             if self.preloaded is None and Path(paths["packages"]).is_file():
                 self._preload(json.loads(Path(paths["packages"]).read_text(encoding="utf-8")))
             err = Path(paths["stderr"])
             self.last_stderr = err.read_text(encoding="utf-8", errors="replace").splitlines() if err.is_file() else []
             if Path(paths["result"]).is_file():
                 result = RunResult.read(paths["result"])
+            elif reply.get("killed"):
+                result = _partial(spec, paths["result"], time.perf_counter() - started)
             else:
                 how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
                 result = RunResult(spec=spec, status="crashed", elapsed=time.perf_counter() - started,
                                    message=f"the child process died without a report ({how})")
-                if spec.timeout is not None and time.perf_counter() - started >= spec.timeout:
-                    result.status = "timeout"
-                    result.message = (f"timed out after {spec.timeout:g} s and was killed; no partial report "
-                                      "could be written")
             result.returncode = code
             return result
 
@@ -268,7 +282,11 @@ class WarmRunner:
         except (OSError, ValueError):
             pass
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """Stop the worker (``kill``: at once, with the run it may be waiting for, whose
+        process dies with it)."""
+        if self.proc is not None and kill:
+            _killpg(self.proc.pid)
         if self.proc is not None:
             try:
                 self.proc.stdin.close()
@@ -283,5 +301,20 @@ class WarmRunner:
         self.tmp.cleanup()
 
 
+def _partial(spec: Any, result: str, elapsed: float) -> Any:
+    """A ``timeout`` result from the child's last progress snapshot (the steps done)."""
+    from pitstop.doctor.runner import PARTIAL_SUFFIX
+    from pitstop.doctor.spec import RunResult, StepRecord
+
+    steps = []
+    try:
+        data = json.loads(Path(result + PARTIAL_SUFFIX).read_text(encoding="utf-8"))
+        steps = [StepRecord.from_dict(s) for s in data.get("steps", [])]
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    return RunResult(spec=spec, status="timeout", steps=steps, elapsed=elapsed,
+                     message=f"timed out after {spec.timeout:g} s ({len(steps)} optimizer steps done) and was killed")
+
+
 if __name__ == "__main__":
-    sys.exit(serve())
+    sys.exit(serve(int(sys.argv[1]) if len(sys.argv) > 1 and sys.argv[1].isdigit() else None))
