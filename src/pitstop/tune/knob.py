@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 from pitstop.registry import Face, implementations
 
-__all__ = ["Knob", "Setting", "Context", "Applicability", "all_knobs", "knob_for"]
+__all__ = ["Knob", "Setting", "Context", "Applicability", "all_knobs"]
 
 
 @dataclass(frozen=True)
@@ -169,11 +169,6 @@ class Knob(Face, face="K"):
         """Python lines to paste into the user's training script."""
         return ""
 
-    # -- registry --------------------------------------------------------------------------
-    @classmethod
-    def key(cls) -> str:
-        return f"{cls.tip}:{cls.name}"
-
 
 def all_knobs() -> list[Knob]:
     """One instance of every registered knob, in ``(order, tip)`` order (catalog loaded)."""
@@ -181,11 +176,3 @@ def all_knobs() -> list[Knob]:
 
     tips.load_all()
     return [cls() for cls in sorted(implementations("K"), key=lambda c: (c.order, c.tip, c.name))]
-
-
-def knob_for(setting: Setting) -> Knob:
-    """The registered knob a setting belongs to (KeyError if none)."""
-    for knob in all_knobs():
-        if knob.tip == setting.code and knob.name == setting.knob:
-            return knob
-    raise KeyError(f"no knob {setting.code}:{setting.knob} is registered")
