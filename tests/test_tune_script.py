@@ -199,7 +199,7 @@ def test_crash_hang_and_oom_are_reported_failed_and_the_search_goes_on(planted_r
     assert oom.status == "failed" and "out of memory" in oom.reason
     assert all(len(t.runs) == 1 for t in (crash, hang, oom))  # failed trials are not repeated
     assert len(planted_result.trial("noop").runs) >= 2  # ... and the others still ran: no verdict from one pair
-    assert len(planted_result.baseline.runs) >= 3  # every noop run sits between two baseline runs
+    assert len(planted_result.baseline.runs) >= 2  # every noop run is next to a baseline run
 
 
 def test_cli_bad_input_is_exit_2_and_a_broken_script_exit_3(cli, tmp_path):

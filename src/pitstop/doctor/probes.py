@@ -96,6 +96,24 @@ def time_variants(variants: dict[str, Callable[[], Any]], device: str, budget_s:
     return samples
 
 
+def _contended(variants: dict[str, Callable[[], Any]]) -> bool:
+    """One call of each variant: did this process's threads wait for cores (run-queue delay
+    above :data:`pitstop.paired.CONTENTION` of their CPU time)?"""
+    from pitstop.doctor.clocks import StepClocks
+    from pitstop.paired import CONTENTION
+
+    clocks = StepClocks()
+    if not clocks.available:
+        return False
+    clocks.mark()
+    c0 = time.process_time()
+    for fn in variants.values():
+        fn()
+    lap = clocks.lap()
+    cpu = time.process_time() - c0
+    return cpu > 0 and (lap.get("run_delay") or 0.0) / cpu > CONTENTION
+
+
 def _median(xs: list[float]) -> float:
     from pitstop.stats import quantile
 
@@ -218,7 +236,17 @@ class ProbeContext:
 
         if baseline not in variants or len(variants) < 2:
             raise ValueError("compare needs the baseline and at least one candidate")
-        t = time_variants(variants, self.device, self.budget_s, baseline=baseline)
+        threads = torch.get_num_threads()
+        busy = self.device == "cpu" and threads > 1 and _contended(variants)
+        if busy:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
+            torch.set_num_threads(1)
+        try:
+            t = time_variants(variants, self.device, self.budget_s, baseline=baseline)
+        finally:
+            torch.set_num_threads(threads)
+        if busy:
+            extra = {**extra, "single_threaded": ("the machine is busy (threads waited for cores): timed with one "
+                                                  f"thread instead of {threads}, which other processes distort least")}
         speedups = {}
         for name, xs in t.items():
             if name != baseline:

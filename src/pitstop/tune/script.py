@@ -24,7 +24,7 @@ from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.result import Run
 from pitstop.tune.options import TuneError
 
-__all__ = ["ScriptBackend", "run_from_result", "TuneInputError"]
+__all__ = ["ScriptBackend", "run_from_result", "TuneInputError", "passive_omp_reason"]
 
 _OOM_MARKERS = ("OutOfMemoryError", "out of memory", "MemoryError", "Cannot allocate memory")
 
@@ -73,12 +73,29 @@ def run_from_result(result: Any, steps: int) -> Run:
     return run
 
 
+def passive_omp_reason() -> str | None:
+    """Why runs should wait passively at OpenMP barriers, or None. On a busy machine (1-minute
+    load average above the usable cores) the OpenMP threads of a step spin at every barrier
+    while a peer waits for a core: the spinning steals the cores from the work and inflates
+    CPU time (measured here under load ~11 on a 2-thread conv step: bf16 vs fp32 0.82x on CPU
+    time with spinning, 1.38x with ``OMP_WAIT_POLICY=PASSIVE``, 1.81x single-threaded)."""
+    from pitstop.tune.context import machine_load
+
+    load = machine_load()
+    if load is not None and load[0] > load[1]:
+        return (f"the machine was busy at the start (load average {load[0]:.1f} on {load[1]} cores): every run, "
+                "baseline included, waits passively at OpenMP barriers (OMP_WAIT_POLICY=PASSIVE) so that "
+                "threads waiting for a core do not spin")
+    return None
+
+
 class ScriptBackend:
     mode = "script"
 
     def __init__(self, script: str | None = None, module: str | None = None, args: Sequence[str] = (), *,
                  seed: int = 0, cwd: str | None = None, survey_steps: int = 2, timeout: float = 300.0,
-                 python: str = sys.executable, threads: int | None = None, warm: bool = True) -> None:
+                 python: str = sys.executable, threads: int | None = None, warm: bool = True,
+                 passive_omp: bool | None = None) -> None:
         runner, spec = _doctor()
         if module is None and script is None:
             raise TuneInputError("give a script path or a module name")
@@ -93,12 +110,18 @@ class ScriptBackend:
         self.survey: Any = None
         self.worker: Any = None
         self.worker_kind = "a fresh python process per run"
+        #: why runs wait passively at OpenMP barriers (None: the library's default)
+        self.passive_omp = passive_omp_reason() if passive_omp is None else (
+            "asked for" if passive_omp else None)
         if warm and python == sys.executable:
             from pitstop.tune.warm import WarmRunner
 
             if WarmRunner.available():
-                self.worker = WarmRunner(python=python, cwd=cwd)
+                env = {"OMP_WAIT_POLICY": "PASSIVE"} if self.passive_omp else None
+                self.worker = WarmRunner(python=python, cwd=cwd, env=env)
                 self.worker_kind = WarmRunner.kind
+        if self.worker is None:
+            self.passive_omp = None  # fresh processes run with the library's default
 
     def _run_spec(self, rs: Any) -> tuple[Any, list[str]]:
         """Run ``rs`` in the warm worker (a fresh process when it cannot be used)."""

@@ -3,7 +3,7 @@
 1. **Survey**: the backend observes the training once (script mode: a short doctor run in
    full mode) and every registered knob says whether it applies and which values to try.
 2. **Single tricks**, paired and adaptive (:class:`pitstop.tune.session.TuneSession`):
-   every trial run sits between two baseline runs; its pair ratio cancels the load both
+   every trial run is next to a baseline run; its pair ratio cancels the load both
    saw; a trial stops as soon as its interval over pairs decides (kept / slower / cannot
    reach the bar), the budget goes to the undecided. The clock decided on is the one the
    observed load does not distort (:func:`pitstop.paired.choose_measure`), shown with the
@@ -52,6 +52,9 @@ def _result(session: TuneSession, loads: list) -> TuneResult:
 
     busy = [ld for ld in loads if ld is not None and ld[0] > ld[1]]
     notes = list(session.notes)
+    passive = getattr(session.backend, "passive_omp", None)
+    if passive:
+        notes.append(passive)
     if busy:
         notes.append(f"the machine was busy while measuring (1-minute load average up to "
                      f"{max(b[0] for b in busy):.1f} on {busy[0][1]} cores): each verdict says which clock it was "

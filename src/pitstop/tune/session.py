@@ -4,10 +4,10 @@ single tricks (:meth:`TuneSession.measure`), the greedy combination
 (:func:`pitstop.tune.combine.combine`), the result.
 
 How a comparison runs (:meth:`TuneSession.measure`): in *passes*; a pass runs the reference
-(the baseline, or the current combination) and each undecided candidate alternately,
-``R C1 R C2 R ... R``, in an order that rotates from pass to pass (expensive candidates
-last), so every candidate run sits between two reference runs. Each candidate run gives one
-:class:`pitstop.paired.Pair` (the mean of its two neighbours vs itself). After each pass a
+(the baseline, or the current combination) and the undecided candidates two at a time,
+``R C1 C2 R C3 C4 R ...``, in an order that rotates from pass to pass (expensive candidates
+last), so every candidate run is next to a reference run. Each candidate run gives one
+:class:`pitstop.paired.Pair` (its adjacent reference run vs itself). After each pass a
 candidate whose interval decided (:func:`pitstop.paired.decide`), whose loss trajectory is
 not equivalent, or whose run failed leaves; the budget goes to the undecided ones, up to
 ``max_pairs`` pairs.
@@ -160,18 +160,23 @@ class TuneSession:
             before = self._reference(ref)
             if before is None:
                 break
-            for cand in order:
+            waiting: Trial | None = None   # ran right after `before`'s run, pairs with it
+            for i, cand in enumerate(order):
                 run = self.run(cand)
                 if run is None or run.budget_cut:
                     break
                 self._last = None
                 if not run.ok:
                     continue
-                after = self._run_reference(ref)
+                if waiting is None and i < len(order) - 1:  # R C1 C2 R: C1 pairs with the R before it
+                    pairs[id(cand)].append(Pair(before, run.sample()))
+                    waiting = cand
+                    continue
+                after = self._run_reference(ref)     # ... and C2 with the R after it
                 if after is None:
                     break
-                pairs[id(cand)].append(Pair(Sample.mean([before, after]), run.sample()))
-                before = after
+                pairs[id(cand)].append(Pair(after, run.sample()))
+                before, waiting = after, None
             self.passes += 1
             live = [c for c in live if not self._settled(ref, c, pairs[id(c)])]
             if self.budget.exhausted:

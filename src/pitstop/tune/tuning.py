@@ -28,7 +28,7 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
     ``optimizer_factory(params)`` builds the optimizer (called once per run, so every run
     starts from an empty optimizer state); ``recipe`` is the starting point (default:
     ``Recipe()``). Knobs (``only=``: tip codes or knob names) are tried with
-    ``warmup + steps`` optimizer steps per run; each trial run sits between two baseline runs
+    ``warmup + steps`` optimizer steps per run; each trial run next to a baseline run
     (a *pair*); ``repeats`` pairs at least before a verdict, ``max_pairs`` at most.
 
     ``sweep=True`` also runs the batch-size sweep: ``batch_sizes`` (default: the loader's
@@ -118,4 +118,5 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
     finally:
         backend.close()
     result.settings["threads"] = threads
+    result.settings["omp_wait_policy"] = "PASSIVE" if backend.passive_omp else None
     return result

@@ -1,8 +1,8 @@
 """A trial's speed verdict from its paired comparison with the baseline (torch-free).
 
 The comparison itself is :mod:`pitstop.paired` (shared with the doctor's probes): every
-trial run sits between two baseline runs; the ratio of the baseline's typical step (the
-mean of the runs before and after) to the trial's is one *pair*; the interval is over pairs.
+trial run is next to a baseline run; the ratio of the baseline's typical step to the
+trial's is one *pair*; the interval is over pairs.
 The machine's noise is in that interval: there is no second bar from the baseline's own
 spread on top of it. The clock decided on (wall, CPU time of the process and its workers,
 or CUDA event time) is chosen from the load the runs observed and shown with the verdict.
