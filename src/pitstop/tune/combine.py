@@ -45,8 +45,9 @@ def combine(session: TuneSession) -> None:
     taken = {(t.settings[0].code, t.settings[0].knob) for t in kept}
     promising = [t for t in best_per_knob(session.trials, "no_gain")
                  if (t.settings[0].code, t.settings[0].knob) not in taken]
-    combo = first = kept[0]
-    steps = [CombineStep(combo.name, "added", "fastest kept trick: starts the combination", combo.speed)]
+    first = kept[0]
+    combo = session.new_trial(first.settings)[0]  # its runs as the reference here stay apart from the trial's
+    steps = [CombineStep(first.name, "added", "fastest kept trick: starts the combination", first.speed)]
     for cand in (kept[1:] + promising)[: session.options.max_combine]:
         new, conflict = session.new_trial(combo.settings + cand.settings)
         if conflict:
@@ -67,7 +68,7 @@ def combine(session: TuneSession) -> None:
         else:
             steps.append(CombineStep(cand.name, status, f"not added: vs the combination so far: {reason}", new.speed))
     best = first
-    if combo is not first:
+    if len(combo.settings) > 1:
         final, _ = session.new_trial(combo.settings)
         final.runs = list(combo.runs)
         pairs = session.measure(session.baseline, [final])[id(final)]
