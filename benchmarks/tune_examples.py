@@ -54,6 +54,14 @@ PASTES = {
 }
 
 
+def _child_cpu() -> float:
+    """CPU seconds of this process's reaped children (the warm worker and its runs): what the
+    search cost whatever the load (on a quiet machine its wall time is about this divided by
+    the cores the runs keep busy)."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 def _load() -> str:
     try:
         return f"{os.getloadavg()[0]:.1f} (1-min load average, {os.cpu_count()} cores)"
@@ -96,14 +104,18 @@ def measure(name: str, args: argparse.Namespace, tmp: Path) -> dict:
     knobs = all_knobs()
     load_before = _load()
     backend = ScriptBackend(module=SCRIPTS[name], threads=args.threads, timeout=args.timeout)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), _child_cpu()
     options = TuneOptions(steps=args.steps, warmup=args.warmup, budget=args.budget, timeout=args.timeout,
                           only=tuple(args.only))
     result = search(backend, knobs, options)
     search_s = time.perf_counter() - t0
+    backend.close()  # reaps the worker: its CPU time (and its runs') is counted now
+    search_cpu = _child_cpu() - c0
+    ctx, backend = backend.ctx, ScriptBackend(module=SCRIPTS[name], threads=args.threads, timeout=args.timeout)
+    backend.ctx = ctx  # the survey's context, for the knobs' child settings
     render_text(result, file=sys.stderr)  # the search's own report, for the record
     best = result.best.settings if result.best is not None else ()
-    row = {"example": name, "search_s": search_s, "time": result.time, "load": f"{load_before} -> {_load()}",
+    row = {"example": name, "search_s": search_s, "search_cpu": search_cpu, "time": result.time, "load": f"{load_before} -> {_load()}",
            "kept": sorted(t.name for t in result.trials if t.status == "kept"),
            "best": " + ".join(s.label for s in best) or "nothing (baseline)",
            "search_speed": result.best.speed if result.best is not None else None}
@@ -146,7 +158,7 @@ def main() -> None:
             rows.append(measure(name, args, Path(tmp)))
     for r in rows:
         t = r["time"]
-        print(f"{r['example']}: search {r['search_s']:.0f} s (survey {t.survey:.0f} s; {t.runs} runs: set-up/shutdown "
+        print(f"{r['example']}: search {r['search_s']:.0f} s wall, {r['search_cpu']:.0f} CPU s (survey {t.survey:.0f} s; {t.runs} runs: set-up/shutdown "
               f"{t.setup + t.other:.0f} s, warm-up {t.warmup:.0f} s, measured {t.measured:.0f} s); load {r['load']}")
         print(f"  kept: {', '.join(r['kept']) or 'nothing'}; best: {r['best']}, search's estimate "
               f"{_iv(r['search_speed'])}")
