@@ -147,6 +147,9 @@ class ApiBackend:
                                 generator=loader.generator)
         return adapt_loader(loader, recipe, device=self.device, dist=DistInfo())
 
+    def close(self) -> None:
+        """Nothing to stop: runs are in this process."""
+
     # -- one run ----------------------------------------------------------------------------
     def run(self, settings: tuple[Setting, ...], knobs: Sequence[Knob], *, round: int = 0, timeout: float = 300.0,
             steps: int = 10, warmup: int = 3, batch_size: int | None = None, memory_only: bool = False,
