@@ -178,7 +178,8 @@ class TuneSession:
                 pairs[id(cand)].append(Pair(after, run.sample()))
                 before, waiting = after, None
             self.passes += 1
-            live = [c for c in live if not self._settled(ref, c, pairs[id(c)])]
+            live = [c for c in live if not self._settled(ref, c, pairs[id(c)])
+                    and not (c.expensive and len(pairs[id(c)]) >= opts.min_pairs)]  # compiling costs: min pairs
             if self.budget.exhausted:
                 break
         return pairs
@@ -220,7 +221,8 @@ class TuneSession:
             return
         trial.status, trial.reason = verdict(trial.speed, opts.margin)
         if trial.speed is not None and trial.speed.status == "undecided":
-            why = "time budget" if self.budget.exhausted else f"--max-pairs {opts.most_pairs}"
+            why = ("time budget" if self.budget.exhausted else
+                   f"an expensive trial gets {opts.min_pairs} pairs" if trial.expensive else f"--max-pairs {opts.most_pairs}")
             trial.reason += f" ({why})"
         if check.status == "unchecked":
             trial.reason += "; loss not captured, equivalence unchecked"
