@@ -171,7 +171,27 @@ def test_probe_timing_pairs_rounds_in_abba_order():
     t = time_variants({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, "cpu",
                       budget_s=0.0, min_reps=4, warmup=2)
     assert calls == ["a", "b"] * 2 + ["a", "b", "b", "a", "a", "b", "b", "a"]  # warm-up, then ABBA rounds
-    assert len(t["a"]) == len(t["b"]) == 4 and all(x >= 0 for x in t["a"] + t["b"])
+    assert len(t["a"]) == len(t["b"]) == 4 and all(x.wall >= 0 for x in t["a"] + t["b"])
+
+
+def test_probe_timing_stops_once_every_candidate_decided():
+    """The same paired/adaptive core as tune: a planted 3x CPU cost decides after min_reps
+    rounds, long before the budget; a tie keeps measuring until the budget or max_reps."""
+    import time
+
+    from pitstop.doctor.probes import time_variants
+
+    def spin(s):
+        end = time.thread_time() + s
+        while time.thread_time() < end:
+            pass
+
+    t = time_variants({"slow": lambda: spin(0.006), "fast": lambda: spin(0.002)}, "cpu", budget_s=30.0,
+                      min_reps=4, max_reps=40, warmup=1, baseline="slow")
+    assert len(t["slow"]) < 40  # decided early
+    tie = time_variants({"a": lambda: spin(0.001), "b": lambda: spin(0.001)}, "cpu", budget_s=0.0, min_reps=4,
+                        max_reps=6, warmup=1, baseline="a")
+    assert len(tie["a"]) >= 4
 
 
 def test_probe_gate_uses_the_interval_lower_bound():

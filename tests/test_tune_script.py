@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 import pytest
@@ -45,7 +44,8 @@ SCHEMA = {
 # machine other processes keep the cores busy, and two OpenMP threads then spend most of a step
 # waiting for each other (measured here: every configuration of the CNN ~550 ms/step and bf16
 # *slower*, 0.88x, with 2 threads under load; ~130 ms/step and bf16 ~1.9x with one thread).
-CNN_ARGS = ("--only", "PIT301,PIT104,PIT101", "--steps", "10", "--warmup", "2", "--repeats", "2", "--threads", "1")
+CNN_ARGS = ("--only", "PIT301,PIT104,PIT101", "--steps", "10", "--warmup", "2", "--repeats", "2", "--max-pairs", "4",
+            "--threads", "1")
 CNN_SCRIPT_ARGS = ("--", "--batch-size", "32", "--work", "1", "--eval-every", "1000")
 
 
@@ -65,7 +65,7 @@ def _trials(d, code):
 
 
 def _bar(d):
-    return (1 + d["baseline"]["noise"]) * (1 + d["settings"]["margin"])
+    return 1 + d["settings"]["margin"]  # paired intervals: the noise is inside them, no second bar
 
 
 def test_cnn_bf16_autocast_is_equivalent_and_judged_by_its_interval(cnn):
@@ -80,7 +80,7 @@ def test_cnn_bf16_autocast_is_equivalent_and_judged_by_its_interval(cnn):
     if bf16["status"] == "kept":
         assert bf16["speedup"]["low"] > _bar(d)
     else:
-        assert bf16["speedup"]["low"] <= _bar(d) or "rounds" in bf16["reason"]
+        assert bf16["speedup"]["low"] <= _bar(d) or not bf16["speedup"]["decided"]
 
 
 def test_cnn_channels_last_is_kept_or_an_honest_no_gain(cnn):
@@ -94,7 +94,7 @@ def test_cnn_channels_last_is_kept_or_an_honest_no_gain(cnn):
     if cl["status"] == "kept":
         assert cl["speedup"]["low"] > _bar(d)
     else:
-        assert cl["speedup"]["low"] <= _bar(d) or "rounds" in cl["reason"]
+        assert cl["speedup"]["low"] <= _bar(d) or not cl["speedup"]["decided"]
 
 
 def test_cnn_keeps_workers_only_when_they_beat_the_noise(cnn):
@@ -104,9 +104,9 @@ def test_cnn_keeps_workers_only_when_they_beat_the_noise(cnn):
     for t in workers:
         assert t["loss_check"]["status"] == "ok"
         if t["status"] == "kept":
-            assert t["speedup"]["low"] > _bar(d) and t["speedup"]["rounds_won"] >= math.ceil(0.75 * t["speedup"]["rounds"])
+            assert t["speedup"]["low"] > _bar(d) and t["speedup"]["rounds"] >= 2
         else:
-            assert t["status"] in ("no_gain", "slower") and t["speedup"]["low"] <= _bar(d) or "rounds" in t["reason"]
+            assert t["status"] in ("no_gain", "slower") and t["speedup"]["low"] <= _bar(d) or not t["speedup"]["decided"]
 
 
 def test_cnn_reports_a_combination_snippet_and_recipe(cnn):
@@ -116,7 +116,9 @@ def test_cnn_reports_a_combination_snippet_and_recipe(cnn):
     assert {k["code"] for k in best["knobs"]} <= kept | {t["knobs"][0]["code"] for t in d["trials"]
                                                          if t["status"] == "no_gain"}
     if best["knobs"]:
-        assert best["speedup"]["low"] > 1 and d["combination"][0]["status"] == "kept"
+        assert best["speedup"]["low"] > _bar(d) and d["combination"][0]["status"] == "added"
+        assert d["combination"][-1]["status"] in ("added", "no_gain", "slower", "confirmed", "not_confirmed",
+                                                  "skipped", "rejected", "failed")
     if "PIT301" in {k["code"] for k in best["knobs"]}:
         assert best["recipe"]["precision"] == "bf16-mixed" and "torch.autocast" in best["snippet"]
     loaded = Recipe.load(recipe_path)
@@ -156,7 +158,8 @@ def planted_result():
     from pitstop.tune.tuning import tune_script
 
     knobs = [planted.PerturbLossKnob(), planted.CrashKnob(), planted.HangKnob(), planted.OOMKnob(), planted.NoopKnob()]
-    return tune_script(str(TUNE / "tiny_train.py"), steps=5, warmup=2, repeats=2, timeout=15, threads=1, knobs=knobs)
+    return tune_script(str(TUNE / "tiny_train.py"), steps=5, warmup=2, repeats=2, max_pairs=3, timeout=15, threads=1,
+                       knobs=knobs)
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +176,7 @@ def paced_result():
 def test_a_real_speedup_is_kept_a_slowdown_called_slower_and_the_best_is_the_winner(paced_result):
     r = paced_result
     fast, slow = r.trial("skip-pace"), r.trial("slow")
-    bar = (1 + r.noise) * (1 + r.settings["margin"])
+    bar = 1 + r.settings["margin"]
     assert fast.status == "kept", fast.reason
     assert fast.speedup["low"] > bar and fast.speedup["ratio"] > 1.5
     assert slow.status == "slower", slow.reason
@@ -185,7 +188,7 @@ def test_a_real_speedup_is_kept_a_slowdown_called_slower_and_the_best_is_the_win
 def test_script_mode_rejects_the_planted_loss_perturbation(planted_result):
     t = planted_result.trial("perturb-loss")
     assert t.status == "rejected" and "not equivalent" in t.reason
-    assert t.loss_check["deviation"] > 5 * t.loss_check["tolerance"]
+    assert t.loss_check.deviation > 5 * t.loss_check.tolerance
     assert planted_result.trial("noop").status in ("no_gain", "kept", "slower")  # the control is equivalent
 
 
@@ -195,8 +198,8 @@ def test_crash_hang_and_oom_are_reported_failed_and_the_search_goes_on(planted_r
     assert hang.status == "failed" and "timed out" in hang.reason
     assert oom.status == "failed" and "out of memory" in oom.reason
     assert all(len(t.runs) == 1 for t in (crash, hang, oom))  # failed trials are not repeated
-    assert len(planted_result.trial("noop").runs) == 2  # ... and the others still ran every round
-    assert len(planted_result.baseline.runs) == 2
+    assert len(planted_result.trial("noop").runs) >= 2  # ... and the others still ran: no verdict from one pair
+    assert len(planted_result.baseline.runs) >= 2  # every noop run is next to a baseline run
 
 
 def test_cli_bad_input_is_exit_2_and_a_broken_script_exit_3(cli, tmp_path):

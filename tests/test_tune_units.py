@@ -11,8 +11,10 @@ from pitstop.registry import implementations
 from pitstop.tune.equivalence import FLOOR_EXACT, FLOOR_REDUCED, check_losses, median_trajectory
 from pitstop.tune.knob import Context, Knob, all_knobs
 from pitstop.tune.result import Run
+from pitstop.paired import Pair, Sample, choose_measure, decide
+from pitstop.stats import paired_ratio_interval
 from pitstop.tune.search import TuneOptions, merge_recipe_fields, select_knobs
-from pitstop.tune.verdict import compare, noise_floor, speed_verdict
+from pitstop.tune.verdict import verdict
 
 from conftest import parse_tips_spec
 
@@ -55,39 +57,82 @@ def test_no_losses_means_unchecked_not_rejected():
     assert check.status == "unchecked" and check.passed
 
 
-# -- verdicts ----------------------------------------------------------------------------------
-def _runs(step: float, rounds=3, n=10, jitter=0.01):
-    return [Run("ok", step_times=[step * (1 + jitter * ((i * 7 + r) % 5 - 2)) for i in range(n)], round=r)
-            for r in range(rounds)]
+# -- verdicts (the paired core, pitstop.paired) ---------------------------------------------------
+def _pairs(ratios, base=0.1, cpu_share=1.0, delay=0.0, sleep=0.0):
+    """Pairs whose wall ratio is each of ``ratios``; CPU time, run-queue delay and sleep as given."""
+    out = []
+    for r in ratios:
+        b = Sample(wall=base, cpu=base * cpu_share, run_delay=delay * base, active=base * (1 - sleep))
+        t = Sample(wall=base / r, cpu=base * cpu_share / r, run_delay=delay * base / r, active=base / r * (1 - sleep))
+        out.append(Pair(b, t))
+    return out
 
 
-def test_a_large_speedup_is_kept_a_small_one_is_no_gain_and_a_loss_is_slower():
-    base = _runs(0.100)
-    noise = noise_floor(base)
-    assert 0 <= noise < 0.05
-    status, reason = speed_verdict(compare(base, _runs(0.050)), noise)
-    assert status == "kept" and "3/3 rounds" in reason
-    assert speed_verdict(compare(base, _runs(0.098)), noise)[0] == "no_gain"
-    assert speed_verdict(compare(base, _runs(0.150)), noise)[0] == "slower"
+def test_a_large_speedup_is_faster_a_small_one_same_and_a_loss_slower():
+    assert decide(_pairs([2.0, 1.9, 2.1])).status == "faster"
+    assert decide(_pairs([1.01, 0.99, 1.0])).status == "same"
+    assert decide(_pairs([0.6, 0.62, 0.58])).status == "slower"
+    status, reason = verdict(decide(_pairs([2.0, 1.9, 2.1])))
+    assert status == "kept" and "3/3 pairs" in reason and "wall time" in reason
 
 
-def test_noise_floor_raises_the_bar():
-    base = [Run("ok", step_times=[0.10] * 10, round=0), Run("ok", step_times=[0.16] * 10, round=1)]
-    assert noise_floor(base) == pytest.approx(0.6)
-    trial = [Run("ok", step_times=[0.08] * 10, round=0), Run("ok", step_times=[0.11] * 10, round=1)]
-    status, reason = speed_verdict(compare(base, trial), noise_floor(base))
-    assert status == "no_gain" and "noise 60%" in reason
+def test_no_verdict_from_one_pair_and_undecided_until_the_interval_decides():
+    assert decide(_pairs([3.0])).status == "undecided"        # one pair decides nothing
+    assert decide(_pairs([0.2])).status == "undecided"        # not even a 5x slowdown
+    assert decide(_pairs([0.2, 0.25])).status == "slower"     # two pairs far below 1/2 may stop it
+    assert decide(_pairs([2.0, 2.0])).status == "undecided"   # a gain needs min_pairs (3)
+    mixed = decide(_pairs([1.6, 0.8, 1.5, 0.9]))
+    assert mixed.status == "undecided" and mixed.low < 1.05 < mixed.high
+    assert verdict(mixed)[0] == "no_gain" and "undecided" in verdict(mixed)[1]
 
 
-def test_a_trick_that_loses_rounds_is_not_kept():
-    base = _runs(0.100, rounds=4)
-    trial = _runs(0.050, rounds=4)
-    trial[3].step_times = [0.2] * 10  # one round slower than its paired baseline
-    speed = compare(base, trial)
-    assert speed.rounds == 4 and speed.rounds_won == 3
-    assert speed_verdict(speed, 0.0)[0] == "kept"  # 3 of 4: three quarters
-    trial[2].step_times = [0.2] * 10
-    assert speed_verdict(compare(base, trial), 0.0)[0] != "kept"
+def test_the_baselines_own_spread_is_no_second_bar():
+    """Load that changes between pairs (every sample of pair i slowed by the same factor)
+    widens nothing: each pair's ratio cancels it."""
+    pairs = [Pair(Sample(wall=0.1 * k), Sample(wall=0.05 * k)) for k in (1.0, 3.0, 1.5, 6.0)]
+    d = decide(pairs)
+    assert d.status == "faster" and d.ratio == pytest.approx(2.0) and d.low == pytest.approx(2.0)
+
+
+def test_the_measure_follows_the_observed_load():
+    quiet = choose_measure(_pairs([1.5] * 3, delay=0.01))
+    assert quiet.name == "wall" and "quiet" in quiet.why
+    busy = choose_measure(_pairs([1.5] * 3, delay=0.8))
+    assert busy.name == "cpu" and "busy" in busy.why
+    waiting = choose_measure(_pairs([1.5] * 3, delay=0.8, sleep=0.7))
+    assert waiting.name == "wall" and "wait-dominated" in waiting.why
+    b = Sample(wall=0.1, cpu=0.1, run_delay=0.05, active=0.1)
+    parallel = choose_measure([Pair(b, Sample(wall=0.06, cpu=0.12, run_delay=0.03, active=0.06))] * 3)
+    assert parallel.name == "wall" and "cores" in parallel.why
+    gpu = choose_measure([Pair(Sample(wall=0.1, gpu=0.05), Sample(wall=0.1, gpu=0.04))])
+    assert gpu.name == "gpu"
+    assert choose_measure([Pair(Sample(wall=0.1), Sample(wall=0.05))]).name == "wall"  # no clocks: wall
+
+
+def test_busy_pairs_decide_on_cpu_time_what_quiet_pairs_decide_on_wall_time():
+    """The same planted 2x effect: quiet (wall ratios 2x) and busy (wall ratios scrambled by
+    load, CPU ratios still 2x): the same verdict."""
+    quiet = decide(_pairs([2.0, 2.0, 2.0], delay=0.0))
+    busy = [Pair(Sample(wall=0.1 * w1, cpu=0.1, run_delay=0.1 * (w1 - 1), active=0.1 * w1),
+                 Sample(wall=0.05 * w2, cpu=0.05, run_delay=0.05 * (w2 - 1), active=0.05 * w2))
+            for w1, w2 in ((1.0, 3.5), (2.5, 1.2), (3.0, 3.0))]
+    assert quiet.status == decide(busy).status == "faster"
+    assert decide(busy).measure.name == "cpu" and decide(busy).ratio == pytest.approx(2.0)
+
+
+def test_paired_interval_is_wide_with_few_pairs_and_contains_the_point():
+    one = paired_ratio_interval([1.5])
+    assert one.low == 0 and one.high == math.inf
+    iv = paired_ratio_interval([1.4, 1.6, 1.5, 1.45, 1.55])
+    assert iv.low <= iv.ratio <= iv.high and 1.4 <= iv.low < 1.5 < iv.high <= 1.6
+
+
+def test_run_sample_combines_process_and_worker_cpu():
+    run = Run("ok", step_times=[0.1, 0.2, 0.3], cpu_times=[0.05, 0.1, 0.15], run_delays=[0.0, 0.0, 0.0],
+              actives=[0.1, 0.2, 0.3])
+    s = run.sample()
+    assert s.wall == pytest.approx(0.2) and s.cpu == pytest.approx(0.1) and s.gpu is None
+    assert Run("ok", step_times=[0.1], cpu_times=[]).sample().cpu is None  # no clocks: wall only
 
 
 def test_options_are_validated():
@@ -217,23 +262,3 @@ def test_channels_last_and_optimizer_and_loader_patches(patches):
     patches.reset()
     assert DataLoader(list(range(8))).num_workers == 0
     assert torch.optim.SGD(model.parameters(), lr=0.1).param_groups[0]["fused"] is None
-
-
-def test_comparisons_use_the_baseline_runs_of_the_same_rounds():
-    """A configuration measured later, under another load, is compared with the baseline as
-    it ran then (rounds 3-5 here ran twice as slow for everyone)."""
-    quiet = _runs(0.100, rounds=3)
-    busy = [Run("ok", step_times=[0.200] * 10, round=r) for r in (3, 4, 5)]
-    trial_busy = [Run("ok", step_times=[0.190] * 10, round=r) for r in (3, 4, 5)]
-    speed = compare(quiet + busy, trial_busy)
-    assert speed.ratio == pytest.approx(0.200 / 0.190) and speed.rounds == 3 and speed.rounds_won == 3
-
-
-def test_slower_needs_the_rounds_too():
-    base = _runs(0.100, rounds=3)
-    trial = _runs(0.200, rounds=3)
-    assert speed_verdict(compare(base, trial), 0.0)[0] == "slower"
-    trial[0].step_times = trial[1].step_times = [0.09] * 10  # faster in two of three rounds
-    trial[2].step_times = [0.5] * 200
-    status, reason = speed_verdict(compare(base, trial), 0.0)
-    assert status == "no_gain" and "rounds" in reason

@@ -35,7 +35,9 @@ class TuneCommand(Command):
         parser.add_argument("--steps", type=int, default=10, help="optimizer steps measured per run (default 10)")
         parser.add_argument("--warmup", type=int, default=3, help="optimizer steps before measuring (default 3)")
         parser.add_argument("--repeats", type=int, default=3,
-                            help="interleaved rounds; the baseline runs at least twice (default 3)")
+                            help="pairs (trial run between two baseline runs) before a verdict, at least 2 (default 3)")
+        parser.add_argument("--max-pairs", type=int, default=8,
+                            help="pairs after which a still undecided trial is 'no gain' (default 8)")
         parser.add_argument("--budget", type=float, default=None, metavar="SECONDS",
                             help="bound the whole search; runs that no longer fit are skipped (default: none)")
         parser.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
@@ -43,7 +45,7 @@ class TuneCommand(Command):
         parser.add_argument("--only", type=_codes, default=(), metavar="CODES",
                             help="comma-separated tip codes or knob names, e.g. PIT301,PIT104")
         parser.add_argument("--margin", type=float, default=None,
-                            help="speed-up needed beyond the noise floor to keep a trick (default 0.05)")
+                            help="the paired interval must lie above 1 + MARGIN to keep a trick (default 0.05)")
         parser.add_argument("--threads", type=int, default=None, metavar="N",
                             help="torch.set_num_threads(N) in every run, baseline included (default: torch's)")
         parser.add_argument("--seed", type=int, default=0, help="seed of every run (default 0)")
@@ -61,7 +63,7 @@ class TuneCommand(Command):
         if args.module and args.script:
             args.script_args = [args.script, *args.script_args]  # with -m the first positional is a script arg
             args.script = None
-        for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1)):
+        for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1), ("max_pairs", 1)):
             if getattr(args, name) < low:
                 raise CliError(f"--{name} must be >= {low}, got {getattr(args, name)}")
         from pitstop.doctor.spec import MAX_TIMEOUT
@@ -90,7 +92,7 @@ class TuneCommand(Command):
             result = tune_script(script=args.script, module=module, args=args.script_args, steps=args.steps,
                                  warmup=args.warmup, repeats=args.repeats, budget=args.budget, only=args.only,
                                  timeout=args.timeout, margin=args.margin, seed=args.seed, progress=progress,
-                                 threads=args.threads)
+                                 threads=args.threads, max_pairs=args.max_pairs)
         except TuneInputError as exc:
             raise CliError(str(exc)) from None
         except TuneError as exc:

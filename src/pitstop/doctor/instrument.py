@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from pitstop.doctor import memory as mem
+from pitstop.doctor.clocks import StepClocks
 from pitstop.doctor.observers import Observers, first_tensor
 from pitstop.doctor.patching import Patches
 from pitstop.doctor.spec import StepRecord
@@ -122,6 +123,7 @@ class Instrumentation(Observers):
         self.run_peak = 0
         self.step_start = perf()
         self.cpu_start = cpu_clock()
+        self.clocks = StepClocks(cuda=self._cuda)
 
     # -- plan ------------------------------------------------------------------------
     @property
@@ -153,6 +155,7 @@ class Instrumentation(Observers):
         self.passive = False
         self.step_start = perf()
         self.cpu_start = cpu_clock()
+        self.clocks.mark()
         return self
 
     def _install_full(self) -> None:
@@ -227,7 +230,8 @@ class Instrumentation(Observers):
         kind = self.kind() or "extra"
         cur = self.cur
         rec = StepRecord(index=self.index, kind=kind, wall=now - self.step_start, cpu=cpu_now - self.cpu_start,
-                         phases=dict(cur.phases), backward_calls=cur.backward_calls, batch_size=cur.batch_size)
+                         phases=dict(cur.phases), backward_calls=cur.backward_calls, batch_size=cur.batch_size,
+                         **self.clocks.lap())
         if self.full:
             rec.memory = self._memory_now()
         self.records.append(rec)
@@ -353,6 +357,10 @@ class Instrumentation(Observers):
     # -- end of run --------------------------------------------------------------------------
     def read_losses(self) -> None:
         """Copy the kept loss tensors to the host once (the only sync the losses cost)."""
+        try:
+            self.clocks.resolve(self.records)  # CUDA step times from events, same single sync
+        except Exception:
+            pass
         for rec, tensors in zip(self.records, self.loss_tensors):
             if tensors:
                 try:

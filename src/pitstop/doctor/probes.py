@@ -14,12 +14,13 @@ measures the real loop.
 
 How it times (:func:`time_variants`): two warm-up calls per variant (oneDNN's bf16 kernels
 need several calls before they reach speed), then timed *rounds*, each running every
-variant once, in alternating order (ABBA), for about ``budget_s`` seconds and at least
-``min_reps`` rounds. :meth:`ProbeContext.compare` reports the median of each variant and,
-for each candidate, the ratio of medians with a 90% paired-bootstrap interval over rounds
-(:func:`pitstop.stats.round_ratio_interval`: a burst of load from other
-processes hits both variants of a round, so it counts once). Checks gate on the
-interval's lower bound, not on a fastest-of-n.
+variant once, in alternating order (ABBA), at least ``min_reps`` rounds and until every
+candidate's interval decided or about ``budget_s`` seconds passed. Each call records wall
+time, CPU time and the run-queue delay (:mod:`pitstop.doctor.clocks`; CUDA event time on a
+GPU). :meth:`ProbeContext.compare` uses the same paired core as ``pitstop tune``
+(:mod:`pitstop.paired`): one pair per round (a burst of load hits both variants of a
+round), the clock the observed load does not distort, a 90% interval over pairs. Checks
+gate on the interval's lower bound, not on a fastest-of-n.
 """
 
 from __future__ import annotations
@@ -52,27 +53,65 @@ def _sync(device: str) -> None:
 
 
 def time_variants(variants: dict[str, Callable[[], Any]], device: str, budget_s: float = 1.0,
-                  min_reps: int = 8, max_reps: int = 60, warmup: int = 2) -> dict[str, list[float]]:
-    """Seconds of each callable, one sample per round; rounds alternate the order (ABBA).
+                  min_reps: int = 8, max_reps: int = 60, warmup: int = 2, baseline: str | None = None,
+                  margin: float = 0.05) -> dict[str, list[Any]]:
+    """One :class:`pitstop.paired.Sample` per variant per round (wall, CPU time, run-queue
+    delay; CUDA event time on a GPU); rounds alternate the order (ABBA), so ``result[name][i]``
+    of every name pair up. With ``baseline`` given, rounds stop early -- after ``min_reps`` --
+    once every candidate's paired interval decided (:func:`pitstop.paired.decide`)."""
+    from pitstop.doctor.clocks import StepClocks
+    from pitstop.paired import Pair, Sample, decide
 
-    ``result[name][i]`` was taken in round ``i`` for every name, so the samples pair up.
-    """
     names = list(variants)
     for _ in range(warmup):
         for fn in variants.values():
             fn()
     _sync(device)
-    times: dict[str, list[float]] = {k: [] for k in names}
+    clocks = StepClocks()
+    cuda = device == "cuda"
+    samples: dict[str, list[Sample]] = {k: [] for k in names}
     start = time.perf_counter()
     reps = 0
     while reps < max_reps and (reps < min_reps or time.perf_counter() - start < budget_s):
         for name in (names if reps % 2 == 0 else names[::-1]):
-            t0 = time.perf_counter()
+            if cuda:
+                ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                ev0.record()
+            clocks.mark()
+            t0, c0 = time.perf_counter(), time.process_time()
             variants[name]()
+            if cuda:
+                ev1.record()
             _sync(device)
-            times[name].append(time.perf_counter() - t0)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            lap = clocks.lap()
+            samples[name].append(Sample(wall=wall, cpu=cpu + lap.get("cpu_children", 0.0),
+                                        run_delay=lap.get("run_delay"), active=lap.get("main_active"),
+                                        gpu=ev0.elapsed_time(ev1) / 1e3 if cuda else None))
         reps += 1
-    return times
+        if baseline is not None and reps >= min_reps and all(
+                (d := decide([Pair(b, c) for b, c in zip(samples[baseline], samples[k])], margin=margin)) is not None
+                and d.status != "undecided" for k in names if k != baseline):
+            break
+    return samples
+
+
+def _contended(variants: dict[str, Callable[[], Any]]) -> bool:
+    """One call of each variant: did this process's threads wait for cores (run-queue delay
+    above :data:`pitstop.paired.CONTENTION` of their CPU time)?"""
+    from pitstop.doctor.clocks import StepClocks
+    from pitstop.paired import CONTENTION
+
+    clocks = StepClocks()
+    if not clocks.available:
+        return False
+    clocks.mark()
+    c0 = time.process_time()
+    for fn in variants.values():
+        fn()
+    lap = clocks.lap()
+    cpu = time.process_time() - c0
+    return cpu > 0 and (lap.get("run_delay") or 0.0) / cpu > CONTENTION
 
 
 def _median(xs: list[float]) -> float:
@@ -193,19 +232,30 @@ class ProbeContext:
         lower bound), its ``speedup`` and ``interval`` [low, high], ``confidence``,
         ``compute_only`` (True: see the module docs), plus ``extra``.
         """
-        from pitstop.stats import round_ratio_interval
+        from pitstop.paired import Pair, decide
 
         if baseline not in variants or len(variants) < 2:
             raise ValueError("compare needs the baseline and at least one candidate")
-        t = time_variants(variants, self.device, self.budget_s)
-        base = list(enumerate(t[baseline]))
+        threads = torch.get_num_threads()
+        busy = self.device == "cpu" and threads > 1 and _contended(variants)
+        if busy:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
+            torch.set_num_threads(1)
+        try:
+            t = time_variants(variants, self.device, self.budget_s, baseline=baseline)
+        finally:
+            torch.set_num_threads(threads)
+        if busy:
+            extra = {**extra, "single_threaded": ("the machine is busy (threads waited for cores): timed with one "
+                                                  f"thread instead of {threads}, which other processes distort least")}
         speedups = {}
         for name, xs in t.items():
             if name != baseline:
-                iv = round_ratio_interval(base, list(enumerate(xs)), confidence=CONFIDENCE, n_boot=1000)
-                speedups[name] = {"ratio": iv.ratio, "low": iv.low, "high": iv.high}
+                d = decide([Pair(b, c) for b, c in zip(t[baseline], xs)], confidence=CONFIDENCE)
+                speedups[name] = {"ratio": d.ratio, "low": d.low, "high": d.high, "decided": d.status != "undecided",
+                                  "measure": d.measure.name, "measure_why": d.measure.why}
         best = max(speedups, key=lambda k: (speedups[k]["low"], speedups[k]["ratio"]))
-        return {"what": what, "baseline": baseline, "seconds": {k: _median(v) for k, v in t.items()},
+        return {"what": what, "baseline": baseline, "seconds": {k: _median([x.wall for x in v]) for k, v in t.items()},
+                "measure": speedups[best]["measure"], "measure_why": speedups[best]["measure_why"],
                 "runs": len(t[baseline]), "speedups": speedups, "candidate": best,
                 "speedup": speedups[best]["ratio"], "interval": [speedups[best]["low"], speedups[best]["high"]],
                 "confidence": CONFIDENCE, "compute_only": True, **extra}

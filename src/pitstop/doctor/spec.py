@@ -140,6 +140,10 @@ class StepRecord:
     kind: str
     wall: float
     cpu: float | None = None  # process CPU seconds (all threads): less sensitive to other load
+    cpu_children: float | None = None  # CPU seconds of child processes (DataLoader workers)
+    run_delay: float | None = None     # seconds its threads waited for a core (contention)
+    main_active: float | None = None   # seconds the main thread ran or was runnable (the rest it slept)
+    gpu: float | None = None           # CUDA: seconds between the events at the step's boundaries
     phases: dict[str, float] = field(default_factory=dict)
     loss: float | None = None
     backward_calls: int = 0

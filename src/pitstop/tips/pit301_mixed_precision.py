@@ -241,11 +241,11 @@ class AutocastKnob(Knob, tip="PIT301"):
 
     def snippet(self, value, ctx):
         dev = "cuda" if ctx.on_cuda else "cpu"
-        if value == "bf16":
+        if value == "bf16":  # exactly what apply_in_child measured: forward in bf16, loss in fp32
             return f"""
                 with torch.autocast(device_type="{dev}", dtype=torch.bfloat16):
-                    out = model(x)
-                    loss = loss_fn(out, y)          # forward and loss only
+                    out = model(x)                  # the forward only
+                loss = loss_fn(out.float(), y)      # the loss in fp32, as pitstop tune measured it
                 loss.backward()                     # outside autocast (PIT305)
                 optimizer.step()
             """

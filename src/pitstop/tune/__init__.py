@@ -4,10 +4,13 @@ is faster beyond the noise and still loss-equivalent, and hand back the winning 
 Layout (small modules; nothing here imports torch until a torch-backed name is used):
 
 - ``knob``: :class:`Knob` (base of every tip's knob face), :class:`Context`, :class:`Setting`
-- ``search``: the protocol (rounds, noise floor, verdicts, greedy combination, budget)
-- ``verdict`` / ``equivalence``: speed-up intervals and the loss-trajectory check
+- ``options``: :class:`TuneOptions`, the budget, the backend protocol
+- ``session``: :class:`TuneSession` (options, budget, trials; paired adaptive passes on
+  :mod:`pitstop.paired`); ``combine``: its greedy combination step; ``search``: the steps in order
+- ``verdict`` / ``equivalence``: a trial's verdict from its paired interval, the loss-trajectory check
 - ``result``: :class:`TuneResult` and its JSON form; ``report``: table, snippet, JSON
-- ``script`` (+ ``child``, ``patch``): script mode on the doctor's child-process runner
+- ``script`` (+ ``child``, ``patch``, ``warm``): script mode on the doctor's child bootstrap, runs
+  forked from a warm worker
 - ``api`` (+ ``sweep``, ``memory``): API mode through ``make_step``, the batch-size sweep
 - ``tuning``: the entry points :func:`tune` and :func:`tune_script`
 
@@ -22,8 +25,9 @@ from pitstop._lazy import lazy_exports, make_callable
 from pitstop.tune.knob import Applicability, Context, Knob, Setting, all_knobs
 
 _LAZY = {
-    "TuneOptions": "pitstop.tune.search",
-    "TuneError": "pitstop.tune.search",
+    "TuneOptions": "pitstop.tune.options",
+    "TuneError": "pitstop.tune.options",
+    "TuneSession": "pitstop.tune.session",
     "search": "pitstop.tune.search",
     "TuneResult": "pitstop.tune.result",
     "Trial": "pitstop.tune.result",

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
+from pitstop.doctor.clocks import StepClocks
 from pitstop.engine.data import adapt_loader, batch_size_of
 from pitstop.engine.distributed import DistInfo
 from pitstop.engine.prepare import optimizer_impl_of
@@ -38,7 +39,7 @@ from pitstop.engine.step import make_step
 from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.memory import is_oom, tracked_peak
 from pitstop.tune.result import Run
-from pitstop.tune.search import merge_recipe_fields
+from pitstop.tune.options import merge_recipe_fields
 
 __all__ = ["ApiBackend", "find_blocks"]
 
@@ -146,6 +147,9 @@ class ApiBackend:
                                 generator=loader.generator)
         return adapt_loader(loader, recipe, device=self.device, dist=DistInfo())
 
+    def close(self) -> None:
+        """Nothing to stop: runs are in this process."""
+
     # -- one run ----------------------------------------------------------------------------
     def run(self, settings: tuple[Setting, ...], knobs: Sequence[Knob], *, round: int = 0, timeout: float = 300.0,
             steps: int = 10, warmup: int = 3, batch_size: int | None = None, memory_only: bool = False,
@@ -185,13 +189,20 @@ class ApiBackend:
             if cuda:
                 torch.cuda.reset_peak_memory_stats(self.device)
             loss_tensors = []
+            clocks = StepClocks()
             for i in range(0 if memory_only else warmup + steps):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
+                clocks.mark()
                 loss, samples = one_step()
                 if cuda:
                     torch.cuda.synchronize(self.device)  # the step's time, not its launch
                 dt = time.perf_counter() - t0
                 (run.warmup_times if i < warmup else run.step_times).append(dt)
+                if i >= warmup:  # CPU time of this process and its loader workers, run-queue delay
+                    lap = clocks.lap()
+                    run.cpu_times.append(time.process_time() - c0 + lap.get("cpu_children", 0.0))
+                    run.run_delays.append(lap.get("run_delay"))
+                    run.actives.append(lap.get("main_active"))
                 loss_tensors.append(loss)
                 run.batch_size = samples
                 if time.perf_counter() - started > timeout:

@@ -1,84 +1,91 @@
-"""The greedy combination of kept tricks (step 4 of :mod:`pitstop.tune.search`; torch-free).
+"""The greedy combination step of a :class:`pitstop.tune.session.TuneSession` (torch-free).
 
-The best value of each kept knob, fastest first, then the *promising* knobs (not
-significantly faster alone but not slower either, loss-equivalent, not expensive to try;
-best point estimate first), at most ``max_combine`` candidates. Effects interact: on
-oneDNN channels_last pays most under bf16, and workers only once the compute got shorter. Each step runs interleaved rounds of (baseline, current
-combination, combination + candidate); the candidate stays when the combination gets
-faster than the current one beyond the noise and stays equivalent to the baseline.
-Candidates whose Recipe fields conflict with the combination's are skipped.
+Starts from the fastest kept trick, then tries to add the best value of each other kept
+knob, fastest first, then the *promising* ones (no gain alone but a point estimate above
+1, loss-equivalent, not expensive: effects interact, e.g. on oneDNN channels_last pays most
+under bf16), at most ``max_combine`` candidates. Each candidate is measured paired against
+the current combination (:meth:`TuneSession.measure`, adaptive) and is added only when the
+combination gets faster and stays loss-equivalent. Knobs whose Recipe fields conflict are
+skipped. A combination of two or more tricks is then **re-measured against the baseline in
+fresh pairs until it decides**: that speed-up is the one reported; when it does not hold,
+the best single trick is the result. The caller's trials are never changed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
-from pitstop.tune.knob import Context
-from pitstop.tune.result import Trial
-from pitstop.tune.search import _decide, _key, _new_trial, _rounds, _State, merge_recipe_fields
-from pitstop.tune.verdict import compare, speed_verdict
+from pitstop.tune.result import CombineStep, Trial
+from pitstop.tune.session import TuneSession
+from pitstop.tune.verdict import verdict
 
-__all__ = ["combine"]
+__all__ = ["combine", "best_per_knob"]
 
 
-def _best_per_knob(trials: Sequence[Trial], status: str) -> list[Trial]:
+def best_per_knob(trials: Sequence[Trial], status: str) -> list[Trial]:
+    """The fastest trial of each knob among single-knob trials with ``status``."""
     best: dict[tuple[str, str], Trial] = {}
     for t in trials:
-        if len(t.settings) != 1 or t.status != status or not t.speedup:
+        if len(t.settings) != 1 or t.status != status or t.speed is None:
             continue
-        if status == "no_gain" and (t.expensive or t.loss_check and t.loss_check["status"] not in ("ok", "unchecked")):
+        if status == "no_gain" and (t.expensive or t.speed.ratio <= 1.0 or t.loss_check is None
+                                    or not t.loss_check.passed):
             continue
         k = (t.settings[0].code, t.settings[0].knob)
-        if k not in best or t.speedup["ratio"] > best[k].speedup["ratio"]:
+        if k not in best or t.speed.ratio > best[k].speed.ratio:
             best[k] = t
-    return sorted(best.values(), key=lambda t: -t.speedup["ratio"])
+    return sorted(best.values(), key=lambda t: -t.speed.ratio)
 
 
-def combine(state: _State, trials: list[Trial], baseline: Trial, ctx: Context, noise: float
-             ) -> tuple[list[dict[str, Any]], Trial | None]:
-    kept = _best_per_knob(trials, "kept")
+def combine(session: TuneSession) -> None:
+    """Fill ``session.combination`` and ``session.best``."""
+    kept = best_per_knob(session.trials, "kept")
     if not kept:
-        return [], None
-    kept_knobs = {(t.settings[0].code, t.settings[0].knob) for t in kept}
-    promising = [t for t in _best_per_knob(trials, "no_gain") if (t.settings[0].code, t.settings[0].knob) not in kept_knobs]
-    candidates = (kept[1:] + promising)[: state.options.max_combine]
-    combo = kept[0]
-    log: list[dict[str, Any]] = [{"added": combo.name, "status": "kept", "reason": "fastest kept trick: starts the combination",
-                                  "speedup_vs_previous": combo.speedup}]
-    for cand in candidates:
-        settings = combo.settings + cand.settings
-        parts = [state.knobs[(s.code, s.knob)].recipe_fields(s.value, ctx) for s in settings]
-        _, conflict = merge_recipe_fields(parts)
+        return
+    taken = {(t.settings[0].code, t.settings[0].knob) for t in kept}
+    promising = [t for t in best_per_knob(session.trials, "no_gain")
+                 if (t.settings[0].code, t.settings[0].knob) not in taken]
+    first = kept[0]
+    combo = session.new_trial(first.settings)[0]  # its runs as the reference here stay apart from the trial's
+    steps = [CombineStep(first.name, "added", "fastest kept trick: starts the combination", first.speed)]
+    for cand in (kept[1:] + promising)[: session.options.max_combine]:
+        new, conflict = session.new_trial(combo.settings + cand.settings)
         if conflict:
-            log.append({"added": cand.name, "status": "skipped", "reason": f"conflicts with {combo.name}: {conflict}",
-                        "speedup_vs_previous": None})
+            steps.append(CombineStep(cand.name, "skipped", f"conflicts with {combo.name}: {conflict}"))
             continue
-        new = _new_trial(settings, state.knobs, ctx)
-        state.runs.setdefault(_key(new.settings), new.runs)
-        new.runs = state.runs[_key(new.settings)]
-        state.progress.total_add(3 * state.options.repeats)
-        _rounds(state, [baseline, combo, new], baseline, state.options.repeats)
-        _decide(combo, baseline.ok_runs, state, noise)
-        _decide(new, baseline.ok_runs, state, noise)
-        if new not in trials:
-            trials.append(new)
-        if new.status == "failed":
-            log.append({"added": cand.name, "status": "failed", "reason": new.reason, "speedup_vs_previous": None})
+        pairs = session.measure(combo, [new])[id(new)]
+        session.judge(new, pairs, against=combo.name)
+        if new.status in ("failed", "rejected", "skipped"):
+            steps.append(CombineStep(cand.name, new.status, new.reason))
+            if new.status == "skipped":
+                break
             continue
-        if not new.ok_runs:
-            log.append({"added": cand.name, "status": "skipped", "reason": "time budget spent", "speedup_vs_previous": None})
-            break
-        step = compare(combo.ok_runs, new.ok_runs, confidence=state.options.confidence, seed=state.options.seed)
-        status, reason = speed_verdict(step, noise, state.options.margin)
-        if new.status == "rejected":
-            status, reason = "rejected", new.reason
-        ratio = f"{step.ratio:.2f}x [{step.low:.2f}, {step.high:.2f}] " if step else ""
-        entry = {"added": cand.name, "status": status, "reason": f"{ratio}vs {combo.name}: {reason}",
-                 "speedup_vs_previous": step.to_dict() if step else None}
-        log.append(entry)
-        if status == "kept" and new.status == "kept":
+        status, reason = verdict(new.speed, session.options.margin)
+        if status == "kept":
             combo = new
-        elif new.status == "kept":
-            new.status, new.reason = "no_gain", f"not faster than {combo.name} alone: {reason}"
-    return log, combo
+            steps.append(CombineStep(cand.name, "added", f"vs {_prev(steps)}: {reason}",
+                                     new.speed))
+        else:
+            steps.append(CombineStep(cand.name, status, f"not added: vs the combination so far: {reason}", new.speed))
+    best = first
+    if len(combo.settings) > 1:
+        final, _ = session.new_trial(combo.settings)
+        final.runs = list(combo.runs)
+        pairs = session.measure(session.baseline, [final])[id(final)]
+        final.runs = final.runs[len(combo.runs):]  # fresh pairs only
+        session.judge(final, pairs)
+        if final.status == "kept":
+            best = final
+            steps.append(CombineStep(final.name, "confirmed", f"re-measured against the baseline in "
+                                                              f"{final.speed.pairs} fresh pairs: {final.reason}",
+                                     final.speed))
+        else:
+            steps.append(CombineStep(final.name, "not_confirmed",
+                                     f"re-measured against the baseline: {final.reason}; the best single trick "
+                                     f"({first.name}) is the result", final.speed))
+    session.combination, session.best = steps, best
+
+
+def _prev(steps: Sequence[CombineStep]) -> str:
+    added = [s.added for s in steps if s.status == "added"]
+    return " + ".join(added)

@@ -14,7 +14,7 @@ from typing import Any
 
 from pitstop.tune.knob import Context
 
-__all__ = ["context_from_observations", "machine_load"]
+__all__ = ["context_from_observations", "machine_load", "usable_cores"]
 
 
 def _input_dims(obs: dict[str, Any]) -> int | None:
@@ -44,7 +44,7 @@ def context_from_observations(obs: dict[str, Any], *, notes: tuple[str, ...] = (
         device=obs.get("device") or "cpu",
         device_name=obs.get("device_name") or "",
         capability=tuple(cap) if cap else None,
-        cpu_count=os.cpu_count() or 1,
+        cpu_count=usable_cores(),
         conv2d=sum(int(m.get("conv2d") or 0) for m in models),
         input_dims=_input_dims(obs),
         autocast=_autocast(obs),
@@ -62,9 +62,17 @@ def context_from_observations(obs: dict[str, Any], *, notes: tuple[str, ...] = (
     )
 
 
-def machine_load() -> tuple[float, int] | None:
-    """(1-minute load average, cores), or None where the OS does not say."""
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask where the OS has one)."""
     try:
-        return os.getloadavg()[0], os.cpu_count() or 1
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def machine_load() -> tuple[float, int] | None:
+    """(1-minute load average, usable cores), or None where the OS does not say."""
+    try:
+        return os.getloadavg()[0], usable_cores()
     except (OSError, AttributeError):
         return None

@@ -40,6 +40,33 @@ def _mem(delta: int | None) -> str:
     return ("+" if delta > 0 else "") + fmt_bytes(delta)
 
 
+def _why(result: TuneResult) -> str:
+    """Which clocks decided the verdicts (one line)."""
+    measures: dict[str, str] = {}
+    for t in result.trials:
+        if t.speed is not None:
+            measures.setdefault(t.speed.measure.name, t.speed.measure.why)
+    return "; ".join(f"{why}" for why in measures.values())
+
+
+def _time(console: Any, result: TuneResult) -> None:
+    t, b = result.time, result.budget
+    if t is None:
+        return
+    line = (f"time: {t.total:.0f} s in all: survey {t.survey:.0f} s; {t.runs} runs ({t.worker}): set-up and "
+            f"shutdown {t.setup + t.other:.0f} s, warm-up steps {t.warmup:.0f} s, measured steps {t.measured:.0f} s")
+    if b and b.get("seconds"):
+        line += f"; budget {b['seconds']:.0f} s" + (" (exhausted: some runs were skipped)" if b.get("exhausted") else "")
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _compile_text(t: Any) -> str:
+    c = t.compile
+    if t.status == "kept" and c.break_even_steps:
+        return f"; compile {c.compile_s:.1f} s, pays off after {c.break_even_steps} steps"
+    return f"; compile {c.compile_s:.1f} s (one-off)"
+
+
 def render_text(result: TuneResult, file: IO[str] | None = None, width: int | None = None) -> None:
     from rich.table import Table
 
@@ -47,35 +74,46 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
     d = result.to_dict()
     base = d["baseline"]
     sps = base["steps_per_s"]
+    opts = d["settings"]
     console.print(f"[bold]pitstop tune[/bold] {result.target}  ({result.mode} mode, {result.device}; "
-                  f"{d['settings']['steps']} steps after {d['settings']['warmup']} warmup, "
-                  f"{d['settings']['repeats']} interleaved rounds)")
+                  f"{opts['steps']} steps after {opts['warmup']} warmup per run; each trial paired with the baseline "
+                  f"runs next to it, {max(2, opts['repeats'])} to {opts.get('max_pairs', opts['repeats'])} pairs)")
     console.print(f"baseline: {sps:.2f} steps/s" if sps else "baseline: not measured", end="")
     if base["samples_per_s"]:
         console.print(f", {base['samples_per_s']:.1f} samples/s", end="")
-    console.print(f"; noise floor {result.noise:.1%} (spread of {base['runs']} baseline runs)"
+    console.print(f" ({base['runs']} runs; their spread {result.noise:.0%}, already inside each paired interval)"
                   if result.noise is not None else "")
+    why = _why(result)
+    if why:
+        console.print(f"decided on: {why}", markup=False, highlight=False)
+    warn = result.script_warnings
+    if warn:
+        console.print(f"the script wrote {warn['lines']} lines to stderr over all runs ({warn['distinct']} distinct; "
+                      f"first: {warn['first'][0][:120]!r})", markup=False, highlight=False)
     table = Table(title_justify="left", show_lines=False)
-    for col, kw in (("trick", {}), ("code", {}), ("steps/s", {"justify": "right"}),
-                    ("speed-up [90% CI]", {"justify": "right"}), ("peak mem", {"justify": "right"}),
-                    ("loss check", {}), ("verdict", {}), ("reason", {"overflow": "fold", "ratio": 1})):
+    for col, kw in (("trick", {"no_wrap": True}), ("code", {}), ("steps/s", {"justify": "right"}),
+                    ("speed-up [90% CI]", {"justify": "right"}), ("pairs", {"justify": "right"}),
+                    ("peak mem", {"justify": "right"}), ("loss check", {}), ("verdict", {}),
+                    ("reason", {"overflow": "fold", "ratio": 1})):
         table.add_column(col, **kw)
     for t in result.trials:
         codes = " ".join(dict.fromkeys(s.code for s in t.settings))
         verdict = VERDICT_TEXT.get(t.status, t.status)
         style = _STYLE.get(t.status, "")
-        reason = t.reason
-        if t.compile:
-            be = t.compile.get("break_even_steps")
-            reason += (f"; compile {t.compile['compile_s']:.1f} s, pays off after {be} steps" if be
-                       else f"; compile {t.compile['compile_s']:.1f} s, never pays off (not faster)")
-        table.add_row(t.name, codes, f"{t.steps_per_s:.2f}" if t.steps_per_s else "-", _speed(t.speedup),
-                      _mem(t.memory_change), _loss(t.loss_check), f"[{style}]{verdict}[/]" if style else verdict, reason)
+        reason = t.reason + (_compile_text(t) if t.compile else "")
+        sp = t.speedup
+        table.add_row(t.name, codes, f"{t.steps_per_s:.2f}" if t.steps_per_s else "-", _speed(sp),
+                      str(sp["rounds"]) if sp else "-", _mem(t.memory_change),
+                      _loss(t.loss_check.to_dict() if t.loss_check is not None else None),
+                      f"[{style}]{verdict}[/]" if style else verdict, reason)
     console.print(table)
+    console.print("steps/s: the baseline's times the paired speed-up (wall-clock rates of single runs are in the JSON)",
+                  markup=False, highlight=False)
     if result.combination:
         console.print("[bold]greedy combination[/bold]")
         for step in result.combination:
-            console.print(f"  {VERDICT_TEXT.get(step['status'], step['status']):8s} {step['added']}: {step['reason']}")
+            console.print(f"  {_STEP_TEXT.get(step.status, step.status):13s} {step.added}: {step.reason}",
+                          markup=False, highlight=False)
     best = d["best"]
     if result.best is not None:
         console.print(f"[bold green]best: {result.best.name}[/] -> {_speed(best['speedup'])} vs the baseline "
@@ -87,15 +125,16 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
         console.print("[bold]or train with the engine[/bold] (pitstop.fit; --save-recipe writes it as a file)")
         console.print(recipe_snippet(best["recipe_changed"]), markup=False, highlight=False)
     else:
-        console.print("[bold]best: the baseline[/bold]: no trick was faster beyond the noise and loss-equivalent")
+        console.print("[bold]best: the baseline[/bold]: no trick was faster and loss-equivalent")
     if result.sweep:
         _sweep(console, result.sweep)
     for note in result.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
-    b = result.budget
-    if b:
-        console.print(f"time: {b.get('spent', 0):.0f} s" + (f" of a {b['seconds']:.0f} s budget" if b.get("seconds") else "")
-                      + (" (budget exhausted: some runs were skipped)" if b.get("exhausted") else ""))
+    _time(console, result)
+
+
+_STEP_TEXT = {"added": "added", "no_gain": "not added", "slower": "not added", "rejected": "REJECTED",
+              "failed": "FAILED", "skipped": "skipped", "confirmed": "confirmed", "not_confirmed": "not confirmed"}
 
 
 def _sweep(console: Any, sweep: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 
 from pitstop.tune.knob import Setting
 
-__all__ = ["Run", "Trial", "TuneResult", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA"]
+__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "TimeSplit", "CompileCost", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA"]
 
 SCHEMA = "pitstop.tune/1"
 
@@ -54,7 +54,10 @@ FAILED_STATUSES = ("crashed", "timeout", "oom", "error", "setup_error", "too_few
 
 @dataclass
 class Run:
-    """One run of one configuration."""
+    """One run of one configuration. Per observed step: wall seconds (``step_times``) and,
+    where the system has the clocks (:mod:`pitstop.doctor.clocks`), CPU seconds of the
+    process and its workers (``cpu_times``), run-queue delay (``run_delays``), main-thread
+    active seconds (``actives``) and CUDA event seconds (``gpu_times``)."""
 
     status: str                                   # "ok" or one of FAILED_STATUSES
     step_times: list[float] = field(default_factory=list)    # observed steps, seconds
@@ -63,9 +66,17 @@ class Run:
     peak_memory: int | None = None                # bytes (CUDA max allocated / peak RSS / tracked)
     batch_size: int | None = None
     elapsed: float = 0.0                          # seconds, the whole run (startup included)
-    round: int = -1                               # which interleaved round it belongs to
+    round: int = -1                               # which pass it belongs to
     message: str = ""
     traceback: str | None = None
+    cpu_times: list[float | None] = field(default_factory=list)
+    run_delays: list[float | None] = field(default_factory=list)
+    actives: list[float | None] = field(default_factory=list)
+    gpu_times: list[float | None] = field(default_factory=list)
+    setup_s: float | None = None                  # start of the run to its first step
+    warmup_s: float | None = None                 # the warmup steps
+    budget_cut: bool = False                      # its timeout was cut by the search's budget
+    stderr_lines: list[str] = field(default_factory=list)  # what the script wrote to stderr
 
     @property
     def ok(self) -> bool:
@@ -77,28 +88,76 @@ class Run:
 
         return quantile(self.step_times, 0.5) if self.step_times else None
 
+    def sample(self) -> Any:
+        """The run's typical step as a :class:`pitstop.paired.Sample` (None without steps)."""
+        from pitstop.paired import Sample
+
+        if not self.step_times:
+            return None
+        n = len(self.step_times)
+
+        def col(xs: list[float | None]) -> list[float | None]:
+            return list(xs) if len(xs) == n else [None] * n
+
+        steps = [_Step(w, c, d, a, g) for w, c, d, a, g in zip(self.step_times, col(self.cpu_times),
+                                                                col(self.run_delays), col(self.actives),
+                                                                col(self.gpu_times))]
+        return Sample.of(steps)
+
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "step_times": list(self.step_times), "warmup_times": list(self.warmup_times),
                 "losses": list(self.losses), "peak_memory": self.peak_memory, "batch_size": self.batch_size,
-                "elapsed": self.elapsed, "round": self.round, "message": self.message, "traceback": self.traceback}
+                "elapsed": self.elapsed, "round": self.round, "message": self.message, "traceback": self.traceback,
+                "cpu_times": list(self.cpu_times), "run_delays": list(self.run_delays), "actives": list(self.actives),
+                "gpu_times": list(self.gpu_times)}
+
+
+@dataclass(frozen=True)
+class _Step:
+    wall: float
+    cpu: float | None
+    run_delay: float | None
+    main_active: float | None
+    gpu: float | None
+
+
+@dataclass(frozen=True)
+class CompileCost:
+    """One-off cost of an expensive trial (compilation): ``compile_s`` of the first (cold)
+    run, ``compile_s_cached`` of the cheapest later one, and after how many steps it pays
+    off (only for a trial that is faster)."""
+
+    compile_s: float
+    compile_s_cached: float | None
+    break_even_steps: int | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compile_s": self.compile_s, "compile_s_cached": self.compile_s_cached,
+                "break_even_steps": self.break_even_steps}
 
 
 @dataclass
 class Trial:
-    """One configuration: the baseline (no settings), one knob value, or a combination."""
+    """One configuration: the baseline (no settings), one knob value, or a combination.
+
+    ``speed`` (:class:`pitstop.paired.Decision`), ``loss_check``
+    (:class:`pitstop.tune.equivalence.LossCheck`), ``recipe`` (:class:`pitstop.Recipe`) and
+    ``compile`` (:class:`CompileCost`) stay objects until :meth:`to_dict`."""
 
     name: str
     settings: tuple[Setting, ...] = ()
     runs: list[Run] = field(default_factory=list)
     status: str = "skipped"
     reason: str = ""
-    speedup: dict[str, Any] | None = None         # ratio, low, high, confidence, rounds_won, rounds
-    loss_check: dict[str, Any] | None = None      # status, deviation, tolerance, message
+    speed: Any = None                             # pitstop.paired.Decision vs the baseline
+    loss_check: Any = None                        # LossCheck
     memory_change: int | None = None              # bytes vs the baseline's peak
-    compile: dict[str, Any] | None = None         # compile_s, break_even_steps
-    recipe: dict[str, Any] = field(default_factory=dict)
+    compile: CompileCost | None = None
+    recipe: Any = None                            # pitstop.Recipe with the trial's fields (None: baseline)
+    recipe_fields: dict[str, Any] = field(default_factory=dict)   # the fields it changes
     reduced_precision: bool = False
     expensive: bool = False
+    base_steps_per_s: float | None = None         # the baseline's, for the steps/s the speed-up implies
 
     @property
     def ok_runs(self) -> list[Run]:
@@ -106,7 +165,7 @@ class Trial:
 
     @property
     def failed(self) -> Run | None:
-        return next((r for r in self.runs if not r.ok), None)
+        return next((r for r in self.runs if not r.ok and not r.budget_cut), None)
 
     @property
     def step_times(self) -> list[float]:
@@ -120,9 +179,22 @@ class Trial:
         return quantile(times, 0.5) if times else None
 
     @property
-    def steps_per_s(self) -> float | None:
+    def measured_steps_per_s(self) -> float | None:
+        """Wall-clock steps/s of its own runs (under whatever load each run saw)."""
         m = self.median_step
         return 1.0 / m if m else None
+
+    @property
+    def steps_per_s(self) -> float | None:
+        """The baseline's steps/s times the paired speed-up: never contradicts the speed-up
+        column (its own runs' wall rate is :attr:`measured_steps_per_s`)."""
+        if self.speed is not None and self.base_steps_per_s:
+            return self.base_steps_per_s * self.speed.ratio
+        return self.measured_steps_per_s
+
+    @property
+    def speedup(self) -> dict[str, Any] | None:
+        return self.speed.to_dict() if self.speed is not None else None
 
     @property
     def batch_size(self) -> int | None:
@@ -147,10 +219,52 @@ class Trial:
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "knobs": [s.to_dict() for s in self.settings], "status": self.status,
                 "reason": self.reason, "steps_per_s": _num(self.steps_per_s), "samples_per_s": _num(self.samples_per_s),
-                "speedup": self.speedup, "memory_change": self.memory_change, "loss_check": self.loss_check,
-                "compile": self.compile, "recipe": dict(self.recipe), "runs": len(self.runs),
+                "measured_steps_per_s": _num(self.measured_steps_per_s),
+                "speedup": self.speedup, "memory_change": self.memory_change,
+                "loss_check": self.loss_check.to_dict() if self.loss_check is not None else None,
+                "compile": self.compile.to_dict() if self.compile is not None else None,
+                "recipe": dict(self.recipe_fields), "runs": len(self.runs),
                 "run_step_times": [_num(r.median_step) for r in self.runs],
                 "peak_memory": self.peak_memory}
+
+
+@dataclass(frozen=True)
+class CombineStep:
+    """One step of the greedy combination: ``added`` to the combination (``status``
+    ``added``), not (``no_gain``, ``slower``, ``rejected``, ``failed``, ``skipped``), or the
+    final re-measurement of the whole combination against the baseline (``confirmed`` /
+    ``not_confirmed``). ``speed``: a :class:`pitstop.paired.Decision` vs the previous
+    combination (vs the baseline for the final step)."""
+
+    added: str
+    status: str
+    reason: str
+    speed: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"added": self.added, "status": self.status, "reason": self.reason,
+                "speedup_vs_previous": self.speed.to_dict() if self.speed is not None else None}
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Where the search's time went, summed over every run: ``setup`` (process start or
+    fork, imports, the script's own set-up until its first step), ``warmup`` and
+    ``measured`` steps, and ``other`` (the rest of each run: shutdown, reports), plus the
+    survey and the search's ``total`` wall time; ``runs`` and how they ran (``worker``)."""
+
+    total: float
+    survey: float
+    setup: float
+    warmup: float
+    measured: float
+    other: float
+    runs: int
+    worker: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("total", "survey", "setup", "warmup", "measured", "other", "runs",
+                                              "worker")}
 
 
 @dataclass
@@ -162,14 +276,16 @@ class TuneResult:
     context: dict[str, Any]
     baseline: Trial
     trials: list[Trial] = field(default_factory=list)
-    combination: list[dict[str, Any]] = field(default_factory=list)
+    combination: list[CombineStep] = field(default_factory=list)
     best: Trial | None = None
     best_recipe: dict[str, Any] = field(default_factory=dict)     # Recipe.to_dict()
     snippet: str = ""
     sweep: dict[str, Any] | None = None
     budget: dict[str, Any] = field(default_factory=dict)
-    noise: float | None = None
+    noise: float | None = None         # the baseline's own run-to-run spread (reported, not a bar)
     notes: list[str] = field(default_factory=list)
+    time: TimeSplit | None = None
+    script_warnings: dict[str, Any] | None = None   # {"lines", "distinct", "first": [...]}
 
     def trial(self, name: str) -> Trial:
         for t in self.trials:
@@ -206,26 +322,28 @@ class TuneResult:
             "settings": dict(self.settings),
             "context": dict(self.context),
             "baseline": {
-                "steps_per_s": _num(base.steps_per_s), "samples_per_s": _num(base.samples_per_s),
+                "steps_per_s": _num(base.measured_steps_per_s), "samples_per_s": _num(base.samples_per_s),
                 "step_time": _num(base.median_step), "noise": _num(self.noise), "runs": len(base.runs),
                 "run_step_times": [_num(r.median_step) for r in base.runs],
                 "peak_memory": base.peak_memory, "batch_size": base.batch_size,
                 "loss": _median_trajectory(base),
             },
             "trials": [t.to_dict() for t in self.trials],
-            "combination": list(self.combination),
+            "combination": [c.to_dict() for c in self.combination],
             "best": {
                 "knobs": [s.to_dict() for s in best.settings] if best else [],
                 "recipe": recipe.to_dict(),
                 "recipe_changed": {k: v for k, v in recipe.to_dict().items() if v != Recipe().to_dict()[k]},
                 "speedup": best.speedup if best else None,
-                "steps_per_s": _num(best.steps_per_s) if best else _num(base.steps_per_s),
-                "loss_check": best.loss_check if best else None,
+                "steps_per_s": _num(best.steps_per_s) if best else _num(base.measured_steps_per_s),
+                "loss_check": best.loss_check.to_dict() if best and best.loss_check is not None else None,
                 "snippet": self.snippet,
                 "measured": bool(best and best.runs),
             },
             "sweep": self.sweep,
             "budget": dict(self.budget),
+            "time": self.time.to_dict() if self.time is not None else None,
+            "script_warnings": self.script_warnings,
             "notes": list(self.notes),
         }
 

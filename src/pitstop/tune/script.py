@@ -22,9 +22,9 @@ from typing import Any
 from pitstop.tune.context import context_from_observations
 from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.result import Run
-from pitstop.tune.search import TuneError
+from pitstop.tune.options import TuneError
 
-__all__ = ["ScriptBackend", "run_from_result", "TuneInputError"]
+__all__ = ["ScriptBackend", "run_from_result", "TuneInputError", "passive_omp_reason"]
 
 _OOM_MARKERS = ("OutOfMemoryError", "out of memory", "MemoryError", "Cannot allocate memory")
 
@@ -42,10 +42,15 @@ def _doctor():
 def run_from_result(result: Any, steps: int) -> Run:
     """A :class:`Run` from the doctor's :class:`RunResult`."""
     recs = [s for s in result.steps if s.kind in ("warmup", "observed")]
-    run = Run(status="ok", step_times=[s.wall for s in recs if s.kind == "observed"],
+    observed = [s for s in recs if s.kind == "observed"]
+    run = Run(status="ok", step_times=[s.wall for s in observed],
               warmup_times=[s.wall for s in recs if s.kind == "warmup"], losses=[s.loss for s in recs],
               peak_memory=result.peak_memory, elapsed=result.elapsed, message=result.message,
-              traceback=result.traceback)
+              traceback=result.traceback,
+              cpu_times=[None if s.cpu is None else s.cpu + (s.cpu_children or 0.0) for s in observed],
+              run_delays=[s.run_delay for s in observed], actives=[s.main_active for s in observed],
+              gpu_times=[s.gpu for s in observed])
+    run.warmup_s = sum(run.warmup_times)
     run.batch_size = next((s.batch_size for s in recs if s.batch_size), None)
     status = result.status
     text = f"{result.message}\n{result.traceback or ''}"
@@ -66,12 +71,29 @@ def run_from_result(result: Any, steps: int) -> Run:
     return run
 
 
+def passive_omp_reason() -> str | None:
+    """Why runs should wait passively at OpenMP barriers, or None. On a busy machine (1-minute
+    load average above the usable cores) the OpenMP threads of a step spin at every barrier
+    while a peer waits for a core: the spinning steals the cores from the work and inflates
+    CPU time (measured here under load ~11 on a 2-thread conv step: bf16 vs fp32 0.82x on CPU
+    time with spinning, 1.38x with ``OMP_WAIT_POLICY=PASSIVE``, 1.81x single-threaded)."""
+    from pitstop.tune.context import machine_load
+
+    load = machine_load()
+    if load is not None and load[0] > load[1]:
+        return (f"the machine was busy at the start (load average {load[0]:.1f} on {load[1]} cores): every run, "
+                "baseline included, waits passively at OpenMP barriers (OMP_WAIT_POLICY=PASSIVE) so that "
+                "threads waiting for a core do not spin")
+    return None
+
+
 class ScriptBackend:
     mode = "script"
 
     def __init__(self, script: str | None = None, module: str | None = None, args: Sequence[str] = (), *,
                  seed: int = 0, cwd: str | None = None, survey_steps: int = 2, timeout: float = 300.0,
-                 python: str = sys.executable, threads: int | None = None) -> None:
+                 python: str = sys.executable, threads: int | None = None, warm: bool = True,
+                 passive_omp: bool | None = None) -> None:
         runner, spec = _doctor()
         if module is None and script is None:
             raise TuneInputError("give a script path or a module name")
@@ -84,12 +106,43 @@ class ScriptBackend:
         self.survey_steps, self.timeout, self.threads = survey_steps, timeout, threads
         self.ctx: Context | None = None
         self.survey: Any = None
+        self.worker: Any = None
+        self.worker_kind = "a fresh python process per run"
+        #: why runs wait passively at OpenMP barriers (None: the library's default)
+        self.passive_omp = passive_omp_reason() if passive_omp is None else (
+            "asked for" if passive_omp else None)
+        if warm and python == sys.executable:
+            from pitstop.tune.warm import WarmRunner
+
+            if WarmRunner.available():
+                env = {"OMP_WAIT_POLICY": "PASSIVE"} if self.passive_omp else None
+                self.worker = WarmRunner(python=python, cwd=cwd, env=env)
+                self.worker_kind = WarmRunner.kind
+        if self.worker is None:
+            self.passive_omp = None  # fresh processes run with the library's default
+
+    def _run_spec(self, rs: Any) -> tuple[Any, list[str]]:
+        """Run ``rs`` in the warm worker (a fresh process when it cannot be used)."""
+        runner, _ = _doctor()
+        if self.worker is not None:
+            try:
+                return self.worker.run(rs), list(self.worker.last_stderr)
+            except OSError as exc:
+                self.worker.close()
+                self.worker = None
+                self.worker_kind = f"a fresh python process per run (the warm worker failed: {exc})"
+        return runner.run_script(rs, check=False), []
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
 
     def context(self) -> Context:
         runner, spec = _doctor()
         rs = spec.RunSpec(**self._spec, steps=self.survey_steps, warmup=1, timeout=self.timeout, mode="full",
                           probes=False, stdout="devnull", setups=self._base_setups())
-        result = runner.run_script(rs, check=False)
+        result, _ = self._run_spec(rs)
         self.survey = result
         if result.status not in ("stopped", "finished", "exited") or not result.observations:
             raise TuneError(f"the script could not be surveyed ({result.status}): {result.message}"
@@ -120,9 +173,14 @@ class ScriptBackend:
         rs = spec.RunSpec(**self._spec, steps=steps, warmup=warmup, timeout=timeout,
                           setups=self.setups(settings, knobs), mode="light", probes=False, stdout="devnull")
         started = time.perf_counter()
-        result = runner.run_script(rs, check=False)
+        result, stderr = self._run_spec(rs)
         run = run_from_result(result, steps)
         run.elapsed = time.perf_counter() - started  # with the child's start-up: what the budget pays
+        if run.warmup_times:  # the first step's wall also holds the script's own set-up before it
+            first = run.warmup_times[0] - (run.median_step or 0.0)
+            run.warmup_s = max(0.0, run.warmup_s - first)
+        run.setup_s = max(0.0, run.elapsed - (run.warmup_s or 0.0) - sum(run.step_times))
+        run.stderr_lines = stderr
         if run.batch_size is None and self.ctx is not None:
             run.batch_size = self.ctx.batch_size
         run.round = round

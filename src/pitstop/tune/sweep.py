@@ -22,7 +22,7 @@ from typing import Any
 
 from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.memory import MEASURE_CPU, MEASURE_CUDA, default_cap
-from pitstop.tune.search import Budget, merge_recipe_fields
+from pitstop.tune.options import Budget, merge_recipe_fields
 
 __all__ = ["batch_size_sweep", "DEFAULT_MEMORY_MARGIN"]
 

@@ -9,7 +9,8 @@ from typing import Any
 from pitstop.tune.knob import Knob, all_knobs
 from pitstop.tune.progress import NullProgress
 from pitstop.tune.result import TuneResult
-from pitstop.tune.search import Budget, TuneOptions, search
+from pitstop.tune.options import Budget, TuneOptions
+from pitstop.tune.search import search
 
 __all__ = ["tune", "tune_script"]
 
@@ -20,14 +21,15 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
          margin: float | None = None, confidence: float | None = None, sweep: bool = True,
          batch_sizes: Sequence[int] | None = None, max_batch: int | None = None, memory_cap: int | str | None = None,
          memory_margin: float | None = None, effective_batch: int | None = None, progress: bool | None = False,
-         knobs: Sequence[Knob] | None = None, threads: int | None = None) -> TuneResult:
+         knobs: Sequence[Knob] | None = None, threads: int | None = None, max_pairs: int = 8) -> TuneResult:
     """A/B-measure the registered knobs on an engine training and return a :class:`TuneResult`.
 
     ``loss_fn(model, batch)`` returns the scalar loss, as for :func:`pitstop.make_step`;
     ``optimizer_factory(params)`` builds the optimizer (called once per run, so every run
     starts from an empty optimizer state); ``recipe`` is the starting point (default:
     ``Recipe()``). Knobs (``only=``: tip codes or knob names) are tried with
-    ``warmup + steps`` optimizer steps per run, ``repeats`` interleaved rounds.
+    ``warmup + steps`` optimizer steps per run; each trial run next to a baseline run
+    (a *pair*); ``repeats`` pairs at least before a verdict, ``max_pairs`` at most.
 
     ``sweep=True`` also runs the batch-size sweep: ``batch_sizes`` (default: the loader's
     batch size doubled up to ``max_batch``, default 8x), with and without activation
@@ -51,7 +53,7 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
                        budget=budget, only=only, recipe=recipe, seed=seed, timeout=timeout, margin=margin,
                        confidence=confidence, sweep=sweep, batch_sizes=batch_sizes, max_batch=max_batch,
                        memory_cap=memory_cap, memory_margin=memory_margin, effective_batch=effective_batch,
-                       progress=progress, knobs=knobs)
+                       progress=progress, knobs=knobs, max_pairs=max_pairs)
     finally:
         torch.set_num_threads(previous)
     result.settings["threads"] = threads
@@ -60,7 +62,7 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
 
 def _tune(model, optimizer_factory, loss_fn, loader, *, steps, warmup, repeats, budget, only, recipe, seed, timeout,
           margin, confidence, sweep, batch_sizes, max_batch, memory_cap, memory_margin, effective_batch, progress,
-          knobs) -> TuneResult:
+          knobs, max_pairs) -> TuneResult:
     from pitstop.tune.api import ApiBackend
     from pitstop.tune.memory import parse_bytes
     from pitstop.tune.progress import make_progress
@@ -69,7 +71,8 @@ def _tune(model, optimizer_factory, loss_fn, loader, *, steps, warmup, repeats, 
 
     options = TuneOptions(steps=steps, warmup=warmup, repeats=repeats, budget=budget, timeout=timeout,
                           margin=DEFAULT_MARGIN if margin is None else margin,
-                          confidence=DEFAULT_CONFIDENCE if confidence is None else confidence, only=tuple(only), seed=seed)
+                          confidence=DEFAULT_CONFIDENCE if confidence is None else confidence, only=tuple(only), seed=seed,
+                          max_pairs=max_pairs)
     cap = parse_bytes(memory_cap) if memory_cap is not None else None
     if effective_batch is not None and (not isinstance(effective_batch, int) or effective_batch < 1):
         raise ValueError(f"effective_batch must be a positive int, got {effective_batch!r}")
@@ -95,7 +98,7 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
                 warmup: int = 3, repeats: int = 3, budget: float | None = None, only: Sequence[str] = (),
                 timeout: float = 300.0, margin: float | None = None, confidence: float | None = None, seed: int = 0,
                 progress: bool | None = False, knobs: Sequence[Knob] | None = None, cwd: str | None = None,
-                survey_steps: int = 2, threads: int | None = None) -> TuneResult:
+                survey_steps: int = 2, threads: int | None = None, max_pairs: int = 8, warm: bool = True) -> TuneResult:
     """Script mode: tune an unmodified training script (``script`` path or ``module`` name,
     ``args`` its own arguments). Each run is a fresh child process under the doctor's bootstrap."""
     from pitstop.tune.progress import make_progress
@@ -104,11 +107,16 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
 
     options = TuneOptions(steps=steps, warmup=warmup, repeats=repeats, budget=budget, timeout=timeout,
                           margin=DEFAULT_MARGIN if margin is None else margin,
-                          confidence=DEFAULT_CONFIDENCE if confidence is None else confidence, only=tuple(only), seed=seed)
+                          confidence=DEFAULT_CONFIDENCE if confidence is None else confidence, only=tuple(only), seed=seed,
+                          max_pairs=max_pairs)
     backend = ScriptBackend(script=script, module=module, args=tuple(args), seed=seed, cwd=cwd,
-                            survey_steps=survey_steps, timeout=timeout, threads=threads)
+                            survey_steps=survey_steps, timeout=timeout, threads=threads, warm=warm)
     knob_list = list(knobs) if knobs is not None else all_knobs()
     bar = make_progress(progress) if progress is not False else NullProgress()
-    result = search(backend, knob_list, options, progress=bar)
+    try:
+        result = search(backend, knob_list, options, progress=bar)
+    finally:
+        backend.close()
     result.settings["threads"] = threads
+    result.settings["omp_wait_policy"] = "PASSIVE" if backend.passive_omp else None
     return result

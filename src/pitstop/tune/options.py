@@ -1,0 +1,124 @@
+"""What a search is given: its options, its time budget, the backend that runs a
+configuration, the knobs selected (torch-free)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pitstop.tune.knob import Context, Knob, Setting
+from pitstop.tune.result import Run
+from pitstop.tune.verdict import DEFAULT_CONFIDENCE, DEFAULT_MARGIN
+
+__all__ = ["TuneOptions", "Backend", "TuneError", "Budget", "select_knobs", "merge_recipe_fields"]
+
+
+class TuneError(RuntimeError):
+    """The search cannot start or cannot go on (the baseline itself fails)."""
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    steps: int = 10                  # observed optimizer steps per run
+    warmup: int = 3                  # optimizer steps before measuring (compilation, caches)
+    repeats: int = 3                 # pairs before a verdict (at least 2: no verdict from one pair)
+    max_pairs: int = 8               # pairs after which an undecided trial is "no gain"
+    budget: float | None = None      # seconds for the whole search
+    timeout: float = 300.0           # seconds for one run
+    margin: float = DEFAULT_MARGIN   # required speed-up beyond the noise
+    confidence: float = DEFAULT_CONFIDENCE
+    only: tuple[str, ...] = ()       # tip codes or knob names; empty: every knob
+    max_combine: int = 4             # candidates tried in the greedy phase
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1), ("max_pairs", 1), ("max_combine", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if self.budget is not None and not self.budget > 0:
+            raise ValueError(f"budget must be > 0 seconds, got {self.budget!r}")
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout!r}")
+        if not 0 <= self.margin < 10:
+            raise ValueError(f"margin must be in [0, 10), got {self.margin!r}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
+
+    @property
+    def min_pairs(self) -> int:
+        return max(2, self.repeats)
+
+    @property
+    def most_pairs(self) -> int:
+        return max(self.min_pairs, self.max_pairs)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "warmup": self.warmup, "repeats": self.repeats, "budget": self.budget,
+                "timeout": self.timeout, "margin": self.margin, "confidence": self.confidence,
+                "only": list(self.only), "max_pairs": self.max_pairs, "max_combine": self.max_combine, "seed": self.seed}
+
+
+class Backend(Protocol):
+    """How configurations run: :class:`pitstop.tune.script.ScriptBackend` (child processes)
+    or :class:`pitstop.tune.api.ApiBackend` (in process, through ``make_step``)."""
+
+    mode: str
+    target: str
+
+    def context(self) -> Context: ...
+
+    def run(self, settings: tuple[Setting, ...], knobs: Sequence[Knob], *, round: int, timeout: float,
+            steps: int, warmup: int) -> Run: ...
+
+    def close(self) -> None: ...
+
+
+class Budget:
+    def __init__(self, seconds: float | None, clock: Callable[[], float] = time.monotonic):
+        self.seconds, self.clock = seconds, clock
+        self.start = clock()
+        self.exhausted = False
+
+    @property
+    def spent(self) -> float:
+        return self.clock() - self.start
+
+    def remaining(self) -> float:
+        return math.inf if self.seconds is None else self.seconds - self.spent
+
+    def fits(self, estimate: float) -> bool:
+        ok = self.remaining() >= estimate
+        if not ok:
+            self.exhausted = True
+        return ok
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"seconds": self.seconds, "spent": round(self.spent, 3), "exhausted": self.exhausted}
+
+
+def _matches(knob: Knob, only: Sequence[str]) -> bool:
+    return not only or any(o.upper() == knob.tip or o.lower() == knob.name for o in only)
+
+
+def select_knobs(knobs: Sequence[Knob], only: Sequence[str]) -> list[Knob]:
+    """Knobs selected by ``only`` (tip codes or knob names); ValueError naming an unknown one."""
+    unknown = [o for o in only if not any(o.upper() == k.tip or o.lower() == k.name for k in knobs)]
+    if unknown:
+        known = ", ".join(sorted({k.tip for k in knobs} | {k.name for k in knobs}))
+        raise ValueError(f"--only: no knob for {', '.join(map(repr, unknown))}; knobs: {known}")
+    return [k for k in knobs if _matches(k, only)]
+
+
+def merge_recipe_fields(parts: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], str | None]:
+    """Merge the Recipe fields of several settings; the second item names a conflict."""
+    merged: dict[str, Any] = {}
+    for part in parts:
+        for k, v in part.items():
+            if k in merged and merged[k] != v:
+                return merged, f"both set Recipe.{k} ({merged[k]!r} vs {v!r})"
+            merged[k] = v
+    return merged, None

@@ -1,0 +1,52 @@
+"""The warm worker (torch imported once, one fork per run) behaves like a fresh process."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from conftest import FIXTURES
+
+pytestmark = pytest.mark.slow
+
+TUNE = FIXTURES / "tune"
+sys.path.insert(0, str(TUNE))
+import planted_knobs as planted  # noqa: E402
+
+
+def test_a_forked_run_trains_exactly_like_a_fresh_process():
+    from pitstop.tune.script import ScriptBackend
+    from pitstop.tune.warm import WarmRunner
+
+    if not WarmRunner.available():
+        pytest.skip("no fork on this platform")
+    runs = {}
+    for warm in (True, False):
+        backend = ScriptBackend(str(TUNE / "tiny_train.py"), threads=1, warm=warm)
+        try:
+            runs[warm] = [backend.run((), [], steps=4, warmup=1, timeout=60) for _ in range(2)]
+        finally:
+            backend.close()
+        assert backend.worker_kind.startswith("warm" if warm else "a fresh")
+    for warm, pair in runs.items():
+        assert all(r.ok for r in pair), [r.message for r in pair]
+    assert runs[True][0].losses == runs[True][1].losses == runs[False][0].losses  # same seed, same bits
+    assert all(len(r.cpu_times) == len(r.step_times) == 4 for r in runs[True])
+
+
+def test_the_scripts_repeated_stderr_is_counted_not_printed():
+    from pitstop.tune.report import render_text
+    from pitstop.tune.tuning import tune_script
+
+    r = tune_script(str(TUNE / "tiny_train.py"), args=("--warn", "--pace", "20"), steps=4, warmup=1, repeats=2,
+                    max_pairs=2, timeout=60, threads=1, knobs=[planted.SkipPaceKnob()])
+    w = r.script_warnings
+    assert w is not None and w["distinct"] == 1 and w["lines"] >= 5 * (len(r.baseline.runs) + 1)
+    buf = io.StringIO()
+    render_text(r, file=buf)
+    text = buf.getvalue()
+    assert text.count("a repeated warning") == 1 and f"{w['lines']} lines to stderr" in text
+    assert r.time is not None and r.time.runs >= 3 and "warm worker" in r.time.worker
+    assert "set-up and shutdown" in text and "measured steps" in text
