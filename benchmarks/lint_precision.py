@@ -19,10 +19,14 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "lint_corpus"
