@@ -19,10 +19,14 @@ import json
 import os
 import subprocess
 import sys
-import tomllib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "tests" / "lint_corpus"
@@ -207,6 +211,26 @@ def table(scores: dict[str, Score], markdown: bool = False) -> str:
     return "".join("  ".join(str(x).ljust(w) for x, w in zip(r, widths)).rstrip() + "\n" for r in [head, *rows])
 
 
+def comparison(named: dict[str, dict[str, Score]]) -> str:
+    """One Markdown table, a column group per rule version: findings, precision (debatable left
+    out / counted wrong), recall."""
+    names = list(named)
+    codes = sorted({c for sc in named.values() for c, s in sc.items() if c != "all" and (s.findings or s.labelled_true)})
+    head = ["rule"] + [f"{n}: {k}" for n in names for k in ("findings", "precision", "recall")]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for code in codes + ["all"]:
+        cells = [f"**{code}**" if code == "all" else code]
+        for n in names:
+            s = named[n].get(code)
+            if s is None:
+                cells += ["0", "-", "-"]
+                continue
+            cells += [str(s.findings), f"{_pct(s.precision)} / {_pct(s.precision_strict)}",
+                      f"{_pct(s.recall)} ({s.found_true}/{s.labelled_true})"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _context(f: Reported, before: int = 4, after: int = 2) -> str:
     lines = source_lines(CORPUS / f.path, f.cell)
     lo, hi = max(0, f.line - 1 - before), min(len(lines), f.line + after)
@@ -224,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = load_labels()
     variants = [tuple(s.split("=", 1)) if "=" in s else (s, s) for s in args.src or []] or [("this", None)]
     failed = 0
+    named: dict[str, dict[str, Score]] = {}
     for name, src in variants:
         print(f"\n## {name}" + (f" ({src})" if src else "") + "\n")
         try:
@@ -232,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             print(exc)
             failed += 1
             continue
-        print(table(score(m, labels), args.markdown))
+        named[name] = score(m, labels)
+        print(table(named[name], args.markdown))
         bad = sorted({(lab.path, lab.line, lab.code) for f, lab in m.matched if lab.bad_fix and f.fixable})
         if bad:
             print(f"findings that offer a fix labelled harmful: {len(bad)}: "
@@ -245,6 +271,9 @@ def main(argv: list[str] | None = None) -> int:
             for f in m.unlabelled:
                 where = f.path if f.cell is None else f"{f.path}:cell {f.cell}"
                 print(f"\n{where}:{f.line}:{f.column}: {f.code} {f.message}\n{_context(f)}", end="")
+    if args.markdown and len(named) > 1:
+        print("\n## side by side (precision: debatable left out / counted wrong)\n")
+        print(comparison(named))
     return 1 if failed else 0
 
 

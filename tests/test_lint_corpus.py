@@ -82,9 +82,7 @@ def test_labels_point_at_real_lines(labels):
 
 def test_corpus_is_pinned_and_attributed():
     notice = (lp.CORPUS / "NOTICE.md").read_text(encoding="utf-8")
-    import tomllib
-
-    manifest = tomllib.loads((lp.CORPUS / "MANIFEST.toml").read_text(encoding="utf-8"))
+    manifest = lp.tomllib.loads((lp.CORPUS / "MANIFEST.toml").read_text(encoding="utf-8"))
     assert len(manifest["repo"]) >= 6
     for repo in manifest["repo"]:
         assert len(repo["commit"]) == 40 and repo["commit"] in notice, repo["name"]
