@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pitstop.doctor.check import Check, Finding, Thresholds
+from pitstop.doctor.check import Check, Finding, Thresholds, in_framework_terms
 from pitstop.doctor.observations import PHASES, Observations
 from pitstop.doctor.spec import RunResult
 
@@ -151,7 +151,7 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnos
             diag.skipped.append({"code": cls.tip, "check": cls.__name__, "reason": reason})
             continue
         try:
-            diag.findings.extend(check.check(obs, th))
+            diag.findings.extend(in_framework_terms(check, f, obs) for f in check.check(obs, th))
         except Exception as exc:  # a broken check must not hide the others' findings
             diag.errors.append(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
     for name, p in sorted((obs.probes or {}).items()):
