@@ -23,7 +23,8 @@ JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when u
                  "run_step_times": [median step seconds of each run]}],
      "combination": [{"added", "status", "reason", "speedup_vs_previous"}],
      "best": {"knobs", "recipe" (Recipe.to_dict()), "recipe_changed", "speedup",
-              "steps_per_s", "loss_check", "snippet", "measured"},
+              "steps_per_s", "loss_check", "snippet", "framework": {"framework", "target", "kwargs",
+              "code", "unsupported", "snippet"} | null (the detected framework's form), "measured"},
      "sweep": {...} | null,                   # API mode batch-size sweep
      "budget": {"seconds", "spent", "exhausted"}, "notes": [str]}
 """
@@ -222,12 +223,24 @@ class TuneResult:
                 "steps_per_s": _num(best.steps_per_s) if best else _num(base.steps_per_s),
                 "loss_check": best.loss_check if best else None,
                 "snippet": self.snippet,
+                "framework": _framework_config(recipe, self.context),
                 "measured": bool(best and best.runs),
             },
             "sweep": self.sweep,
             "budget": dict(self.budget),
             "notes": list(self.notes),
         }
+
+
+def _framework_config(recipe: Any, context: dict[str, Any]) -> dict[str, Any] | None:
+    """The recipe in the detected framework's options (:mod:`pitstop.engine.export`), or None."""
+    framework = (context or {}).get("framework")
+    if not framework:
+        return None
+    from pitstop.engine.export import export
+
+    cfg = export(recipe, framework)
+    return {**cfg.to_dict(), "snippet": cfg.snippet()}
 
 
 def _num(x: float | None) -> float | None:
