@@ -101,7 +101,7 @@ def detect(frame: FrameType | None = None, optimizer: Any = None) -> FrameworkIn
     while f is not None:
         mod = f.f_globals.get("__name__", "") or ""
         for name, prefixes in _DRIVERS.items():
-            if mod.startswith(prefixes):
+            if any(mod == p or mod.startswith(p + ".") for p in prefixes):
                 this = f.f_locals.get("self")
                 if this is not None:
                     seen[name] = this  # keeps the outermost one
@@ -193,29 +193,31 @@ def framework_file(filename: str) -> bool:
     return bool(dirs) and filename.startswith(dirs)
 
 
-#: metric name -> "file:line" of the user's last ``self.log(name, ..., prog_bar=True)``
-_LOG_SITES: dict[str, str] = {}
+def _lightning_module_class() -> Any:
+    mod = sys.modules.get("lightning.pytorch") or sys.modules.get("pytorch_lightning")
+    return getattr(mod, "LightningModule", None)
 
 
 def track_lightning_logs(patches: Any, site: Any) -> None:
     """Record where the user's ``LightningModule.log(..., prog_bar=True)`` calls are (so a
     sync made later by Lightning's progress-bar metrics points at them). ``site(depth)``
-    gives the caller's ``file:line``."""
-    mod = sys.modules.get("lightning.pytorch") or sys.modules.get("pytorch_lightning")
-    cls = getattr(mod, "LightningModule", None)
+    gives the caller's ``file:line``. The record lives on the patched method, so it goes
+    when ``patches`` are restored."""
+    cls = _lightning_module_class()
     if cls is None or "log" not in vars(cls):
         return
     original = vars(cls)["log"]
-    _LOG_SITES.clear()
+    sites: dict[str, str] = {}  # metric name -> "file:line" of its last prog_bar log call
 
     def log(self, name, value, *args, **kwargs):
         if kwargs.get("prog_bar"):
             where = site(2)
             if where:
-                _LOG_SITES[str(name)] = where
+                sites[str(name)] = where
         return original(self, name, value, *args, **kwargs)
 
     log.__wrapped__ = original  # type: ignore[attr-defined]
+    log.pitstop_sites = sites  # type: ignore[attr-defined]
     patches.set(cls, "log", log)
 
 
@@ -226,8 +228,9 @@ def resolve_site(frame: FrameType | None) -> str | None:
     f = frame
     while f is not None and framework_file(f.f_code.co_filename):
         if f.f_code.co_name == "metrics" and "forked_name" in f.f_locals:
+            sites = getattr(getattr(_lightning_module_class(), "log", None), "pitstop_sites", None) or {}
             name = str(f.f_locals.get("forked_name"))
-            hit = _LOG_SITES.get(name) or _LOG_SITES.get(name.split("_step")[0])
+            hit = sites.get(name) or sites.get(name.split("_step")[0])
             if hit:
                 return hit
         f = f.f_back
