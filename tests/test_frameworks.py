@@ -269,3 +269,18 @@ def test_tune_report_prints_the_framework_snippet():
     text = buf.getvalue()
     assert "set it in your TrainingArguments" in text and "bf16=True" in text
     assert text.index("bf16=True") < text.index("with torch.autocast")  # the framework's form first
+
+
+def test_sync_sites_walk_past_framework_frames_to_the_users_line():
+    L = pytest.importorskip("lightning")
+    import os
+
+    from pitstop.doctor.patching import user_site
+
+    fake = os.path.join(os.path.dirname(L.__file__), "pitstop_test_fake.py")  # a path inside the package
+    namespace: dict = {}
+    code = compile("def framework_code(report):\n    return report()\n", fake, "exec")
+    exec(code, namespace)  # the function's frames now look like lightning's own code
+    line = sys._getframe().f_lineno + 1
+    site = namespace["framework_code"](lambda: user_site(2))  # starts in the framework frame
+    assert site == f"{__file__}:{line}"

@@ -42,7 +42,7 @@ def user_site(depth: int = 2, *, through_torch: bool = False) -> str | None:
         f = sys._getframe(depth)
     except ValueError:
         return None
-    via_framework = False
+    via_framework, first_framework = False, None
     while f is not None:
         fn = f.f_code.co_filename
         if fn.startswith(_DOCTOR_DIR) or fn.startswith("<frozen"):
@@ -60,11 +60,13 @@ def user_site(depth: int = 2, *, through_torch: bool = False) -> str | None:
             resolved = resolve_site(f)
             if resolved:
                 return resolved
+            if not via_framework:
+                first_framework = f"{fn}:{f.f_lineno}"
             via_framework = True  # torch frames further out are the framework's calls, not the cause
             f = f.f_back
             continue
         return f"{fn}:{f.f_lineno}"
-    return None
+    return first_framework  # the whole stack was framework code (an installed entry point)
 
 
 class Patches:
