@@ -284,3 +284,57 @@ def test_sync_sites_walk_past_framework_frames_to_the_users_line():
     line = sys._getframe().f_lineno + 1
     site = namespace["framework_code"](lambda: user_site(2))  # starts in the framework frame
     assert site == f"{__file__}:{line}"
+
+
+@pytest.mark.slow
+def test_lightning_callback_runs_the_doctor_over_a_window(tmp_path):
+    L = pytest.importorskip("lightning")
+    sys.path.insert(0, str(ROOT / "tests" / "fixtures" / "frameworks"))
+    try:
+        from lightning_cnn import LitCNN
+    finally:
+        sys.path.pop(0)
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from pitstop.integrations.lightning import PitstopDoctor
+
+    cb = PitstopDoctor(steps=3, warmup=1, start_step=2, probes=False, print_report=False, save=tmp_path / "d.json")
+    data = TensorDataset(torch.randn(128, 3, 32, 32), torch.randint(0, 10, (128,)))
+    trainer = L.Trainer(max_steps=10, accelerator="cpu", logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb])
+    trainer.fit(LitCNN(), DataLoader(data, batch_size=16))
+    assert trainer.global_step == 10  # training went on after the window
+    report = cb.report
+    assert report.outcome == "diagnosed" and len(report.result.observed) == 3
+    assert report.observations.framework["name"] == "lightning"
+    assert sum(v["share"] for k, v in report.breakdown().items() if k != "other") <= 1.02
+    assert (tmp_path / "d.json").exists()
+    with pytest.raises(ValueError, match="json or .html"):
+        PitstopDoctor(save="report.txt")
+
+
+@pytest.mark.slow
+def test_transformers_callback_runs_the_doctor_over_a_window():
+    transformers = pytest.importorskip("transformers")
+    from pitstop.integrations.transformers import PitstopDoctorCallback
+
+    class Tokens(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            ids = torch.arange(i, i + 16) % 128
+            return {"input_ids": ids, "labels": ids}
+
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=128,
+                                                                 n_positions=16, bos_token_id=0, eos_token_id=0))
+    cb = PitstopDoctorCallback(steps=2, warmup=1, probes=False, print_report=False)
+    with tempfile.TemporaryDirectory() as out:
+        args = transformers.TrainingArguments(output_dir=out, max_steps=6, per_device_train_batch_size=8, use_cpu=True,
+                                              report_to=[], save_strategy="no", logging_strategy="no",
+                                              disable_tqdm=True)
+        transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[cb]).train()
+    report = cb.report
+    assert report.outcome == "diagnosed" and len(report.result.observed) == 2
+    assert report.observations.framework["name"] == "transformers"
