@@ -5,6 +5,7 @@ discipline. The subprocess runs (doctor/tune on the fixture scripts) are in
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tempfile
@@ -338,3 +339,14 @@ def test_transformers_callback_runs_the_doctor_over_a_window():
     report = cb.report
     assert report.outcome == "diagnosed" and len(report.result.observed) == 2
     assert report.observations.framework["name"] == "transformers"
+
+
+def test_recipe_cli_prints_a_framework_form(cli, tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text('[recipe]\nprecision = "bf16-mixed"\nnum_workers = 2\n', encoding="utf-8")
+    out = cli("recipe", str(path), "--for", "transformers")
+    assert out.returncode == 0, out.stderr
+    assert "TrainingArguments(output_dir=..., bf16=True, dataloader_num_workers=2" in out.stdout
+    out = cli("recipe", str(path), "--for", "accelerate", "--format", "json")
+    assert json.loads(out.stdout)["kwargs"] == {"mixed_precision": "bf16"}
+    assert "num_workers=2" in json.loads(out.stdout)["code"][0]
