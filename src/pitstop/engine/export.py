@@ -96,6 +96,20 @@ def _common_code(changed: dict[str, Any], unsupported: list[str], *, compile_lin
     return code
 
 
+def _loop_code(c: dict[str, Any], *, accumulate: str, clip_norm: str, clip_value: str) -> list[str]:
+    """Lines for a loop the user writes (Fabric, Accelerate): accumulation, clipping, determinism."""
+    code = []
+    if c.get("accumulate", 1) > 1:
+        code.append(accumulate.format(n=c["accumulate"]))
+    if c.get("clip_norm") is not None:
+        code.append(clip_norm.format(v=c["clip_norm"]))
+    if c.get("clip_value") is not None:
+        code.append(clip_value.format(v=c["clip_value"]))
+    if c.get("deterministic"):
+        code.append("torch.use_deterministic_algorithms(True)")
+    return code
+
+
 def export(recipe: Recipe, framework: str) -> FrameworkConfig:
     """``recipe``'s changed fields as ``framework``'s kwargs, extra code and leftovers."""
     if framework not in TARGETS:
@@ -144,16 +158,11 @@ def _fabric(c: dict[str, Any]) -> FrameworkConfig:
     code = _common_code(c, un, compile_line=True, seed_call="fabric.seed_everything({seed})")
     if c.get("compile"):
         code.append("model, optimizer = fabric.setup(model, optimizer)  # after torch.compile")
-    code += _loader_line(c)
-    if c.get("accumulate", 1) > 1:
-        code.append(f"# accumulate {c['accumulate']} micro-batches: with fabric.no_backward_sync(model, "
-                    "enabled=not last): fabric.backward(loss); step every N")
-    if c.get("clip_norm") is not None:
-        code.append(f"fabric.clip_gradients(model, optimizer, max_norm={c['clip_norm']!r})  # before optimizer.step()")
-    if c.get("clip_value") is not None:
-        code.append(f"fabric.clip_gradients(model, optimizer, clip_val={c['clip_value']!r})  # before optimizer.step()")
-    if c.get("deterministic"):
-        code.append("torch.use_deterministic_algorithms(True)")
+    code += _loader_line(c) + _loop_code(
+        c, accumulate="# accumulate {n} micro-batches: with fabric.no_backward_sync(model, enabled=not last): "
+                      "fabric.backward(loss); step every {n}",
+        clip_norm="fabric.clip_gradients(model, optimizer, max_norm={v!r})  # before optimizer.step()",
+        clip_value="fabric.clip_gradients(model, optimizer, clip_val={v!r})  # before optimizer.step()")
     return FrameworkConfig("fabric", TARGETS["fabric"], kw, tuple(code), tuple(un))
 
 
@@ -215,15 +224,10 @@ def _accelerate(c: dict[str, Any]) -> FrameworkConfig:
         kw["cpu"] = True
     rest = {k: v for k, v in c.items() if k != "compile"}
     code = _common_code(rest, un, compile_line=False, seed_call="accelerate.utils.set_seed({seed})")
-    code += _loader_line(c)
-    if c.get("accumulate", 1) > 1:
-        code.append("with accelerator.accumulate(model): ...  # around each micro-batch's forward/backward/step")
-    if c.get("clip_norm") is not None:
-        code.append(f"accelerator.clip_grad_norm_(model.parameters(), {c['clip_norm']!r})  # after accelerator.backward")
-    if c.get("clip_value") is not None:
-        code.append(f"accelerator.clip_grad_value_(model.parameters(), {c['clip_value']!r})  # after accelerator.backward")
-    if c.get("deterministic"):
-        code.append("torch.use_deterministic_algorithms(True)")
+    code += _loader_line(c) + _loop_code(
+        c, accumulate="with accelerator.accumulate(model): ...  # around each micro-batch's forward/backward/step",
+        clip_norm="accelerator.clip_grad_norm_(model.parameters(), {v!r})  # after accelerator.backward",
+        clip_value="accelerator.clip_grad_value_(model.parameters(), {v!r})  # after accelerator.backward")
     return FrameworkConfig("accelerate", TARGETS["accelerate"], kw, tuple(code), tuple(un))
 
 
