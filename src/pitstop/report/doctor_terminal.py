@@ -59,7 +59,7 @@ def framework_line(fw: dict[str, Any], prec: dict[str, Any]) -> str:
     if ac:
         n = sum((prec.get("autocast_forwards") or {}).values())
         seen = (prec.get("autocast_forwards") or {}).get(ac, 0)
-        parts.append(f"precision seen: {'fp32 (no autocast)' if ac == 'none' else ac + ' autocast'} in {seen} of {n} "
+        parts.append(f"precision seen: {'no autocast' if ac == 'none' else ac + ' autocast'} in {seen} of {n} "
                      f"training forwards, {prec.get('param_dtype')} parameters")
     return "  |  ".join(parts)
 
