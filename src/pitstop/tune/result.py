@@ -235,7 +235,7 @@ class TuneResult:
 def _framework_config(recipe: Any, context: dict[str, Any]) -> dict[str, Any] | None:
     """The recipe in the detected framework's options (:mod:`pitstop.engine.export`), or None."""
     framework = (context or {}).get("framework")
-    if not framework:
+    if not framework or not recipe.changed():
         return None
     from pitstop.engine.export import export
 
