@@ -350,3 +350,34 @@ def test_recipe_cli_prints_a_framework_form(cli, tmp_path):
     out = cli("recipe", str(path), "--for", "accelerate", "--format", "json")
     assert json.loads(out.stdout)["kwargs"] == {"mixed_precision": "bf16"}
     assert "num_workers=2" in json.loads(out.stdout)["code"][0]
+
+
+def test_a_compile_failure_is_the_knobs_failure(monkeypatch):
+    from torch._dynamo.exc import TorchDynamoException
+
+    from pitstop import tips
+
+    tips.load_all()
+    import torch._inductor.config as inductor_config
+
+    from pitstop.tips.pit601_compile import CompileKnob
+    from pitstop.tune import patch
+
+    class CompileFailed(TorchDynamoException):  # what dynamo/inductor raise derives from it
+        pass
+
+    def failing_compile(fn, **kw):
+        def run(*a, **k):
+            raise CompileFailed("no C++ compiler")
+        return run
+
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    before = inductor_config.fallback_random
+    model = nn.Linear(4, 2)
+    try:
+        CompileKnob().apply_in_child("default")
+        with pytest.raises(patch.KnobApplyError, match="torch.compile failed"):
+            model(torch.randn(2, 4))
+    finally:
+        inductor_config.fallback_random = before
+        patch.reset()

@@ -211,7 +211,9 @@ class CompileKnob(Knob, tip="PIT601"):
     def apply_in_child(self, value, **options):
         import torch
 
-        from pitstop.tune.patch import on_model, wrap_forward
+        from torch._dynamo.exc import TorchDynamoException
+
+        from pitstop.tune.patch import KnobApplyError, on_model, wrap_forward
 
         mode = None if value == "default" else value
         try:  # equal dropout masks to eager (see the class docs); a private flag: absent is fine
@@ -220,7 +222,18 @@ class CompileKnob(Knob, tip="PIT601"):
             inductor_config.fallback_random = True
         except (ImportError, AttributeError):
             pass
-        on_model(lambda model: wrap_forward(model, lambda fwd: torch.compile(fwd, mode=mode)), order=self.order)
+
+        def compiled(forward):
+            fn = torch.compile(forward, mode=mode)
+
+            def compiled_forward(*args, **kwargs):
+                try:
+                    return fn(*args, **kwargs)
+                except TorchDynamoException as exc:  # compilation failed: the knob's failure, not the script's
+                    raise KnobApplyError(f"torch.compile failed: {type(exc).__name__}: {exc}") from exc
+            return compiled_forward
+
+        on_model(lambda model: wrap_forward(model, compiled), order=self.order)
 
     def snippet(self, value, ctx):
         arg = "" if value == "default" else f", mode={value!r}"

@@ -9,9 +9,8 @@ take the script's objects as arguments. Instead:
   inside it when it is a wrapper (Fabric's ``_FabricModule``, DDP, ``torch.compile``), so
   that a replaced ``forward`` is never reached again through the wrapper (no recursion).
   A function that raises is reported as :class:`KnobApplyError` (the knob failed, not the
-  script). It is found by wrapping
-  ``nn.Module.__call__`` only until that call; the wrapper is then removed, so the steps
-  measured afterwards pay nothing for it. Functions run in ``order`` (layout before
+  script). The model is found by wrapping ``nn.Module.__call__`` only until that call;
+  the wrapper is then removed, so the steps measured afterwards pay nothing for it. Functions run in ``order`` (layout before
   precision before compilation), and may replace ``model.forward`` on the instance with
   :func:`wrap_forward` (the engine's activation checkpointing does the same: ``state_dict``
   keys do not change).
