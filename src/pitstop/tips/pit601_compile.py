@@ -179,8 +179,8 @@ class CompileKnob(Knob, tip="PIT601"):
     would -- the loss check would reject every model with dropout (every HF config has
     some). The trial therefore runs with ``torch._inductor.config.fallback_random = True``
     (eager's random ops inside the compiled graph): the same masks as the baseline, so the
-    check compares like with like (measured: identical losses over 6 SGD steps of an MLP
-    with dropout 0.1). The fused RNG of a plain compile can only be faster than that, so the
+    check compares like with like (measured: over 6 SGD steps of an MLP with dropout 0.1 the
+    losses deviate 0.56% from eager with inductor's own RNG, 0.00% with the flag). The fused RNG of a plain compile can only be faster than that, so the
     measured speed-up is, if anything, an underestimate.
     """
 
