@@ -28,7 +28,7 @@ from typing import Any
 from pitstop.doctor.diagnose import Diagnosis, diagnose
 from pitstop.doctor.spec import RunResult, RunSpec
 
-__all__ = ["doctor", "DoctorReport"]
+__all__ = ["doctor", "DoctorReport", "DoctorSession"]
 
 
 class DoctorReport(Diagnosis):
@@ -54,34 +54,68 @@ def doctor(step_fn: Callable[[], Any], steps: int = 10, warmup: int = 2, *, prob
     return the diagnosis. An exception from ``step_fn`` ends the run: the report keeps
     what was measured and its traceback (``report.outcome == "script_failed"``).
     """
-    from pitstop.doctor.collect import observations
-    from pitstop.doctor.instrument import Instrumentation
-
     name = getattr(step_fn, "__qualname__", type(step_fn).__name__)
-    spec = RunSpec(script=f"<step function {name}>", steps=steps, warmup=warmup, timeout=None,
-                   probes=probes, trace_dir=trace_dir, trace_steps=trace_steps, stop=False, seed=None)
-    inst = Instrumentation(steps, warmup, mode="full", trace_dir=trace_dir, trace_steps=trace_steps, stop=False)
-    limit = max_calls if max_calls is not None else 16 * inst.total
-    started = time.perf_counter()
+    session = DoctorSession(f"<step function {name}>", steps, warmup, probes=probes, trace_dir=trace_dir,
+                            trace_steps=trace_steps)
+    limit = max_calls if max_calls is not None else 16 * session.total
     status, message, tb = "finished", "", None
-    inst.install()
+    session.start()
     calls = 0
     try:
-        while not inst.finished and calls < limit:
+        while not session.finished and calls < limit:
             step_fn()
             calls += 1
-        message = (f"step_fn called {calls} times" if inst.finished
-                   else f"step_fn called {calls} times without completing {inst.total} optimizer steps")
+        message = (f"step_fn called {calls} times" if session.finished
+                   else f"step_fn called {calls} times without completing {session.total} optimizer steps")
     except Exception as exc:
         status, tb = "error", traceback.format_exc()
         message = f"step_fn raised {type(exc).__name__}: {exc}"
-    finally:
+    return session.finish(status=status, message=message, traceback=tb)
+
+
+class DoctorSession:
+    """The doctor over a window of optimizer steps of code running in *this* process:
+    :meth:`start` installs the instrumentation, :attr:`finished` turns True once
+    ``warmup + steps`` (+ the profiled step) have run, :meth:`finish` uninstalls it, runs the
+    probes and returns the :class:`DoctorReport`. What :func:`doctor` and the framework
+    callbacks (:mod:`pitstop.integrations`) run on."""
+
+    def __init__(self, target: str, steps: int = 10, warmup: int = 2, *, probes: bool = True,
+                 trace_dir: str | None = None, trace_steps: int = 3) -> None:
+        from pitstop.doctor.instrument import Instrumentation
+
+        self.probes = probes
+        self.spec = RunSpec(script=target, steps=steps, warmup=warmup, timeout=None, probes=probes,
+                            trace_dir=trace_dir, trace_steps=trace_steps, stop=False, seed=None)
+        self.inst = Instrumentation(steps, warmup, mode="full", trace_dir=trace_dir, trace_steps=trace_steps,
+                                    stop=False)
+        self.started: float | None = None
+
+    @property
+    def total(self) -> int:
+        return self.inst.total
+
+    @property
+    def finished(self) -> bool:
+        return self.inst.finished
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+        self.inst.install()
+
+    def finish(self, *, status: str = "finished", message: str = "", traceback: str | None = None) -> DoctorReport:
+        from pitstop.doctor.collect import observations
+
+        inst = self.inst
         inst.uninstall()
-    inst.read_losses()
-    obs = observations(inst, probes=probes and status == "finished")
-    result = RunResult(spec=spec, status=status, steps=list(inst.records), traceback=tb, message=message,
-                       elapsed=time.perf_counter() - started, device=obs.device,
-                       observations=obs.to_dict(), trace_path=inst.trace_path)
-    d = diagnose(result)
-    return DoctorReport(result=d.result, observations=d.observations, findings=d.findings,
-                        skipped=d.skipped, errors=d.errors, thresholds=d.thresholds)
+        inst.read_losses()
+        if not message:
+            message = (f"{len(inst.records)} optimizer steps observed in process" if inst.finished else
+                       f"stopped after {len(inst.records)} of {inst.total} optimizer steps")
+        obs = observations(inst, probes=self.probes and status == "finished")
+        result = RunResult(spec=self.spec, status=status, steps=list(inst.records), traceback=traceback,
+                           message=message, elapsed=time.perf_counter() - (self.started or time.perf_counter()),
+                           device=obs.device, observations=obs.to_dict(), trace_path=inst.trace_path)
+        d = diagnose(result)
+        return DoctorReport(result=d.result, observations=d.observations, findings=d.findings,
+                            skipped=d.skipped, errors=d.errors, thresholds=d.thresholds)

@@ -14,6 +14,7 @@ wrote. A check is one class per tip, appended to its tip module::
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -21,7 +22,7 @@ from typing import Any, ClassVar
 from pitstop.doctor.observations import Observations
 from pitstop.registry import Face
 
-__all__ = ["Check", "Finding", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib"]
+__all__ = ["Check", "Finding", "in_framework_terms", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib"]
 
 #: Severity order, most urgent first. Time and memory findings take theirs from the
 #: estimated share a fix saves (:func:`severity_for`: >= ``high_share`` high, >=
@@ -128,6 +129,16 @@ class Check(Face, face="D"):
     requires: ClassVar[str] = "any"
     #: what the check looks at, shown when it is skipped or finds nothing.
     looks_at: ClassVar[str] = ""
+    #: the fix in a training framework's own options, by framework name ("lightning",
+    #: "fabric", "transformers", "accelerate"): when the script runs under one, the
+    #: mechanism puts its fix first and keeps the plain-PyTorch one after it
+    #: (:func:`in_framework_terms`). Leave a framework out where the user's own PyTorch
+    #: code is the lever (Fabric and Accelerate loops are the user's).
+    framework_fixes: ClassVar[dict[str, str]] = {}
+
+    def framework_fix(self, framework: str, finding: Finding, obs: Observations) -> str | None:
+        """The fix for ``finding`` in ``framework``'s terms, or None (plain PyTorch only)."""
+        return self.framework_fixes.get(framework)
 
     def skip_reason(self, obs: Observations) -> str | None:
         if self.requires == "cuda" and not obs.on_cuda:
@@ -150,6 +161,16 @@ class Check(Face, face="D"):
         return Finding(code=self.tip, title=title, evidence=evidence, fix=fix, severity=severity,
                        impact_kind=kind, impact_share=share, impact_seconds=seconds,
                        impact_bytes=nbytes, where=tuple(where))
+
+
+def in_framework_terms(check: Check, finding: Finding, obs: Observations) -> Finding:
+    """``finding`` with its fix phrased in the detected framework's option first."""
+    name = obs.framework_name
+    fw = check.framework_fix(name, finding, obs) if name else None
+    if not fw:
+        return finding
+    label = (obs.framework or {}).get("label") or name
+    return dataclasses.replace(finding, fix=f"{label}: {fw}; in plain PyTorch: {finding.fix}")
 
 
 def pct(x: float | None) -> str:

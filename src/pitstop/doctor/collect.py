@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from pitstop.doctor import frameworks
 from pitstop.doctor import memory as mem
 from pitstop.doctor.instrument import Instrumentation
 from pitstop.doctor.observations import Observations
@@ -210,6 +211,7 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.memory = _memory(inst, device, models)
     o.flops = _flops(inst, o)
     o.compile = _compile_info(models)
+    o.framework = (inst.framework or frameworks.detect_imports()).to_dict()
     if probes and n_obs:
         o.probes = _probes(inst, o, models, probe_budget)
     return o
@@ -269,5 +271,6 @@ def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> di
 
     model, info = models[0] if models else (None, {})
     args = inst.last_train_args.get(id(model)) if model is not None else None
+    model = frameworks.unwrap(model)  # probe the user's module, not Fabric's/DDP's wrapper
     return run_probes(o, model=model, args=args, compiled=bool(info.get("compiled")),
                       optimizers=list(inst.optimizers.values()), budget_s=budget)

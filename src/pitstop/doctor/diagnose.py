@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pitstop.doctor.check import Check, Finding, Thresholds
+from pitstop.doctor.check import Check, Finding, Thresholds, in_framework_terms
 from pitstop.doctor.observations import PHASES, Observations
 from pitstop.doctor.spec import RunResult
 
@@ -93,6 +93,23 @@ class Diagnosis:
         o = self.observations
         return {ph: {"seconds": o.breakdown.get(ph, 0.0), "share": o.share(ph)} for ph in PHASES if o.breakdown}
 
+    def framework(self) -> dict[str, Any]:
+        """The detected training framework (``name`` None: a plain PyTorch loop)."""
+        fw = dict(self.observations.framework or {})
+        fw.setdefault("name", None)
+        fw.setdefault("label", "PyTorch")
+        return fw
+
+    def precision(self) -> dict[str, Any]:
+        """What the training forwards really ran under: the autocast dtype seen by the model's
+        layers in most training forwards ("none", "bfloat16", "float16"; None when no
+        training forward was seen) and the parameters' dtype."""
+        o = self.observations
+        ac = {k: v for k, v in ((o.forwards or {}).get("autocast") or {}).items() if v}
+        models = o.models or []
+        return {"autocast": max(ac, key=ac.get) if ac else None, "autocast_forwards": ac,
+                "param_dtype": models[0].get("param_dtype") if models else None}
+
     def syncs_per_step(self) -> float:
         n = max(len(self.result.observed), 1)
         return sum(s["calls"] for s in self.observations.syncs) / n
@@ -109,6 +126,8 @@ class Diagnosis:
             "message": self.headline,
             "traceback": r.traceback,
             "device": {"type": o.device, "name": o.device_name, "capability": o.capability},
+            "framework": self.framework(),
+            "precision": self.precision(),
             "steps": {"planned": r.spec.steps, "warmup": r.spec.warmup, "observed": len(r.observed),
                       "records": [{"index": s.index, "kind": s.kind, "wall": s.wall, "loss": s.loss,
                                    "phases": s.phases, "memory": s.memory} for s in r.steps]},
@@ -151,7 +170,7 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnos
             diag.skipped.append({"code": cls.tip, "check": cls.__name__, "reason": reason})
             continue
         try:
-            diag.findings.extend(check.check(obs, th))
+            diag.findings.extend(in_framework_terms(check, f, obs) for f in check.check(obs, th))
         except Exception as exc:  # a broken check must not hide the others' findings
             diag.errors.append(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
     for name, p in sorted((obs.probes or {}).items()):

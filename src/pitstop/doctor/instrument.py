@@ -26,6 +26,7 @@ import torch
 
 from pitstop.doctor import memory as mem
 from pitstop.doctor.clocks import StepClocks
+from pitstop.doctor.closures import on_first_step, wrap_closure
 from pitstop.doctor.observers import Observers, first_tensor
 from pitstop.doctor.patching import Patches
 from pitstop.doctor.spec import StepRecord
@@ -108,6 +109,9 @@ class Instrumentation(Observers):
         self._in_opt = 0
         self._in_backward = False
         self._opt_t0: dict[int, float] = {}
+        self._ac_pending: str | None = None  # device whose autocast state the first inner call confirms
+        self._closure_s: dict[int, float] = {}  # seconds in optimizer.step(closure)'s closure
+        self.framework: Any = None  # FrameworkInfo, at the first optimizer step
         self._acts: dict[tuple[int, int], int] = {}
         self._param_keys: set[tuple[int, int]] = set()
         self._saved_hooks: Any = None
@@ -207,6 +211,7 @@ class Instrumentation(Observers):
             return
         if self.primary is None:
             self.primary = opt
+            self.framework = on_first_step(self, opt)
         self.optimizers.setdefault(id(opt), opt)
         self._in_opt += 1
         if self.full and opt is self.primary and self.kind() == "observed" and self.observed_done == self.steps - 1:
@@ -214,6 +219,7 @@ class Instrumentation(Observers):
         if self._cuda:
             self._cuda_phase("optimizer", True)
         self._opt_t0[id(opt)] = perf()
+        return wrap_closure(self, opt, args, kwargs)
 
     def _opt_post(self, opt, args, kwargs) -> None:
         if self.passive:
@@ -221,7 +227,9 @@ class Instrumentation(Observers):
         if self._cuda:
             self._cuda_phase("optimizer", False)
         self._in_opt = max(0, self._in_opt - 1)
-        self.cur.phases["optimizer"] += perf() - self._opt_t0.pop(id(opt), perf())
+        # forward/backward inside optimizer.step(closure) are measured as themselves, not as optimizer
+        inner = self._closure_s.pop(id(opt), 0.0)
+        self.cur.phases["optimizer"] += max(0.0, perf() - self._opt_t0.pop(id(opt), perf()) - inner)
         if opt is self.primary:
             self._end_step()
 

@@ -104,6 +104,12 @@ class Observations:
     #: ``interval`` [low, high], ``confidence``, ``compute_only``), or ``skipped`` with the
     #: reason, or ``error`` (a probe that crashed; listed in the report's check errors).
     probes: dict[str, Any] = field(default_factory=dict)
+    #: the training framework driving the script, detected from the call stack at the first
+    #: optimizer step (:class:`pitstop.doctor.frameworks.FrameworkInfo`): ``name``
+    #: ("lightning", "fabric", "transformers", "accelerate", or None for a plain loop),
+    #: ``label``, ``driver`` (the class whose method stepped the optimizer), ``imported``,
+    #: ``versions``, ``configured`` (its precision / workers / optimizer options as set).
+    framework: dict[str, Any] = field(default_factory=dict)
     #: measurements that could not be made, with the reason (e.g. FLOPs of a compiled model).
     notes: list[str] = field(default_factory=list)
 
@@ -121,6 +127,11 @@ class Observations:
     def compute_share(self) -> float:
         """Share of the step in forward + backward (what precision/layout tricks speed up)."""
         return self.share("forward") + self.share("backward")
+
+    @property
+    def framework_name(self) -> str | None:
+        """The detected framework's name (None: a plain PyTorch loop)."""
+        return (self.framework or {}).get("name")
 
     def train_loaders(self) -> list[dict[str, Any]]:
         return [d for d in self.loaders if d.get("role") == "train"]

@@ -53,6 +53,8 @@ class Observers:
             self._top = (perf(), grad)
             if not self._in_backward:
                 self._note_forward(module, args, grad)
+        elif self._depth == 2 and self._ac_pending is not None:
+            self._confirm_autocast()
         if self._flow is not None and grad and self.kind() == "profiled":
             self._flow.pre(module, args)
 
@@ -85,6 +87,9 @@ class Observers:
         dev = info["device"]
         ac = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
         self.autocast[str(ac).replace("torch.", "") if ac is not None else "none"] += 1
+        # wrappers (Fabric, Accelerate, HF Trainer) enter autocast inside their forward:
+        # what counts is the state the model's layers run under (checked at the first inner call)
+        self._ac_pending = dev if ac is None else None
         x = first_tensor(args)
         if x is not None:
             if x.dim() > 0 and self.cur.batch_size is None:
@@ -96,6 +101,12 @@ class Observers:
         if not info.get("keys_done"):
             self._param_keys.update(k for p in module.parameters() if (k := mem.storage_key(p)) is not None)
             info["keys_done"] = True
+
+    def _confirm_autocast(self) -> None:
+        dev, self._ac_pending = self._ac_pending, None
+        if torch.is_autocast_enabled(dev) and self.autocast["none"] > 0:
+            self.autocast["none"] -= 1
+            self.autocast[str(torch.get_autocast_dtype(dev)).replace("torch.", "")] += 1
 
     def _count_forward(self, kind: str) -> None:
         self.forwards[kind] += 1

@@ -6,6 +6,8 @@ import os
 import sys
 from typing import Any
 
+from pitstop.doctor.frameworks import framework_file, resolve_site
+
 __all__ = ["Patches", "user_site", "internal_dirs"]
 
 _DOCTOR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
@@ -29,7 +31,9 @@ def user_site(depth: int = 2, *, through_torch: bool = False) -> str | None:
     own code made it (an optimizer reading a step counter is not the user's sync).
 
     ``through_torch=True`` walks past every torch frame instead (for forward call sites,
-    which always arrive through ``Module.__call__``).
+    which always arrive through ``Module.__call__``). Frames of training frameworks
+    (Lightning, transformers, accelerate) are walked past to the user's own line
+    (:func:`pitstop.doctor.frameworks.resolve_site`).
     """
     global _TORCH_DIRS
     if _TORCH_DIRS is None:
@@ -38,21 +42,31 @@ def user_site(depth: int = 2, *, through_torch: bool = False) -> str | None:
         f = sys._getframe(depth)
     except ValueError:
         return None
+    via_framework, first_framework = False, None
     while f is not None:
         fn = f.f_code.co_filename
         if fn.startswith(_DOCTOR_DIR) or fn.startswith("<frozen"):
             f = f.f_back
             continue
         if fn.startswith(_TORCH_DIRS):
-            if through_torch or (fn.endswith(_PASS_THROUGH_NAMES) and os.path.dirname(fn) + os.sep in _TORCH_DIRS):
+            if through_torch or via_framework or (fn.endswith(_PASS_THROUGH_NAMES) and os.path.dirname(fn) + os.sep in _TORCH_DIRS):
                 f = f.f_back
                 continue
             return None
         if fn.endswith(("contextlib.py", "functools.py")):
             f = f.f_back
             continue
+        if framework_file(fn):  # Lightning/HF/Accelerate code: the user's line is further out
+            resolved = resolve_site(f)
+            if resolved:
+                return resolved
+            if not via_framework:
+                first_framework = f"{fn}:{f.f_lineno}"
+            via_framework = True  # torch frames further out are the framework's calls, not the cause
+            f = f.f_back
+            continue
         return f"{fn}:{f.f_lineno}"
-    return None
+    return first_framework  # the whole stack was framework code (an installed entry point)
 
 
 class Patches:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from pitstop.report.doctor_probes import speedup_cell
-from pitstop.report.doctor_terminal import impact_label
+from pitstop.report.doctor_terminal import framework_line, impact_label
 from pitstop.report.html import bar_chart, html_page, line_chart, stacked_bar
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
 
@@ -33,6 +33,9 @@ def doctor_html(diag) -> str:
     summary = [["outcome", _esc(d["outcome"])], ["target", f"<code>{_esc(d['target'])}</code>"],
                ["device", _esc(d["device"]["name"] or d["device"]["type"])],
                ["observed steps", f"{d['steps']['observed']} (after {d['steps']['warmup']} warmup)"]]
+    fw, prec = d.get("framework") or {}, d.get("precision") or {}
+    if fw.get("name") or prec.get("autocast") not in (None, "none"):
+        summary.append(["framework / precision", _esc(framework_line(fw, prec))])
     if st:
         summary += [["step time", f"median {fmt_seconds(st['median'])}, p90 {fmt_seconds(st['p90'])}"],
                     ["throughput", f"{tp['steps_per_s']:.2f} steps/s"

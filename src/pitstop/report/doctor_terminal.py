@@ -10,7 +10,7 @@ from rich.text import Text
 from pitstop.report.doctor_probes import probe_line
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
-__all__ = ["render", "impact_label"]
+__all__ = ["render", "impact_label", "framework_line"]
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -45,6 +45,25 @@ def _memory_rows(d: dict[str, Any]) -> list[tuple[str, str, str]]:
     ]
 
 
+def framework_line(fw: dict[str, Any], prec: dict[str, Any]) -> str:
+    """``framework: Lightning Trainer (lightning 2.6.6, precision='bf16-mixed')  |  precision: ...``"""
+    parts = []
+    if fw.get("name"):
+        pkg = {"lightning": "lightning", "fabric": "lightning", "transformers": "transformers",
+               "accelerate": "accelerate"}.get(fw["name"], fw["name"])
+        ver = (fw.get("versions") or {}).get(pkg)
+        conf = ", ".join(f"{k}={v!r}" for k, v in (fw.get("configured") or {}).items())
+        inner = ", ".join(x for x in (f"{pkg} {ver}" if ver else "", conf) if x)
+        parts.append(f"framework: {fw.get('label') or fw['name']}" + (f" ({inner})" if inner else ""))
+    ac = prec.get("autocast")
+    if ac:
+        n = sum((prec.get("autocast_forwards") or {}).values())
+        seen = (prec.get("autocast_forwards") or {}).get(ac, 0)
+        parts.append(f"precision seen: {'no autocast' if ac == 'none' else ac + ' autocast'} in {seen} of {n} "
+                     f"training forwards, {prec.get('param_dtype')} parameters")
+    return "  |  ".join(parts)
+
+
 def render(diag, file: IO[str] | None = None) -> None:
     d = diag.to_dict()
     con = make_console(file)
@@ -58,6 +77,9 @@ def render(diag, file: IO[str] | None = None) -> None:
         con.print(f"device: {d['device']['name'] or d['device']['type']}  |  {d['steps']['observed']} observed steps "
                   f"after {d['steps']['warmup']} warmup  |  step time median {fmt_seconds(st['median'])}, "
                   f"p90 {fmt_seconds(st['p90'])}  |  {rate}")
+    fw, prec = d.get("framework") or {}, d.get("precision") or {}
+    if fw.get("name") or prec.get("autocast") not in (None, "none"):
+        con.print(framework_line(fw, prec), markup=False, highlight=False)
     if d["traceback"]:  # the child already wrote it to the script's stderr, above: not twice
         last = d["traceback"].rstrip().splitlines()[-1]
         con.print(Text(f"\nThe script's traceback is above (on stderr); it ends: {last}", style="bold"))

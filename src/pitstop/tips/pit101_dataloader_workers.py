@@ -155,6 +155,9 @@ from pitstop.doctor.check import Check, ms, pct  # noqa: E402
 
 class DataWaitCheck(Check, tip="PIT101"):
     looks_at = "time the step blocks in DataLoader iteration"
+    #: the HF Trainer builds the DataLoader itself; Lightning, Fabric and Accelerate use the user's
+    framework_fixes = {"transformers": "TrainingArguments(dataloader_num_workers=N, "
+                                       "dataloader_persistent_workers=True)"}
 
     def check(self, obs, th):
         share = obs.share("data")

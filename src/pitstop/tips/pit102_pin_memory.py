@@ -102,6 +102,8 @@ from pitstop.doctor.check import Check, ms  # noqa: E402
 
 
 class PinMemoryCheck(Check, tip="PIT102"):
+    #: the HF Trainer builds the DataLoader itself
+    framework_fixes = {"transformers": "TrainingArguments(dataloader_pin_memory=True)"}
     requires = "cuda"
     looks_at = "pin_memory of the training DataLoader and host-to-device copy time"
 

@@ -108,6 +108,15 @@ from pitstop.doctor.check import Check, pct  # noqa: E402
 
 class SyncInLoopCheck(Check, tip="PIT201"):
     looks_at = "host-device syncs (.item(), .cpu(), .numpy(), .tolist(), float/int/bool of a tensor) per step"
+    #: syncs the framework makes for the user: Lightning's progress bar reads every metric
+    #: logged with prog_bar=True on the host each step; the HF Trainer's NaN/inf filter of
+    #: the logged loss reads it each step (torch.isnan/isinf in a Python ``if``)
+    framework_fixes = {"lightning": "for a metric logged per step with self.log(..., prog_bar=True): prog_bar=False "
+                                    "(the progress bar reads it on the host every step), or on_step=False, "
+                                    "on_epoch=True",
+                       "transformers": "TrainingArguments(logging_nan_inf_filter=False) removes the Trainer's "
+                                       "per-step NaN/inf test of the loss (a host read); syncs inside the model's "
+                                       "forward stay"}
 
     def check(self, obs, th):
         n = max(obs.steps_observed, 1)

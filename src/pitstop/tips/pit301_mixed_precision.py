@@ -162,6 +162,16 @@ from pitstop.doctor.check import Check, pct  # noqa: E402
 
 class MixedPrecisionCheck(Check, tip="PIT301"):
     looks_at = "autocast state of training forwards, with a bf16-vs-fp32 probe"
+    #: the precision option of each framework, for bf16 and fp16 (fp16 frameworks add the scaler)
+    framework_fixes = {"lightning": 'Trainer(precision="{lightning}")', "fabric": 'Fabric(precision="{lightning}")',
+                       "transformers": "TrainingArguments({hf}=True)",
+                       "accelerate": 'Accelerator(mixed_precision="{accelerate}")'}
+
+    def framework_fix(self, framework, finding, obs):
+        fp16 = (obs.probes.get("precision") or {}).get("dtype") == "float16"
+        template = self.framework_fixes.get(framework)
+        return template and template.format(lightning="16-mixed" if fp16 else "bf16-mixed",
+                                            hf="fp16" if fp16 else "bf16", accelerate="fp16" if fp16 else "bf16")
 
     def check(self, obs, th):
         probe = obs.probes.get("precision") or {}

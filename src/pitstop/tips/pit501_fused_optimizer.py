@@ -242,6 +242,16 @@ from pitstop.doctor.check import Check, pct  # noqa: E402
 
 class FusedOptimizerCheck(Check, tip="PIT501"):
     looks_at = "optimizer implementation (for-loop/foreach/fused), with a probe of each mode"
+    #: the HF Trainer builds the optimizer from TrainingArguments.optim (AdamW only);
+    #: Lightning builds it in the user's configure_optimizers()
+    framework_fixes = {"lightning": "construct it so in configure_optimizers(), e.g. "
+                                    "torch.optim.AdamW(self.parameters(), ..., fused=True)"}
+
+    def framework_fix(self, framework, finding, obs):
+        if framework == "transformers":
+            cls = next((o["class"] for o in obs.optimizers), "")
+            return 'TrainingArguments(optim="adamw_torch_fused")' if cls == "AdamW" else None
+        return super().framework_fix(framework, finding, obs)
 
     def check(self, obs, th):
         opt_share = obs.share("optimizer")

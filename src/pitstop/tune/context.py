@@ -58,6 +58,7 @@ def context_from_observations(obs: dict[str, Any], *, notes: tuple[str, ...] = (
         batch_size=obs.get("batch_size"),
         cudnn_benchmark=bool(settings.get("cudnn_benchmark")),
         float32_matmul_precision=settings.get("float32_matmul_precision") or "highest",
+        framework=(obs.get("framework") or {}).get("name"),
         notes=notes,
     )
 

@@ -22,6 +22,12 @@ rate 8.9%. :data:`FLOOR_EXACT` (1%) is for tricks that only reorder fp32 arithme
 Both are well under "a different seed", and far above what the tricks themselves do.
 
 Any non-finite trial loss where the baseline is finite rejects the trial outright.
+
+Randomness inside the model (dropout) must be drawn the same way in the baseline and the
+trial, or the comparison measures a different dropout stream rather than the trick:
+``torch.compile`` trials therefore run with inductor's ``fallback_random`` (eager's random
+ops, the same masks; see ``pitstop explain PIT601``), which makes the compiled losses of an
+MLP with dropout identical to eager's.
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ class Context:
     cudnn_benchmark: bool = False
     float32_matmul_precision: str = "highest"
     blocks: tuple[str, ...] = ()             # API: submodule patterns activation checkpointing may wrap
+    framework: str | None = None             # "lightning" | "fabric" | "transformers" | "accelerate" (detected)
     notes: tuple[str, ...] = field(default=())
 
     @property

@@ -5,9 +5,12 @@ take the script's objects as arguments. Instead:
 
 - :func:`on_model` calls a function with the **top-level model** just before its first
   training forward: the first module called from outside any other module, with gradients
-  enabled, in training mode, that has trainable parameters. It is found by wrapping
-  ``nn.Module.__call__`` only until that call; the wrapper is then removed, so the steps
-  measured afterwards pay nothing for it. Functions run in ``order`` (layout before
+  enabled, in training mode, that has trainable parameters -- or rather the user's module
+  inside it when it is a wrapper (Fabric's ``_FabricModule``, DDP, ``torch.compile``), so
+  that a replaced ``forward`` is never reached again through the wrapper (no recursion).
+  A function that raises is reported as :class:`KnobApplyError` (the knob failed, not the
+  script). The model is found by wrapping ``nn.Module.__call__`` only until that call;
+  the wrapper is then removed, so the steps measured afterwards pay nothing for it. Functions run in ``order`` (layout before
   precision before compilation), and may replace ``model.forward`` on the instance with
   :func:`wrap_forward` (the engine's activation checkpointing does the same: ``state_dict``
   keys do not change).
@@ -28,7 +31,14 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["on_model", "wrap_forward", "patch_init", "to_float", "map_tensors", "reset"]
+from pitstop.doctor.frameworks import unwrap
+
+__all__ = ["on_model", "wrap_forward", "patch_init", "to_float", "map_tensors", "reset", "KnobApplyError"]
+
+
+class KnobApplyError(RuntimeError):
+    """A knob could not change the script's model (raised in the child): ``tune`` reports
+    the knob as failed to apply, not the script as broken."""
 
 _callbacks: list[tuple[int, int, Callable[[Any], None]]] = []
 _installed: dict[str, Any] = {}
@@ -55,8 +65,13 @@ def on_model(callback: Callable[[Any], None], *, order: int = 50) -> None:
         if depth[0] == 0 and self.training and torch.is_grad_enabled() and _trainable(self):
             nn.Module.__call__ = original  # found: from here on the plain, unwrapped call
             del _installed["call"]
+            target = unwrap(self)  # the user's module inside Fabric/DDP/compile wrappers
             for _, _, fn in sorted(_callbacks, key=lambda c: (c[0], c[1])):
-                fn(self)
+                try:
+                    fn(target)
+                except Exception as exc:
+                    _callbacks.clear()
+                    raise KnobApplyError(f"could not change {type(target).__name__}: {type(exc).__name__}: {exc}") from exc
             _callbacks.clear()
             return original(self, *args, **kwargs)  # looks up self.forward: the wrappers apply
         depth[0] += 1

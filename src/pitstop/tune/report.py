@@ -118,7 +118,13 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
     if result.best is not None:
         console.print(f"[bold green]best: {result.best.name}[/] -> {_speed(best['speedup'])} vs the baseline "
                       f"({best['steps_per_s']:.2f} steps/s), loss {_loss(best['loss_check'])}")
-        console.print("\n[bold]paste into your script[/bold]")
+        cfg = best.get("framework")
+        if cfg:
+            console.print(f"\n[bold]set it in your {cfg['target'].split('.')[-1]}[/bold] ({cfg['framework']} detected)")
+            console.print(cfg["snippet"], markup=False, highlight=False)
+            console.print("[bold]or, in plain PyTorch[/bold]")
+        else:
+            console.print("\n[bold]paste into your script[/bold]")
         console.print(result.snippet, markup=False, highlight=False)
         from pitstop.tune.snippet import recipe_snippet
 

@@ -23,7 +23,8 @@ JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when u
                  "run_step_times": [median step seconds of each run]}],
      "combination": [{"added", "status", "reason", "speedup_vs_previous"}],
      "best": {"knobs", "recipe" (Recipe.to_dict()), "recipe_changed", "speedup",
-              "steps_per_s", "loss_check", "snippet", "measured"},
+              "steps_per_s", "loss_check", "snippet", "framework": {"framework", "target", "kwargs",
+              "code", "unsupported", "snippet"} | null (the detected framework's form), "measured"},
      "sweep": {...} | null,                   # API mode batch-size sweep
      "budget": {"seconds", "spent", "exhausted"}, "notes": [str]}
 """
@@ -338,6 +339,7 @@ class TuneResult:
                 "steps_per_s": _num(best.steps_per_s) if best else _num(base.measured_steps_per_s),
                 "loss_check": best.loss_check.to_dict() if best and best.loss_check is not None else None,
                 "snippet": self.snippet,
+                "framework": _framework_config(recipe, self.context),
                 "measured": bool(best and best.runs),
             },
             "sweep": self.sweep,
@@ -346,6 +348,17 @@ class TuneResult:
             "script_warnings": self.script_warnings,
             "notes": list(self.notes),
         }
+
+
+def _framework_config(recipe: Any, context: dict[str, Any]) -> dict[str, Any] | None:
+    """The recipe in the detected framework's options (:mod:`pitstop.engine.export`), or None."""
+    framework = (context or {}).get("framework")
+    if not framework or not recipe.changed():
+        return None
+    from pitstop.engine.export import export
+
+    cfg = export(recipe, framework)
+    return {**cfg.to_dict(), "snippet": cfg.snippet()}
 
 
 def _num(x: float | None) -> float | None:
