@@ -322,3 +322,19 @@ def test_framework_step_methods_are_per_step_code():
                 return loss
     """
     assert _lint(src, "PIT201", "PIT203") == [(7, "PIT201"), (16, "PIT203")]
+
+
+def test_pit306_own_trainer_class_is_no_framework():
+    # minGPT-style: a project's own Trainer class does not scale the loss
+    src = """
+        import torch
+        from accelerate import Accelerator
+        trainer = Trainer(config)
+        def train(model, loader):
+            for x in loader:
+                with torch.autocast(device_type="cuda", dtype=torch.float16):
+                    loss = model(x).sum()
+                loss.backward()
+    """
+    assert _lint(src, "PIT306") == [(7, "PIT306")]
+    assert _lint(src.replace("trainer = Trainer(config)", "acc = Accelerator(mixed_precision='fp16')"), "PIT306") == []
