@@ -338,3 +338,23 @@ def test_pit306_own_trainer_class_is_no_framework():
     """
     assert _lint(src, "PIT306") == [(7, "PIT306")]
     assert _lint(src.replace("trainer = Trainer(config)", "acc = Accelerator(mixed_precision='fp16')"), "PIT306") == []
+
+
+def test_pit201_not_for_what_is_shipped_over_rpc():
+    # pytorch/examples distributed/rpc/batch/parameter_server.py
+    src = """
+        import torch.distributed.rpc as rpc
+        def run_trainer(ps_rref, train_loader, m, device):
+            for inputs, labels in train_loader:
+                m(inputs).sum().backward()
+                m = rpc.rpc_sync(ps_rref.owner(), update_and_fetch_model,
+                                 args=(ps_rref, [p.grad for p in m.cpu().parameters()]))
+                print(m.loss.item())
+    """
+    assert _lint(src, "PIT201") == [(8, "PIT201")]
+
+
+def test_load_rules_silent_in_unit_tests():
+    src = "import torch\ndevice = 'cuda'\nstate = torch.load(path, weights_only=False)\n"
+    assert _lint(src, "PIT404", "PIT903") == [(3, "PIT404"), (3, "PIT903")]
+    assert _lint(src, "PIT404", "PIT903", name="tests/test_checkpoint.py") == []
