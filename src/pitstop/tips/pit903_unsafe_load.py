@@ -23,8 +23,8 @@ class UnsafeLoad(Tip):
 
     what = """
         Flags `torch.load(…, weights_only=False)`, reporting at the keyword. No fix is offered:
-        only you know whether the file is trusted and what it must contain. Unit tests (`test_*.py`, `Test*.test_*`) are not
-        flagged: they load the file they just wrote.
+        only you know whether the file is trusted and what it must contain. Unit tests
+        (`test_*.py`, `Test*.test_*`) are not flagged: they load the file they just wrote.
     """
     why = """
         Checkpoints are pickle files. With `weights_only=False` the unpickler imports and calls
