@@ -295,13 +295,6 @@ def test_pit201_needs_an_accelerator():
     assert _lint('device = "cuda"\n' + textwrap.dedent(src), "PIT201") == [(5, "PIT201")]
 
 
-def test_pit404_not_in_a_cpu_only_script():
-    # pytorch/examples time_sequence_prediction/train.py loads what its CPU-only sibling saved
-    src = "import torch\ndata = torch.load('traindata.pt')\n"
-    assert _lint(src, "PIT404") == []
-    assert _lint(src + "model.to(device)\n", "PIT404") == [(2, "PIT404")]
-
-
 def test_framework_step_methods_are_per_step_code():
     src = """
         import torch, lightning as L
