@@ -295,13 +295,6 @@ def test_pit201_needs_an_accelerator():
     assert _lint('device = "cuda"\n' + textwrap.dedent(src), "PIT201") == [(5, "PIT201")]
 
 
-def test_pit404_not_in_a_cpu_only_script():
-    # pytorch/examples time_sequence_prediction/train.py loads what its CPU-only sibling saved
-    src = "import torch\ndata = torch.load('traindata.pt')\n"
-    assert _lint(src, "PIT404") == []
-    assert _lint(src + "model.to(device)\n", "PIT404") == [(2, "PIT404")]
-
-
 def test_framework_step_methods_are_per_step_code():
     src = """
         import torch, lightning as L
@@ -322,3 +315,39 @@ def test_framework_step_methods_are_per_step_code():
                 return loss
     """
     assert _lint(src, "PIT201", "PIT203") == [(7, "PIT201"), (16, "PIT203")]
+
+
+def test_pit306_own_trainer_class_is_no_framework():
+    # minGPT-style: a project's own Trainer class does not scale the loss
+    src = """
+        import torch
+        from accelerate import Accelerator
+        trainer = Trainer(config)
+        def train(model, loader):
+            for x in loader:
+                with torch.autocast(device_type="cuda", dtype=torch.float16):
+                    loss = model(x).sum()
+                loss.backward()
+    """
+    assert _lint(src, "PIT306") == [(7, "PIT306")]
+    assert _lint(src.replace("trainer = Trainer(config)", "acc = Accelerator(mixed_precision='fp16')"), "PIT306") == []
+
+
+def test_pit201_not_for_what_is_shipped_over_rpc():
+    # pytorch/examples distributed/rpc/batch/parameter_server.py
+    src = """
+        import torch.distributed.rpc as rpc
+        def run_trainer(ps_rref, train_loader, m, device):
+            for inputs, labels in train_loader:
+                m(inputs).sum().backward()
+                m = rpc.rpc_sync(ps_rref.owner(), update_and_fetch_model,
+                                 args=(ps_rref, [p.grad for p in m.cpu().parameters()]))
+                print(m.loss.item())
+    """
+    assert _lint(src, "PIT201") == [(8, "PIT201")]
+
+
+def test_load_rules_silent_in_unit_tests():
+    src = "import torch\ndevice = 'cuda'\nstate = torch.load(path, weights_only=False)\n"
+    assert _lint(src, "PIT404", "PIT903") == [(3, "PIT404"), (3, "PIT903")]
+    assert _lint(src, "PIT404", "PIT903", name="tests/test_checkpoint.py") == []

@@ -12,15 +12,15 @@ whole file was seen (a loop is a training loop only once its ``.backward()`` was
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import libcst as cst
 
+from pitstop.lint.facts import FileFacts
 from pitstop.lint.frames import ACCUMULATION_NAME, Cond, Loop, Scope, StepSite, WithBlock
 from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, is_test_file, loss_names
-from pitstop.lint.nodes import dotted, last_name, string_value
+from pitstop.lint.nodes import bound_names, dotted, last_name, string_value
 
 __all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "children", "find",
            "loss_names"]
@@ -33,8 +33,6 @@ _SKIP = frozenset({"lpar", "rpar", "comma", "leading_lines", "lines_after_decora
 _FIELDS: dict[type, tuple[str, ...]] = {}
 #: methods a framework calls once per training step (Lightning, HF Trainer)
 _STEP_METHODS = frozenset({"training_step", "compute_loss", "forward"})
-_DEVICE_HINT = re.compile(r"device|local_rank|\bgpu|accelerat|fabric|lightning|transformers|deepspeed|detectron2|FullyShardedDataParallel|fully_shard|FSDP|"
-                          r"DistributedDataParallel|nccl", re.I)
 
 
 def _fields(t: type) -> tuple[str, ...]:
@@ -86,7 +84,7 @@ class Pending:
     when: Callable[[], bool] | None
 
 
-class FileContext(Matchers):
+class FileContext(Matchers, FileFacts):
     """What rules can ask about the file being linted; see the module docstring."""
 
     def __init__(self, module: cst.Module, rule_classes: list[type], filename: str = "", project: Any = None,
@@ -226,7 +224,7 @@ class FileContext(Matchers):
     def _walk_for(self, node: cst.For) -> None:
         self._walk(node.iter)
         self._walk(node.target)
-        targets = frozenset(_names(node.target))
+        targets = frozenset(bound_names(node.target))
         for name in targets:
             self.scope.bind(name)
         loop = Loop(node, self.scope, targets, self._iterates_loader(node.iter))
@@ -258,7 +256,7 @@ class FileContext(Matchers):
         self._walk_all(node.items)
         for item in node.items:
             if item.asname is not None:
-                for name in _names(item.asname.name):
+                for name in bound_names(item.asname.name):
                     self.scope.bind(name)
         calls = tuple(i.item for i in node.items if isinstance(i.item, cst.Call))
         self._in_frame(WithBlock(node, calls), node.body)
@@ -319,7 +317,7 @@ class FileContext(Matchers):
             if key is not None:
                 self.scope.bind(key, value if len(targets) == 1 else None)
             else:
-                for name in _names(target):
+                for name in bound_names(target):
                     self.scope.bind(name)
 
     # -- what rules ask ----------------------------------------------------------------
@@ -382,45 +380,6 @@ class FileContext(Matchers):
         key = expr if isinstance(expr, str) else dotted(expr)
         return None if key is None else self.scope.lookup(key, same_scope)
 
-    @property
-    def info(self) -> Any:
-        """This file's :class:`pitstop.lint.project.ModuleInfo` (the project index's line scan)."""
-        if self._info is None:
-            from pitstop.lint.project import scan_source
-
-            self._info = scan_source(self.source if self.source is not None else self.module.code, self.path)
-        return self._info
-
-    @property
-    def device_implied(self) -> bool:
-        """The file may run on an accelerator: CUDA implied, or its code names a device, a local
-        rank, a GPU, a framework that picks the accelerator itself (accelerate, Lightning/Fabric,
-        transformers, DeepSpeed, detectron2), FSDP, DDP or NCCL.
-        False means a CPU-only script (``pytorch/examples/regression``)."""
-        if self.cuda_implied:
-            return True
-        if self._device is None:
-            text = self.source if self.source is not None else self.module.code
-            self._device = _DEVICE_HINT.search(re.sub(r"#[^\n]*", "", text)) is not None  # code, not comments
-        return self._device
-
-    def no_grad_functions(self) -> frozenset:
-        """Names of functions/methods decorated no_grad/inference_mode, here or in the project."""
-        if self._no_grad is None:
-            own = self.info.no_grad_functions
-            self._no_grad = own | (self.project.no_grad_functions(self.path) if self.project is not None else frozenset())
-        return self._no_grad
-
-    def dataset_kind(self, name: str) -> str | None:
-        """``"in_memory"`` / ``"unsharded_iterable"`` / ``"other"`` for a Dataset class defined here
-        or imported from a linted file (see :meth:`pitstop.lint.project.ProjectIndex.dataset_kind`)."""
-        from pitstop.lint.project import dataset_kind
-
-        kind = dataset_kind(self.info, name)
-        if kind is None and self.project is not None:
-            kind = self.project.dataset_kind(self.path, name)
-        return kind
-
     # -- reporting -----------------------------------------------------------------------
     def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when) -> None:
         self.pending.append(Pending(code, node, message, fix, when))
@@ -440,16 +399,6 @@ def _params(params: cst.Parameters) -> list[str]:
         if isinstance(p, cst.Param):
             out.append(p.name.value)
     return out
-
-
-def _names(target: cst.CSTNode) -> list[str]:
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for el in target.elements for n in _names(el.value)]
-    if isinstance(target, cst.StarredElement):
-        return _names(target.value)
-    return []
 
 
 def _dotted_name(node: cst.CSTNode) -> str:

@@ -8,6 +8,7 @@ __all__ = [
     "arg", "kwarg", "has_star_args", "positional", "is_true", "is_false", "int_value",
     "method", "receiver", "last_name", "string_value", "with_kwarg", "without_arg",
     "strip_parens", "contains_op", "has_kwargs_splat", "root_name", "number_value", "dotted",
+    "bound_names",
 ]
 
 
@@ -99,6 +100,17 @@ def last_name(node: cst.BaseExpression | None) -> str | None:
     if isinstance(node, cst.Attribute):
         return node.attr.value
     return None
+
+
+def bound_names(target: cst.CSTNode) -> list[str]:
+    """Names an assignment/loop target binds: ``x`` / ``x, (y, *z)`` -> ``["x", "y", "z"]``."""
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for el in target.elements for n in bound_names(el.value)]
+    if isinstance(target, cst.StarredElement):
+        return bound_names(target.value)
+    return []
 
 
 def dotted(node: cst.BaseExpression | None) -> str | None:

@@ -19,7 +19,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
-__all__ = ["ModuleInfo", "ProjectIndex", "build_index", "index_signature", "index_for", "scan_source", "dataset_kind"]
+__all__ = ["ModuleInfo", "ProjectIndex", "build_index", "index_signature", "index_for", "scan_source", "dataset_kind",
+           "clear_caches"]
 
 _CLASS = re.compile(r"^[ \t]*class[ \t]+(\w+)[ \t]*(?:\(([^)]*)\))?[ \t]*:", re.M)
 _DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
@@ -215,6 +216,12 @@ def dataset_kind(info: ModuleInfo, name: str) -> str | None:
     if name in info.unsharded_iterable:
         return "unsharded_iterable"
     return "other" if name in info.datasets else None
+
+
+def clear_caches() -> None:
+    """Forget every cached scan and index (benchmarks: each repeat pays the pass, like a new process)."""
+    _scan_file.cache_clear()
+    index_for.cache_clear()
 
 
 def build_index(paths) -> ProjectIndex:

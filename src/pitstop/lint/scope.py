@@ -30,8 +30,9 @@ from pitstop.lint.nodes import arg, dotted, is_false, last_name, string_value
 
 __all__ = ["loader_scope", "EVAL_NAME", "eval_only"]
 
-#: names of evaluation-only objects (loaders, datasets, functions building them)
-EVAL_NAME = re.compile(r"val|eval|test|predict|infer|sampl(?:e|ing)(?!r)|prompt|calib|holdout", re.I)
+#: names of evaluation-only objects (loaders, datasets, functions building them); a word start, so
+#: ``latest_loader``/``interval``/``retrieval`` are not evaluation and ``trainval`` is training
+EVAL_NAME = re.compile(r"(?<![a-z])(?:val|eval|test|predict|infer|sampl(?:e|ing)(?!r)|prompt|calib|holdout)", re.I)
 _TRAIN_NAME = re.compile(r"train|fit", re.I)
 _NO_WORKERS = frozenset({"in_memory", "unsharded_iterable"})
 _IN_MEMORY = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",

@@ -112,7 +112,7 @@ class NonBlockingRule(LintRule, tip="PIT103"):
                 and ctx.loop() is not None and value.args and self._iterator(value.args[0].value)):
             names = self.next_batches.setdefault(ctx.current_function(), set())
             for t in node.targets:
-                names.update(_names(t.target))
+                names.update(nodes.bound_names(t.target))
 
     def visit_Call(self, node):
         name = nodes.method(node)
@@ -185,14 +185,6 @@ class NonBlockingRule(LintRule, tip="PIT103"):
         return s is None or not s.startswith("cpu")
 
 
-def _names(target):
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for e in target.elements for n in _names(e.value)]
-    return []
-
-
 
 
 def _unwrap(it):
@@ -209,7 +201,7 @@ def _comprehension_source(ancestors, root):
         if isinstance(node, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
             clause = node.for_in
             while clause is not None:
-                if root in _names(clause.target):
+                if root in nodes.bound_names(clause.target):
                     return nodes.root_name(clause.iter)
                 clause = clause.inner_for_in
     return None

@@ -26,7 +26,8 @@ class SyncInLoop(Tip):
         they sit under an interval guard: an `if` whose test contains `%`, such as
         `if step % 100 == 0:`; not in a CPU-only script (no `"cuda"`, `torch.cuda`/
         `torch.accelerator`, device, local rank, GPU or accelerator framework anywhere in the
-        file), where the read waits for nothing. Reported at the call; no autofix. While training runs, the
+        file), where the read waits for nothing, and not for what is shipped over RPC
+        (`rpc.rpc_sync(..., args=(m.cpu(), ...))`: the CPU copy is what is sent). Reported at the call; no autofix. While training runs, the
         doctor counts the host-device synchronizations per step (including `float(t)`,
         `print(t)` and Python branches on device values) and the time the CPU waits in them.
     """
@@ -81,7 +82,7 @@ class SyncInLoop(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, cst, nodes
 
 _SYNCS = frozenset({"item", "cpu", "numpy", "tolist"})
 
@@ -95,6 +96,9 @@ class SyncInLoopRule(LintRule, tip="PIT201"):
         if name not in _SYNCS or nodes.method(nodes.receiver(node)) in _SYNCS:
             return  # x.cpu().numpy() is one sync: reported once, at .cpu()
         ctx = self.ctx
+        if any(isinstance(a, cst.Call) and (ctx.call_name(a) or "").startswith("torch.distributed.rpc.")
+               for a in ctx.ancestors[:-1]):
+            return  # shipped over RPC (rpc_sync/rpc_async/remote): the CPU copy is what is sent
         site = ctx.site()
         # only where an accelerator is implied: on a CPU-only script the read waits for nothing
         self.report(node, f".{name}() in the training loop makes the CPU wait for the device every step; "

@@ -73,6 +73,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 class BackwardInAutocastRule(LintRule, tip="PIT305"):
     message = ".backward() inside the autocast block; autocast the forward and the loss only"
+    in_tests = False  # unit tests of autocast/backward interplay do it on purpose
 
     def visit_Call(self, node):
         if nodes.method(node) != "backward":

@@ -88,6 +88,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 _OWNERS = ("accelerator", "fabric", "engine", "optimizer", "optim", "deepspeed", "booster")
 _FRAMEWORKS = ("Accelerator", "Fabric", "Trainer")  # own the precision and its loss scaling
+_FRAMEWORK_ROOTS = ("accelerate.", "lightning.", "lightning_fabric.", "pytorch_lightning.", "transformers.", "trl.")
 
 
 class Fp16WithoutScalerRule(LintRule, tip="PIT306"):
@@ -112,7 +113,7 @@ class Fp16WithoutScalerRule(LintRule, tip="PIT306"):
             return
         q = ctx.call_name(node)
         callee = nodes.last_name(node.func) or ""
-        if "scaler" in callee.lower() or callee in _FRAMEWORKS or q and q.rsplit(".", 1)[-1] in _FRAMEWORKS:
+        if "scaler" in callee.lower() or q and q.rsplit(".", 1)[-1] in _FRAMEWORKS and q.startswith(_FRAMEWORK_ROOTS):
             self.scaler = True
         elif ctx.is_autocast(node) and self._fp16(node, q):
             fn = ctx.current_function()

@@ -94,7 +94,7 @@ class AliasNotCopyRule(LintRule, tip="PIT804"):
             target = t.target
             if isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name):
                 self._inplace(target.value.value)
-            for name in _bound(target):
+            for name in nodes.bound_names(target):
                 self.aliases.pop(self._key(name), None)
         if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and isinstance(node.value, cst.Name):
             if self.ctx.is_tensor_expr(self.ctx.value_of(node.value.value)):
@@ -110,9 +110,3 @@ class AliasNotCopyRule(LintRule, tip="PIT804"):
             self._inplace(nodes.receiver(node).value)
 
 
-def _bound(target):
-    if isinstance(target, cst.Name):
-        return [target.value]
-    if isinstance(target, (cst.Tuple, cst.List)):
-        return [n for el in target.elements for n in _bound(el.value)]
-    return []

@@ -23,7 +23,8 @@ class UnsafeLoad(Tip):
 
     what = """
         Flags `torch.load(…, weights_only=False)`, reporting at the keyword. No fix is offered:
-        only you know whether the file is trusted and what it must contain.
+        only you know whether the file is trusted and what it must contain. Unit tests
+        (`test_*.py`, `Test*.test_*`) are not flagged: they load the file they just wrote.
     """
     why = """
         Checkpoints are pickle files. With `weights_only=False` the unpickler imports and calls
@@ -77,6 +78,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 class UnsafeLoadRule(LintRule, tip="PIT903"):
     message = "torch.load(weights_only=False) unpickles arbitrary objects: a crafted checkpoint runs code; keep weights_only=True"
+    in_tests = False  # a unit test loads the file it just wrote, on the same device
 
     def visit_Call(self, node):
         if self.ctx.call_name(node) == "torch.load":

@@ -1,0 +1,57 @@
+"""What a file says about itself beyond one node (mixed into :class:`pitstop.lint.context.FileContext`):
+its line scan (:class:`pitstop.lint.project.ModuleInfo`), whether it may run on an accelerator, the
+functions decorated no_grad here or in the project, and the kind of a Dataset class it uses.
+Needs ``source``/``module``/``path``/``project``/``cuda_implied`` and the caches ``_info``,
+``_device``, ``_no_grad`` from the class it is mixed into."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pitstop.lint.project import dataset_kind, scan_source
+
+__all__ = ["FileFacts"]
+
+#: code that may run on an accelerator names one of these (comments stripped first)
+_DEVICE_HINT = re.compile(r"device|local_rank|\bgpu|accelerat|fabric|lightning|transformers|deepspeed|detectron2|"
+                          r"FullyShardedDataParallel|fully_shard|FSDP|DistributedDataParallel|nccl", re.I)
+
+
+class FileFacts:
+    """File-wide facts, computed on first use and cached on the instance."""
+
+    @property
+    def info(self) -> Any:
+        """This file's :class:`pitstop.lint.project.ModuleInfo` (the project index's line scan)."""
+        if self._info is None:
+            self._info = scan_source(self.source if self.source is not None else self.module.code, self.path)
+        return self._info
+
+    @property
+    def device_implied(self) -> bool:
+        """The file may run on an accelerator: CUDA implied, or its code names a device, a local
+        rank, a GPU, a framework that picks the accelerator itself (accelerate, Lightning/Fabric,
+        transformers, DeepSpeed, detectron2), FSDP, DDP or NCCL.
+        False means a CPU-only script (``pytorch/examples/regression``)."""
+        if self.cuda_implied:
+            return True
+        if self._device is None:
+            text = self.source if self.source is not None else self.module.code
+            self._device = _DEVICE_HINT.search(re.sub(r"#[^\n]*", "", text)) is not None  # code, not comments
+        return self._device
+
+    def no_grad_functions(self) -> frozenset:
+        """Names of functions/methods decorated no_grad/inference_mode, here or in the project."""
+        if self._no_grad is None:
+            own = self.info.no_grad_functions
+            self._no_grad = own | (self.project.no_grad_functions(self.path) if self.project is not None else frozenset())
+        return self._no_grad
+
+    def dataset_kind(self, name: str) -> str | None:
+        """``"in_memory"`` / ``"unsharded_iterable"`` / ``"other"`` for a Dataset class defined here
+        or imported from a linted file (see :meth:`pitstop.lint.project.ProjectIndex.dataset_kind`)."""
+        kind = dataset_kind(self.info, name)
+        if kind is None and self.project is not None:
+            kind = self.project.dataset_kind(self.path, name)
+        return kind
