@@ -139,7 +139,7 @@ def reported(json_findings: list[dict], root: Path = CORPUS) -> list[Reported]:
         path = Path(f["filename"]).as_posix()
         cell = f.get("cell")
         out.append(Reported(path, f["code"], f["line"], f["column"], anchor(root, path, f["line"], cell, cache),
-                            f["message"], f.get("fix") is not None, cell))
+                            f["message"], (f.get("fix") or {}).get("applicability") == "safe", cell))
     return out
 
 
