@@ -25,7 +25,9 @@ from typing import Any
 import torch
 
 from pitstop.doctor import memory as mem
+from pitstop.doctor.cores import WorkerClock, machine_counters
 from pitstop.doctor.observers import Observers, first_tensor
+from pitstop.doctor.passes import Passes
 from pitstop.doctor.patching import Patches
 from pitstop.doctor.spec import StepRecord
 
@@ -41,7 +43,8 @@ class StopDoctor(BaseException):
 
 
 class _Step:
-    __slots__ = ("phases", "losses", "backward_calls", "syncs", "sync_s", "cuda", "batch_size", "h2d")
+    __slots__ = ("phases", "losses", "backward_calls", "syncs", "sync_s", "cuda", "batch_size", "h2d", "pending",
+                 "data_cpu")
 
     def __init__(self) -> None:
         self.phases: Counter[str] = Counter()
@@ -52,6 +55,8 @@ class _Step:
         self.cuda: Counter[tuple[str, str]] = Counter()
         self.batch_size: int | None = None
         self.h2d: Counter[str] = Counter()
+        self.pending: list = []
+        self.data_cpu = 0.0
 
 
 def _function(bound):
@@ -62,7 +67,7 @@ def _function(bound):
     return method
 
 
-class Instrumentation(Observers):
+class Instrumentation(Passes, Observers):
     def __init__(self, steps: int, warmup: int = 0, *, mode: str = "full", trace_dir: str | None = None,
                  trace_steps: int = 3, stop: bool = True) -> None:
         self.full = mode == "full"
@@ -122,6 +127,26 @@ class Instrumentation(Observers):
         self.run_peak = 0
         self.step_start = perf()
         self.cpu_start = cpu_clock()
+        # batch layout, training vs evaluation forwards, host time (passes.py)
+        self.layouts: dict[int, Any] = {}
+        self._layout_probe: tuple[int, torch.Tensor] | None = None
+        self._carried: list = []
+        self._top_call: tuple = ((), {}, 0.0)
+        self._where = "?"
+        self.batches: dict[int, Any] = {}  # model id -> BatchInfo of its first training forward
+        self.per_step: dict[int, dict[int, list[int]]] = {}
+        self.last_train_kwargs: dict[int, dict] = {}
+        self.train_layout: dict[int, int] = {}
+        self.sampler: Any = None
+        # what the cores did during data waits (cores.py)
+        self.worker_clock = WorkerClock()
+        self.worker_cpu: list[float] = []
+        self.data_cpu: list[float] = []
+        self.machine: dict[str, Any] = {}
+        # step boundaries: "optimizer.step", or "backward" when parameters change without one
+        self.boundary: str | None = None
+        self._snap: Any = None
+        self._mark: tuple[float, float, dict[str, float]] | None = None
 
     # -- plan ------------------------------------------------------------------------
     @property
@@ -150,6 +175,13 @@ class Instrumentation(Observers):
         self._orig_scale = self._patches.set(torch.amp.GradScaler, "scale", _function(self._scale))
         if self.full:
             self._install_full()
+            from pitstop.doctor.stacks import StackSampler
+
+            self.sampler = StackSampler()
+            self.sampler.skip = lambda: self._in_data > 0 or self._depth > 0 or self.kind() != "observed"
+            self.sampler.start()
+            self.sampler.open()
+            self.machine = machine_counters()
         self.passive = False
         self.step_start = perf()
         self.cpu_start = cpu_clock()
@@ -174,6 +206,8 @@ class Instrumentation(Observers):
 
     def uninstall(self) -> None:
         self.passive = True
+        if self.sampler is not None:
+            self.sampler.stop()
         for obj in (self._profiler, self._tracer):
             if obj is not None and obj.active:
                 try:
@@ -203,7 +237,10 @@ class Instrumentation(Observers):
         if self.passive:
             return
         if self.primary is None:
+            if self.boundary == "backward":
+                return  # steps are already counted by backward calls
             self.primary = opt
+            self.boundary = "optimizer.step"
         self.optimizers.setdefault(id(opt), opt)
         self._in_opt += 1
         if self.full and opt is self.primary and self.kind() == "observed" and self.observed_done == self.steps - 1:
@@ -213,7 +250,7 @@ class Instrumentation(Observers):
         self._opt_t0[id(opt)] = perf()
 
     def _opt_post(self, opt, args, kwargs) -> None:
-        if self.passive:
+        if self.passive or self.primary is None:
             return
         if self._cuda:
             self._cuda_phase("optimizer", False)
@@ -229,7 +266,10 @@ class Instrumentation(Observers):
         rec = StepRecord(index=self.index, kind=kind, wall=now - self.step_start, cpu=cpu_now - self.cpu_start,
                          phases=dict(cur.phases), backward_calls=cur.backward_calls, batch_size=cur.batch_size)
         if self.full:
+            self._settle(rec)
             rec.memory = self._memory_now()
+            if kind == "observed":
+                self.data_cpu.append(cur.data_cpu)
         self.records.append(rec)
         self.loss_tensors.append(cur.losses)
         self._scaled.clear()
@@ -245,6 +285,8 @@ class Instrumentation(Observers):
         self.step_start, self.cpu_start = perf(), cpu_clock()
         if self.full:
             self._transitions(kind)
+            if self.sampler is not None:
+                self.sampler.open()
         if self.index >= self.total:
             self.finished = True
             if self.stop:
@@ -254,6 +296,10 @@ class Instrumentation(Observers):
     def _transitions(self, ended: str) -> None:
         t0, c0 = perf(), cpu_clock()
         observed = self.observed_done
+        if self.worker_clock.last and ended in ("warmup", "observed"):
+            spent = self.worker_clock.read()
+            if ended == "observed":
+                self.worker_cpu.append(spent)
         if ended == "observed" and observed in self._census_at:
             self.graph.setdefault("nodes", []).append(mem.graph_nodes())
             self.graph.setdefault("steps", []).append(self.index)
@@ -321,6 +367,8 @@ class Instrumentation(Observers):
     def _backward(self, tensors, *args, **kwargs):
         if self.passive:
             return self._orig_backward(tensors, *args, **kwargs)
+        if self._snap is not None and self.primary is None and self.boundary is None:
+            self._check_manual_update()
         t = tensors if isinstance(tensors, torch.Tensor) else first_tensor(tensors)
         if t is not None:
             base = self._scaled.pop(id(t), t)
@@ -333,7 +381,7 @@ class Instrumentation(Observers):
             self._cuda_phase("backward", True)
         t0 = perf()
         try:
-            return self._orig_backward(tensors, *args, **kwargs)
+            out = self._orig_backward(tensors, *args, **kwargs)
         finally:
             if self._cuda:
                 self._cuda_phase("backward", False)
@@ -341,6 +389,39 @@ class Instrumentation(Observers):
             self.cur.phases["backward"] += perf() - t0
             self.cur.backward_calls += 1
             self.backward_total += 1
+        if self.boundary == "backward":
+            self._end_step()
+        elif self.full and self.primary is None and self.boundary is None:
+            self._snapshot()
+        return out
+
+    # -- manual parameter updates: backward calls become the step boundaries ---------------
+    def _snapshot(self) -> None:
+        """Remember a few values of one trained parameter (until an optimizer steps)."""
+        for info in self.models.values():
+            model = info["ref"]()
+            for p in model.parameters() if model is not None else ():
+                if p.requires_grad and p.grad is not None and p.numel():
+                    self._snap = (p, p.detach().reshape(-1)[:256].clone())
+                    self._mark = (perf(), cpu_clock(), dict(self.cur.phases))
+                    return
+
+    def _check_manual_update(self) -> None:
+        p, before = self._snap
+        if torch.equal(p.detach().reshape(-1)[:256], before):
+            return
+        self._snap = None
+        self.boundary = "backward"
+        self.notes.append("no torch.optim optimizer stepped, but the parameters changed between backward calls (a "
+                          "manual update such as p.data.add_(p.grad, alpha=-lr)): each backward call ends a step, "
+                          "and the update's time is counted in 'host' (before the next forward)")
+        t, c, phases = self._mark
+        new = _Step()
+        for k, v in self.cur.phases.items():
+            if v - phases.get(k, 0.0) > 0:
+                new.phases[k] = v - phases.get(k, 0.0)
+        new.pending = [q for q in self.cur.pending if not q.reached[0]]
+        self.cur, self.step_start, self.cpu_start = new, t, c
 
     def _scale(self, scaler, outputs):
         out = self._orig_scale(scaler, outputs)
