@@ -217,8 +217,9 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
         o.batch_size = o.batch["size"]
     o.cpu = _cpu(inst, o)
     o.step_boundary = inst.boundary or ("optimizer.step" if inst.primary is not None else None)
-    o.host_sites = ([{"where": w, "share": sh, "samples": n} for w, sh, n in inst.sampler.top()]
-                    if inst.sampler is not None else [])
+    if inst.sampler is not None:
+        o.host_sites = [{"where": w, "share": sh, "samples": n} for w, sh, n in inst.sampler.top("host")]
+        o.other_sites = [{"where": w, "share": sh, "samples": n} for w, sh, n in inst.sampler.top("other")]
     from pitstop.doctor.cores import busy_note
 
     note = busy_note(o.cpu)

@@ -243,6 +243,8 @@ class Instrumentation(Passes, Observers):
             self.boundary = "optimizer.step"
         self.optimizers.setdefault(id(opt), opt)
         self._in_opt += 1
+        if self.sampler is not None:
+            self.sampler.close()
         if self.full and opt is self.primary and self.kind() == "observed" and self.observed_done == self.steps - 1:
             self.grad_bytes = mem.grad_bytes(p for g in opt.param_groups for p in g["params"])
         if self._cuda:
@@ -256,6 +258,8 @@ class Instrumentation(Passes, Observers):
             self._cuda_phase("optimizer", False)
         self._in_opt = max(0, self._in_opt - 1)
         self.cur.phases["optimizer"] += perf() - self._opt_t0.pop(id(opt), perf())
+        if self.sampler is not None:
+            self.sampler.open()
         if opt is self.primary:
             self._end_step()
 
@@ -286,6 +290,7 @@ class Instrumentation(Passes, Observers):
         if self.full:
             self._transitions(kind)
             if self.sampler is not None:
+                self.sampler.label = "host"
                 self.sampler.open()
         if self.index >= self.total:
             self.finished = True
@@ -379,10 +384,14 @@ class Instrumentation(Passes, Observers):
         self._in_backward = True
         if self._cuda:
             self._cuda_phase("backward", True)
+        if self.sampler is not None:
+            self.sampler.close()
         t0 = perf()
         try:
             out = self._orig_backward(tensors, *args, **kwargs)
         finally:
+            if self.sampler is not None:
+                self.sampler.open()
             if self._cuda:
                 self._cuda_phase("backward", False)
             self._in_backward = False

@@ -53,6 +53,10 @@ class Observations:
     #: user frame, sampled every ~1 ms): dicts with ``where`` ("file:line"), ``share`` of the
     #: samples and ``samples`` (their number).
     host_sites: list[dict[str, Any]] = field(default_factory=list)
+    #: the same for the rest of the step's unmeasured time (``other``: Python between the
+    #: phases, e.g. a ``get_batch`` between forward and backward, logging, the loss's
+    #: ``.item()``).
+    other_sites: list[dict[str, Any]] = field(default_factory=list)
     #: what the cores did, per observed step: ``process_per_step`` (CPU seconds of the
     #: training process, all threads), ``data_wait_cpu_per_step`` (of which during
     #: training DataLoader waits), ``workers_per_step`` (CPU seconds of DataLoader worker

@@ -71,6 +71,8 @@ class Observers:
                 self._top_call = (args, kwargs, self._unaccounted())
                 if self.sampler is not None:
                     self.sampler.close()
+                    if grad:
+                        self.sampler.label = "other"
                 self._layout_start(module, args, kwargs)
                 self._note_forward(module, args, grad)
             self._top = (perf(), grad)
@@ -95,6 +97,8 @@ class Observers:
                     self._cuda_phase("forward", False)
             else:
                 self.cur.phases["eval"] += seconds
+            if self.sampler is not None:
+                self.sampler.open()
         self._depth = max(0, self._depth - 1)
 
     def _unaccounted(self) -> float:

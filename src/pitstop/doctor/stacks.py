@@ -47,8 +47,10 @@ def user_frame(frame) -> str | None:
 class StackSampler:
     def __init__(self, thread_id: int | None = None, interval: float = 0.001) -> None:
         self.interval = interval
-        self.counts: Counter[str] = Counter()
-        self.samples = 0
+        self.counts: Counter[tuple[str, str]] = Counter()  # (label, site) -> samples
+        self.samples: Counter[str] = Counter()  # label -> samples
+        #: what the open window is called now (e.g. "host" before the first forward, "other" after)
+        self.label = "host"
         self._main = thread_id if thread_id is not None else threading.get_ident()
         self._open = threading.Event()
         self._stop = False
@@ -77,16 +79,18 @@ class StackSampler:
                 return
             frame = sys._current_frames().get(self._main)
             if frame is not None and self._open.is_set() and not self.skip():
-                site = user_frame(frame)
+                site, label = user_frame(frame), self.label
                 if site is not None:
-                    self.samples += 1
-                    self.counts[site] += 1
+                    self.samples[label] += 1
+                    self.counts[(label, site)] += 1
             del frame
             self._open.wait()
             time.sleep(self.interval)
 
-    def top(self, n: int = 5) -> list[tuple[str, float, int]]:
-        """The ``n`` most sampled sites: (site, share of the samples, samples)."""
-        if not self.samples:
+    def top(self, label: str, n: int = 5) -> list[tuple[str, float, int]]:
+        """The ``n`` most sampled sites under ``label``: (site, share of its samples, samples)."""
+        total = self.samples[label]
+        if not total:
             return []
-        return [(site, c / self.samples, c) for site, c in self.counts.most_common(n)]
+        rows = sorted(((site, c) for (lab, site), c in self.counts.items() if lab == label), key=lambda r: -r[1])
+        return [(site, c / total, c) for site, c in rows[:n]]
