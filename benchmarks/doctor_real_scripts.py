@@ -8,8 +8,9 @@ wikitext-2, a text file for chargpt, a names file for makemore), runs
 
     pitstop doctor --format json --steps N --warmup W SCRIPT -- <tiny config>
 
-on CPU and compares the doctor's batch size, samples per optimizer step, steps/s and
-phases with what the script itself prints (its own step timer and its configured batch).
+on CPU and compares the doctor's batch size, samples per optimizer step, step times and
+phases with what the script itself prints (its own step timer, step by step, and its
+configured batch).
 
     python benchmarks/doctor_real_scripts.py [nanogpt wlm-lstm wlm-transformer chargpt makemore]
 
@@ -25,6 +26,7 @@ import pickle
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,7 +47,9 @@ class Case:
     batch: int                     # the script's own batch (from its configuration)
     samples_per_step: int          # micro-batches x batch
     batch_dim: int
-    time_pattern: str              # regex with one group: the script's own ms per step
+    time_pattern: str              # regex with groups (step, ms) or (ms, step): the script's own timer
+    offset: int = 0                # doctor record index of a printed step number: step + offset
+    span: int = 1                  # records the printed time covers (ending at that index)
     step_boundary: str = "optimizer.step"
     pythonpath: str = ""           # extra sys.path entry inside the working directory
     wrong_ways: tuple[str, ...] = field(default=())  # fix texts that would point the wrong way
@@ -98,17 +102,17 @@ CASES = {c.name: c for c in (
     Case("wlm-lstm", "pytorch_examples", "word_language_model/main.py",
          ("--data", "data", "--model", "LSTM", "--emsize", "32", "--nhid", "32", "--nlayers", "1", "--epochs", "1",
           "--log-interval", "2", "--save", "model.pt"),
-         batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward",
+         batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward", offset=-1, span=2,
          time_pattern=r"\|\s+(\d+)/\s*\d+ batches .*ms/batch\s+([\d.]+)"),
     Case("wlm-transformer", "pytorch_examples", "word_language_model/main.py",
          ("--data", "data", "--model", "Transformer", "--emsize", "32", "--nhid", "32", "--nlayers", "1",
           "--nhead", "2", "--epochs", "1", "--log-interval", "2", "--save", "model.pt"),
-         batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward",
+         batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward", offset=-1, span=2,
          time_pattern=r"\|\s+(\d+)/\s*\d+ batches .*ms/batch\s+([\d.]+)"),
     Case("chargpt", "minGPT", "projects/chargpt/chargpt.py",
          ("--model.model_type=None", "--model.n_layer=2", "--model.n_head=2", "--model.n_embd=64",
           "--data.block_size=32", "--trainer.batch_size=16", "--trainer.max_iters=100000"),
-         batch=16, samples_per_step=16, batch_dim=0, pythonpath=".",
+         batch=16, samples_per_step=16, batch_dim=0, pythonpath=".", offset=-1,
          time_pattern=r"^iter_dt ([\d.]+)ms; iter (\d+):", wrong_ways=("more workers",)),
     Case("makemore", "makemore", "makemore.py",
          ("-i", "names.txt", "-o", "out", "--type", "transformer", "--n-layer", "2", "--n-head", "2",
@@ -118,20 +122,29 @@ CASES = {c.name: c for c in (
 )}
 
 
-def _own_ms(case: Case, text: str) -> float | None:
-    """The fastest of the script's own per-step times printed after the warm-up. Not the
-    median: the doctor's bookkeeping at three observed steps (the autograd graph census,
-    up to seconds on a busy machine) is excluded from its own step times but lands inside
-    the script's timed intervals that contain those steps."""
-    vals = []
+def _own_times(case: Case, text: str) -> list[tuple[int, float]]:
+    """(step, ms) of every per-step time the script printed."""
+    out = []
     for line in text.splitlines():
         m = re.search(case.time_pattern, line.strip())
         if m:
             a, b = m.groups()
-            step, ms = (int(b), float(a)) if case.name == "chargpt" else (int(a), float(b))
-            if step >= WARMUP + 1:
-                vals.append(ms)
-    return min(vals) if vals else None
+            out.append((int(b), float(a)) if case.name == "chargpt" else (int(a), float(b)))
+    return out
+
+
+def _matched(case: Case, own: list[tuple[int, float]], records: list[dict]) -> list[tuple[float, float]]:
+    """(script ms, doctor ms) for the same steps: each printed time next to the mean wall
+    time of the doctor's records that cover the same optimizer steps. Comparing step by
+    step keeps out the doctor's own bookkeeping at a few steps (graph census), which the
+    doctor leaves out of its step times but lands inside the script's timed intervals."""
+    walls = {r["index"]: r["wall"] for r in records}
+    pairs = []
+    for step, ms in own:
+        idx = [step + case.offset - k for k in range(case.span)]
+        if ms > 0 and step > 0 and all(i in walls for i in idx):
+            pairs.append((ms, 1e3 * sum(walls[i] for i in idx) / len(idx)))
+    return pairs
 
 
 def run_case(case: Case, keep: Path | None = None, probes: bool = False, timeout: float = 480) -> dict:
@@ -160,7 +173,9 @@ def run_case(case: Case, keep: Path | None = None, probes: bool = False, timeout
 def _compare(case: Case, d: dict, script_output: str) -> dict:
     tp, b = d["throughput"], d["observations"].get("batch") or {}
     br = {k: v["share"] for k, v in d["breakdown"].items()}
-    own_ms = _own_ms(case, script_output)
+    pairs = _matched(case, _own_times(case, script_output), d["steps"]["records"])
+    own_ms = statistics.median(a for a, _ in pairs) if pairs else None
+    ratio = statistics.median(b / a for a, b in pairs) if pairs else None
     doc_ms = 1e3 * d["step_time"]["median"] if d.get("step_time") else None
     failed = []
     if d["outcome"] != "diagnosed":
@@ -173,10 +188,10 @@ def _compare(case: Case, d: dict, script_output: str) -> dict:
         failed.append(f"samples per step {tp.get('samples_per_step')} != {case.samples_per_step}")
     if tp.get("step_boundary") != case.step_boundary:
         failed.append(f"step boundary {tp.get('step_boundary')} != {case.step_boundary}")
-    if own_ms is None:
-        failed.append("the script printed no step time after the warm-up")
-    elif doc_ms is not None and not 0.5 <= doc_ms / own_ms <= 2.0:
-        failed.append(f"step time {doc_ms:.1f} ms vs the script's {own_ms:.1f} ms")
+    if ratio is None:
+        failed.append("the script printed no step time the doctor also measured")
+    elif not 0.8 <= ratio <= 1.25:
+        failed.append(f"the doctor's step times are {ratio:.2f}x the script's own for the same steps")
     if br and br.get("forward", 0) + br.get("backward", 0) < 0.3:
         failed.append(f"forward+backward only {br.get('forward', 0) + br.get('backward', 0):.0%} of the step")
     for f in d["findings"]:
@@ -185,6 +200,7 @@ def _compare(case: Case, d: dict, script_output: str) -> dict:
                 failed.append(f"{f['code']} points the wrong way: {f['fix']}")
     return {"case": case.name, "batch": tp.get("batch_size"), "batch_dim": b.get("dim"), "how": b.get("how"),
             "samples_per_step": tp.get("samples_per_step"), "doctor_ms": doc_ms, "script_ms": own_ms,
+            "same_steps": [(round(a, 1), round(b, 1)) for a, b in pairs], "same_step_ratio": ratio,
             "doctor_samples_per_s": tp.get("samples_per_s"), "tokens_per_s": tp.get("tokens_per_s"),
             "script_samples_per_s": case.samples_per_step / own_ms * 1e3 if own_ms else None,
             "breakdown": br, "findings": [(f["code"], f["severity"], f["title"]) for f in d["findings"]],

@@ -254,6 +254,10 @@ class DataWaitCheck(Check, tip="PIT101"):
         return None
 
 
+#: host time per step below this is Python overhead around a tiny step, not batch preparation
+HOST_FLOOR_S = 0.002
+
+
 class HostBatchCheck(Check, tip="PIT101"):
     """Host work between the optimizer step and the next training forward (``host``):
     batches sampled outside a DataLoader (nanoGPT's ``get_batch``), with the source lines
@@ -263,8 +267,9 @@ class HostBatchCheck(Check, tip="PIT101"):
 
     def check(self, obs, th):
         share = obs.share("host")
-        if share <= th.data_wait_share or obs.step_boundary == "backward":
-            return  # with manual updates, "host" holds the update too: not batch preparation
+        if share <= th.data_wait_share or obs.breakdown.get("host", 0.0) < HOST_FLOOR_S \
+                or obs.step_boundary == "backward":
+            return  # tiny steps: Python overhead; manual updates: "host" holds the update too
         sites = obs.host_sites or []
         shown = [s for s in sites if s.get("share", 0) >= 0.1][:3]
         lines = ", ".join(f"{s['where']} ({pct(s['share'])} of {sum(x.get('samples', 0) for x in sites)} samples)"
