@@ -118,7 +118,8 @@ class Diagnosis:
             "device": {"type": o.device, "name": o.device_name, "capability": o.capability},
             "steps": {"planned": r.spec.steps, "warmup": r.spec.warmup, "observed": len(r.observed),
                       "records": [{"index": s.index, "kind": s.kind, "wall": s.wall, "loss": s.loss,
-                                   "phases": s.phases, "memory": s.memory} for s in r.steps]},
+                                   "phases": s.phases, "memory": s.memory, "samples": s.samples, "tokens": s.tokens}
+                                  for s in r.steps]},
             "step_time": o.step_time,
             "throughput": self.summary(),
             "breakdown": self.breakdown(),
