@@ -6,6 +6,7 @@ synthetic observations: fast, no subprocess; the planted scripts run in
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 
@@ -272,3 +273,34 @@ def test_probe_row_explains_the_lower_bound_rule():
     assert "lower bound 0.98x" in note and "1.10x" in note
     p["speedups"]["bfloat16"]["low"] = 1.3
     assert gate_note(p, 1.10) == ""
+
+
+@pytest.mark.slow  # torch.compile's first import takes seconds
+def test_wrappers_are_looked_through_for_model_structure():
+    from pitstop.doctor.wrappers import sequential_conv_bias_bn, unwrap, wrapper_chain
+
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, bias=True), nn.BatchNorm2d(4), nn.ReLU(),
+                        nn.Conv2d(4, 4, 3, bias=False), nn.BatchNorm2d(4))
+    for wrapped in (nn.DataParallel(net), torch.compile(net), nn.DataParallel(torch.compile(net))):
+        assert unwrap(wrapped) is net
+        assert wrapper_chain(wrapped)[-1] == "Sequential"
+        assert sequential_conv_bias_bn(wrapped) == [["0", "1"]]
+    assert wrapper_chain(net) == ["Sequential"]
+
+
+def test_manual_updates_end_steps_in_light_mode_too():
+    """tune's A/B trials run the light instrumentation: no forward hooks, the parameter
+    to watch comes from the loss's graph."""
+    from pitstop.doctor.instrument import Instrumentation
+
+    model = nn.Linear(8, 2)
+    inst = Instrumentation(3, 1, mode="light", stop=False).install()
+    try:
+        for _ in range(8):
+            model.zero_grad()
+            model(torch.randn(4, 8)).pow(2).mean().backward()
+            for p in model.parameters():
+                p.data.add_(p.grad, alpha=-0.1)
+    finally:
+        inst.uninstall()
+    assert inst.boundary == "backward" and len(inst.records) >= 4

@@ -121,7 +121,9 @@ def _odd_sizes(model: nn.Module) -> list[dict[str, Any]]:
 def _model_info(model: nn.Module, info: dict[str, Any]) -> dict[str, Any]:
     params = list(model.parameters())
     p0 = params[0]
-    return {"class": type(model).__name__, "params": sum(p.numel() for p in params),
+    from pitstop.doctor.wrappers import wrapper_chain
+
+    return {"class": type(model).__name__, "wraps": wrapper_chain(model)[1:], "params": sum(p.numel() for p in params),
             "trainable": sum(p.numel() for p in params if p.requires_grad),
             "param_dtype": str(p0.dtype).replace("torch.", ""), "device": info["device"],
             "dataparallel": isinstance(model, nn.DataParallel),
@@ -200,9 +202,13 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.optimizers = [_optimizer_info(opt) for opt in inst.optimizers.values()]
     o.models = [_model_info(m, info) for m, info in models]
     if models:
+        from pitstop.doctor.wrappers import sequential_conv_bias_bn
+
         flow = inst._flow
         o.models[0]["conv_bias_bn"] = flow.conv_bias_bn if flow else []
         o.models[0]["linear_linear"] = flow.linear_linear if flow else []
+        if o.models[0]["compiled"] and not o.models[0]["conv_bias_bn"]:  # module hooks do not fire in graphs
+            o.models[0]["conv_bias_bn"] = sequential_conv_bias_bn(models[0][0])
     o.loaders = [{k: v for k, v in d.items()} for d in inst.loaders.values()]
     o.forwards = {**dict(inst.forwards), "where": dict(inst.forward_where), "autocast": dict(inst.autocast)}
     o.kernels = {**inst.profile_result.get("kernels", {}), "conv_input_shapes": dict(inst.input_shapes)}

@@ -27,6 +27,7 @@ import torch
 from pitstop.doctor import memory as mem
 from pitstop.doctor.cores import WorkerClock, machine_counters
 from pitstop.doctor.observers import Observers, first_tensor
+from pitstop.doctor.boundaries import ManualUpdates, graph_param
 from pitstop.doctor.passes import Passes
 from pitstop.doctor.patching import Patches
 from pitstop.doctor.spec import StepRecord
@@ -67,7 +68,7 @@ def _function(bound):
     return method
 
 
-class Instrumentation(Passes, Observers):
+class Instrumentation(ManualUpdates, Passes, Observers):
     def __init__(self, steps: int, warmup: int = 0, *, mode: str = "full", trace_dir: str | None = None,
                  trace_steps: int = 3, stop: bool = True) -> None:
         self.full = mode == "full"
@@ -372,9 +373,12 @@ class Instrumentation(Passes, Observers):
     def _backward(self, tensors, *args, **kwargs):
         if self.passive:
             return self._orig_backward(tensors, *args, **kwargs)
-        if self._snap is not None and self.primary is None and self.boundary is None:
+        undecided = self.primary is None and self.boundary is None
+        if undecided and self._snap is not None:
             self._check_manual_update()
+            undecided = self.boundary is None
         t = tensors if isinstance(tensors, torch.Tensor) else first_tensor(tensors)
+        watch = graph_param(t) if undecided and t is not None else None
         if t is not None:
             base = self._scaled.pop(id(t), t)
             v = base.detach()
@@ -400,37 +404,9 @@ class Instrumentation(Passes, Observers):
             self.backward_total += 1
         if self.boundary == "backward":
             self._end_step()
-        elif self.full and self.primary is None and self.boundary is None:
-            self._snapshot()
+        elif watch is not None and self.primary is None and self.boundary is None:
+            self._snapshot(watch)
         return out
-
-    # -- manual parameter updates: backward calls become the step boundaries ---------------
-    def _snapshot(self) -> None:
-        """Remember a few values of one trained parameter (until an optimizer steps)."""
-        for info in self.models.values():
-            model = info["ref"]()
-            for p in model.parameters() if model is not None else ():
-                if p.requires_grad and p.grad is not None and p.numel():
-                    self._snap = (p, p.detach().reshape(-1)[:256].clone())
-                    self._mark = (perf(), cpu_clock(), dict(self.cur.phases))
-                    return
-
-    def _check_manual_update(self) -> None:
-        p, before = self._snap
-        if torch.equal(p.detach().reshape(-1)[:256], before):
-            return
-        self._snap = None
-        self.boundary = "backward"
-        self.notes.append("no torch.optim optimizer stepped, but the parameters changed between backward calls (a "
-                          "manual update such as p.data.add_(p.grad, alpha=-lr)): each backward call ends a step, "
-                          "and the update's time is counted in 'host' (before the next forward)")
-        t, c, phases = self._mark
-        new = _Step()
-        for k, v in self.cur.phases.items():
-            if v - phases.get(k, 0.0) > 0:
-                new.phases[k] = v - phases.get(k, 0.0)
-        new.pending = [q for q in self.cur.pending if not q.reached[0]]
-        self.cur, self.step_start, self.cpu_start = new, t, c
 
     def _scale(self, scaler, outputs):
         out = self._orig_scale(scaler, outputs)
