@@ -304,3 +304,16 @@ def test_manual_updates_end_steps_in_light_mode_too():
     finally:
         inst.uninstall()
     assert inst.boundary == "backward" and len(inst.records) >= 4
+
+
+def test_primary_input_of_positional_keyword_and_nested_batches():
+    from pitstop.doctor.batch import batch_info, primary_input
+
+    x, ids = torch.randn(3, 5), torch.randint(0, 9, (4, 7))
+    assert primary_input((x,), {})[0] == "argument 0"
+    assert primary_input((), {"attention_mask": ids, "input_ids": ids})[0] == "input_ids"
+    assert primary_input(((x, ids), 0), {}) == ("argument 0[0]", x)
+    assert primary_input(({"input_ids": ids},), {})[1] is ids
+    info = batch_info((ids,), {}, None)
+    assert (info.size, info.dim, info.tokens) == (4, 0, 28)
+    assert batch_info((x,), {}, None).tokens is None  # float features are not tokens

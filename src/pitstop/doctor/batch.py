@@ -53,11 +53,15 @@ def primary_input(args: tuple, kwargs: dict[str, Any] | None) -> tuple[str, torc
     for k, v in kwargs.items():
         if isinstance(v, torch.Tensor) and v.dim() > 0:
             return k, v
-    for i, a in enumerate(args or ()):  # a dict/list batch passed as one argument
+    for i, a in enumerate(args or ()):  # a dict / tuple batch passed as one argument (Lightning)
         if isinstance(a, dict):
             found = primary_input((), a)
             if found is not None:
                 return f"argument {i}[{found[0]!r}]", found[1]
+        elif isinstance(a, (list, tuple)) and a:
+            found = primary_input(tuple(a), None)
+            if found is not None:
+                return f"argument {i}[{found[0].split()[-1]}]", found[1]
     return None
 
 
