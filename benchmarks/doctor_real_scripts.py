@@ -133,16 +133,19 @@ def _own_times(case: Case, text: str) -> list[tuple[int, float]]:
     return out
 
 
-def _matched(case: Case, own: list[tuple[int, float]], records: list[dict]) -> list[tuple[float, float]]:
+def _matched(case: Case, own: list[tuple[int, float]], records: list[dict],
+             census: list[int]) -> list[tuple[float, float]]:
     """(script ms, doctor ms) for the same steps: each printed time next to the mean wall
-    time of the doctor's records that cover the same optimizer steps. Comparing step by
-    step keeps out the doctor's own bookkeeping at a few steps (graph census), which the
-    doctor leaves out of its step times but lands inside the script's timed intervals."""
+    time of the doctor's records that cover the same optimizer steps. Steps at whose end
+    the doctor counted the live autograd graph (``census``: up to seconds on a busy
+    machine, which the doctor leaves out of its own step times but which lands inside the
+    script's timer) are left out."""
     walls = {r["index"]: r["wall"] for r in records}
+    skip = {i - 1 for i in census}  # the census runs after the record with index i - 1
     pairs = []
     for step, ms in own:
         idx = [step + case.offset - k for k in range(case.span)]
-        if ms > 0 and step > 0 and all(i in walls for i in idx):
+        if ms > 0 and step > 0 and all(i in walls and i not in skip for i in idx):
             pairs.append((ms, 1e3 * sum(walls[i] for i in idx) / len(idx)))
     return pairs
 
@@ -173,7 +176,8 @@ def run_case(case: Case, keep: Path | None = None, probes: bool = False, timeout
 def _compare(case: Case, d: dict, script_output: str) -> dict:
     tp, b = d["throughput"], d["observations"].get("batch") or {}
     br = {k: v["share"] for k, v in d["breakdown"].items()}
-    pairs = _matched(case, _own_times(case, script_output), d["steps"]["records"])
+    pairs = _matched(case, _own_times(case, script_output), d["steps"]["records"],
+                     (d["observations"].get("graph") or {}).get("steps") or [])
     own_ms = statistics.median(a for a, _ in pairs) if pairs else None
     ratio = statistics.median(b / a for a, b in pairs) if pairs else None
     doc_ms = 1e3 * d["step_time"]["median"] if d.get("step_time") else None
