@@ -317,3 +317,10 @@ def test_primary_input_of_positional_keyword_and_nested_batches():
     info = batch_info((ids,), {}, None)
     assert (info.size, info.dim, info.tokens) == (4, 0, 28)
     assert batch_info((x,), {}, None).tokens is None  # float features are not tokens
+
+
+def test_unexplained_time_names_the_sampled_lines():
+    br = {"data": 0.0, "host": 0.0, "forward": 0.02, "backward": 0.02, "optimizer": 0.01, "eval": 0.0, "other": 0.05}
+    d = diagnose(_result(breakdown=br, other_sites=[{"where": "train.py:88", "share": 0.8, "samples": 30}]))
+    f = next(f for f in d.findings if f.code == "PIT905")
+    assert "train.py:88" in f.evidence and f.where == ("train.py:88",)
