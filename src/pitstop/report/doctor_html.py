@@ -35,7 +35,8 @@ def doctor_html(diag) -> str:
                ["observed steps", f"{d['steps']['observed']} (after {d['steps']['warmup']} warmup)"]]
     if st:
         summary += [["step time", f"median {fmt_seconds(st['median'])}, p90 {fmt_seconds(st['p90'])}"],
-                    ["throughput", _esc(throughput_text(tp))],
+                    ["throughput", _esc(throughput_text(tp))
+                     + (f'<br><span class="muted">batch: {_esc(tp["batch_how"])}</span>' if tp.get("batch_how") else "")],
                     ["syncs per step", f"{d['syncs_per_step']:.1f}"]]
     fl = d["flops"] or {}
     if fl.get("per_step"):
