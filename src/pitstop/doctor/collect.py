@@ -23,7 +23,7 @@ from pitstop.stats import summarize
 
 __all__ = ["observations", "device_of"]
 
-_MEASURED = ("data", "forward", "backward", "optimizer", "eval")
+_MEASURED = ("data", "host", "forward", "backward", "optimizer", "eval")
 
 
 def _models(inst: Instrumentation) -> list[tuple[nn.Module, dict[str, Any]]]:
@@ -122,7 +122,9 @@ def _odd_sizes(model: nn.Module) -> list[dict[str, Any]]:
 def _model_info(model: nn.Module, info: dict[str, Any]) -> dict[str, Any]:
     params = list(model.parameters())
     p0 = params[0]
-    return {"class": type(model).__name__, "params": sum(p.numel() for p in params),
+    from pitstop.doctor.wrappers import wrapper_chain
+
+    return {"class": type(model).__name__, "wraps": wrapper_chain(model)[1:], "params": sum(p.numel() for p in params),
             "trainable": sum(p.numel() for p in params if p.requires_grad),
             "param_dtype": str(p0.dtype).replace("torch.", ""), "device": info["device"],
             "dataparallel": isinstance(model, nn.DataParallel),
@@ -180,6 +182,8 @@ def _sites(table: dict[tuple[str, str], list[float]]) -> list[dict[str, Any]]:
 
 
 def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: float = 1.0) -> Observations:
+    if inst.full:
+        inst.settle_all()
     device = device_of(inst)
     models = _models(inst)
     step_time, breakdown = _steps_stats(inst)
@@ -199,9 +203,13 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.optimizers = [_optimizer_info(opt) for opt in inst.optimizers.values()]
     o.models = [_model_info(m, info) for m, info in models]
     if models:
+        from pitstop.doctor.wrappers import sequential_conv_bias_bn
+
         flow = inst._flow
         o.models[0]["conv_bias_bn"] = flow.conv_bias_bn if flow else []
         o.models[0]["linear_linear"] = flow.linear_linear if flow else []
+        if o.models[0]["compiled"] and not o.models[0]["conv_bias_bn"]:  # module hooks do not fire in graphs
+            o.models[0]["conv_bias_bn"] = sequential_conv_bias_bn(models[0][0])
     o.loaders = [{k: v for k, v in d.items()} for d in inst.loaders.values()]
     o.forwards = {**dict(inst.forwards), "where": dict(inst.forward_where), "autocast": dict(inst.autocast)}
     o.kernels = {**inst.profile_result.get("kernels", {}), "conv_input_shapes": dict(inst.input_shapes)}
@@ -212,9 +220,67 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.flops = _flops(inst, o)
     o.compile = _compile_info(models)
     o.framework = (inst.framework or frameworks.detect_imports()).to_dict()
+    o.batch = _batch(inst, models)
+    if o.batch:
+        o.batch_size = o.batch["size"]
+    o.cpu = _cpu(inst, o)
+    o.step_boundary = inst.boundary or ("optimizer.step" if inst.primary is not None else None)
+    if inst.sampler is not None:
+        o.host_sites = [{"where": w, "share": sh, "samples": n} for w, sh, n in inst.sampler.top("host")]
+        o.other_sites = [{"where": w, "share": sh, "samples": n} for w, sh, n in inst.sampler.top("other")]
+    from pitstop.doctor.cores import busy_note
+
+    note = busy_note(o.cpu)
+    if note:
+        o.notes.append(note)
     if probes and n_obs:
         o.probes = _probes(inst, o, models, probe_budget)
     return o
+
+
+def _batch(inst: Instrumentation, models) -> dict[str, Any]:
+    """The primary model's batch and what it consumed per observed step (all of its
+    training forwards: gradient accumulation counts every micro-batch)."""
+    mid = id(models[0][0]) if models else next(iter(inst.batches), None)
+    b = inst.batches.get(mid)
+    if b is None:
+        return {}
+    obs = [r for r in inst.records if r.kind == "observed"]
+    for r in inst.records:
+        s, t, f = inst.per_step.get(r.index, {}).get(mid, (0, 0, 0))
+        r.samples, r.tokens, r.micro_batches = s, (t if b.tokens is not None else None), f
+    n = len(obs)
+    per = (lambda key: sum(getattr(r, key) or 0 for r in obs) / n) if n else (lambda key: None)
+    return {"size": b.size, "dim": b.dim, "input": b.name, "how": b.how, "tokens": b.tokens,
+            "samples_per_step": per("samples"), "tokens_per_step": per("tokens") if b.tokens is not None else None,
+            "micro_batches_per_step": per("micro_batches")}
+
+
+def _cpu(inst: Instrumentation, o: Observations) -> dict[str, Any]:
+    """What the cores did during the observed steps (see cores.py)."""
+    from pitstop.doctor.cores import machine_counters
+
+    obs = [r for r in inst.records if r.kind == "observed"]
+    n = len(obs)
+    end = machine_counters()
+    start = inst.machine or {}
+    steal = None
+    if start.get("jiffies") is not None and end.get("jiffies") is not None and end["jiffies"] > start["jiffies"]:
+        steal = (end["steal"] - start["steal"]) / (end["jiffies"] - start["jiffies"])
+    loaders = o.train_loaders()
+    workers = max((d.get("num_workers") or 0 for d in loaders), default=0)
+    return {"process_per_step": sum(r.cpu or 0.0 for r in obs) / n if n else None,
+            "data_wait_cpu_per_step": sum(inst.data_cpu) / n if n and inst.data_cpu else (0.0 if n else None),
+            "workers_per_step": (sum(inst.worker_cpu) / len(inst.worker_cpu)) if inst.worker_cpu else None,
+            "workers": workers, "machine_cores": _machine_cores(),
+            "load_avg": (end.get("load_avg") or [None])[0], "steal_share": steal,
+            "own_threads": torch.get_num_threads() + workers}
+
+
+def _machine_cores() -> int | None:
+    import os
+
+    return os.cpu_count()
 
 
 def _memory(inst: Instrumentation, device: str, models) -> dict[str, Any]:
@@ -271,6 +337,8 @@ def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> di
 
     model, info = models[0] if models else (None, {})
     args = inst.last_train_args.get(id(model)) if model is not None else None
+    kwargs = inst.last_train_kwargs.get(id(model)) if model is not None else None
+    dim = inst.train_layout.get(id(model), 0) if model is not None else 0
     model = frameworks.unwrap(model)  # probe the user's module, not Fabric's/DDP's wrapper
-    return run_probes(o, model=model, args=args, compiled=bool(info.get("compiled")),
+    return run_probes(o, model=model, args=args, kwargs=kwargs, batch_dim=dim, compiled=bool(info.get("compiled")),
                       optimizers=list(inst.optimizers.values()), budget_s=budget)

@@ -72,7 +72,8 @@ class Diagnosis:
         """What the run did see, for the "nothing to diagnose" message."""
         r, o = self.result, self.observations
         fw = o.forwards or {}
-        n_fw = sum(v for k, v in fw.items() if isinstance(v, int))
+        # each forward has one of these kinds (nograd_train_mode / train_mode_eval are sub-counts)
+        n_fw = sum(fw.get(k, 0) for k in ("train", "eval_no_grad", "eval_inference_mode", "eval_with_grad"))
         parts = [f"{len(r.steps)} optimizer steps ({len(r.observed)} observed after {r.spec.warmup} warmup)",
                  f"{n_fw} forward passes of {len(o.models)} model(s) with parameters",
                  f"{o.backward_calls} backward calls", f"{len(o.loaders)} DataLoader(s) iterated"]
@@ -86,8 +87,14 @@ class Diagnosis:
         o = self.observations
         st = o.step_time or {}
         sps = 1.0 / st["mean"] if st.get("mean") else None
-        return {"steps_per_s": sps, "samples_per_s": sps * o.batch_size if sps and o.batch_size else None,
-                "batch_size": o.batch_size}
+        b = o.batch or {}
+        samples = b.get("samples_per_step") or o.batch_size
+        tokens = b.get("tokens_per_step")
+        return {"steps_per_s": sps, "samples_per_s": sps * samples if sps and samples else None,
+                "tokens_per_s": sps * tokens if sps and tokens else None,
+                "batch_size": o.batch_size, "batch_dim": b.get("dim"), "batch_how": b.get("how"),
+                "samples_per_step": samples, "micro_batches_per_step": b.get("micro_batches_per_step"),
+                "step_boundary": o.step_boundary}
 
     def breakdown(self) -> dict[str, dict[str, float]]:
         o = self.observations
@@ -130,7 +137,8 @@ class Diagnosis:
             "precision": self.precision(),
             "steps": {"planned": r.spec.steps, "warmup": r.spec.warmup, "observed": len(r.observed),
                       "records": [{"index": s.index, "kind": s.kind, "wall": s.wall, "loss": s.loss,
-                                   "phases": s.phases, "memory": s.memory} for s in r.steps]},
+                                   "phases": s.phases, "memory": s.memory, "samples": s.samples, "tokens": s.tokens}
+                                  for s in r.steps]},
             "step_time": o.step_time,
             "throughput": self.summary(),
             "breakdown": self.breakdown(),

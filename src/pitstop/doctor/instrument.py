@@ -27,7 +27,10 @@ import torch
 from pitstop.doctor import memory as mem
 from pitstop.doctor.clocks import StepClocks
 from pitstop.doctor.closures import on_first_step, wrap_closure
+from pitstop.doctor.cores import WorkerClock, machine_counters
 from pitstop.doctor.observers import Observers, first_tensor
+from pitstop.doctor.boundaries import ManualUpdates, graph_param
+from pitstop.doctor.passes import Passes
 from pitstop.doctor.patching import Patches
 from pitstop.doctor.spec import StepRecord
 
@@ -43,7 +46,8 @@ class StopDoctor(BaseException):
 
 
 class _Step:
-    __slots__ = ("phases", "losses", "backward_calls", "syncs", "sync_s", "cuda", "batch_size", "h2d")
+    __slots__ = ("phases", "losses", "backward_calls", "syncs", "sync_s", "cuda", "batch_size", "h2d", "pending",
+                 "data_cpu")
 
     def __init__(self) -> None:
         self.phases: Counter[str] = Counter()
@@ -54,6 +58,8 @@ class _Step:
         self.cuda: Counter[tuple[str, str]] = Counter()
         self.batch_size: int | None = None
         self.h2d: Counter[str] = Counter()
+        self.pending: list = []
+        self.data_cpu = 0.0
 
 
 def _function(bound):
@@ -64,7 +70,7 @@ def _function(bound):
     return method
 
 
-class Instrumentation(Observers):
+class Instrumentation(ManualUpdates, Passes, Observers):
     def __init__(self, steps: int, warmup: int = 0, *, mode: str = "full", trace_dir: str | None = None,
                  trace_steps: int = 3, stop: bool = True) -> None:
         self.full = mode == "full"
@@ -128,6 +134,26 @@ class Instrumentation(Observers):
         self.step_start = perf()
         self.cpu_start = cpu_clock()
         self.clocks = StepClocks(cuda=self._cuda)
+        # batch layout, training vs evaluation forwards, host time (passes.py)
+        self.layouts: dict[int, Any] = {}
+        self._layout_probe: tuple[int, torch.Tensor] | None = None
+        self._carried: list = []
+        self._top_call: tuple = ((), {}, 0.0)
+        self._where = "?"
+        self.batches: dict[int, Any] = {}  # model id -> BatchInfo of its first training forward
+        self.per_step: dict[int, dict[int, list[int]]] = {}
+        self.last_train_kwargs: dict[int, dict] = {}
+        self.train_layout: dict[int, int] = {}
+        self.sampler: Any = None
+        # what the cores did during data waits (cores.py)
+        self.worker_clock = WorkerClock()
+        self.worker_cpu: list[float] = []
+        self.data_cpu: list[float] = []
+        self.machine: dict[str, Any] = {}
+        # step boundaries: "optimizer.step", or "backward" when parameters change without one
+        self.boundary: str | None = None
+        self._snap: Any = None
+        self._mark: tuple[float, float, dict[str, float]] | None = None
 
     # -- plan ------------------------------------------------------------------------
     @property
@@ -156,6 +182,13 @@ class Instrumentation(Observers):
         self._orig_scale = self._patches.set(torch.amp.GradScaler, "scale", _function(self._scale))
         if self.full:
             self._install_full()
+            from pitstop.doctor.stacks import StackSampler
+
+            self.sampler = StackSampler()
+            self.sampler.skip = lambda: self._in_data > 0 or self._depth > 0 or self.kind() != "observed"
+            self.sampler.start()
+            self.sampler.open()
+            self.machine = machine_counters()
         self.passive = False
         self.step_start = perf()
         self.cpu_start = cpu_clock()
@@ -181,6 +214,8 @@ class Instrumentation(Observers):
 
     def uninstall(self) -> None:
         self.passive = True
+        if self.sampler is not None:
+            self.sampler.stop()
         for obj in (self._profiler, self._tracer):
             if obj is not None and obj.active:
                 try:
@@ -210,10 +245,15 @@ class Instrumentation(Observers):
         if self.passive:
             return
         if self.primary is None:
+            if self.boundary == "backward":
+                return  # steps are already counted by backward calls
             self.primary = opt
             self.framework = on_first_step(self, opt)
+            self.boundary = "optimizer.step"
         self.optimizers.setdefault(id(opt), opt)
         self._in_opt += 1
+        if self.sampler is not None:
+            self.sampler.close()
         if self.full and opt is self.primary and self.kind() == "observed" and self.observed_done == self.steps - 1:
             self.grad_bytes = mem.grad_bytes(p for g in opt.param_groups for p in g["params"])
         if self._cuda:
@@ -222,7 +262,7 @@ class Instrumentation(Observers):
         return wrap_closure(self, opt, args, kwargs)
 
     def _opt_post(self, opt, args, kwargs) -> None:
-        if self.passive:
+        if self.passive or self.primary is None:
             return
         if self._cuda:
             self._cuda_phase("optimizer", False)
@@ -230,6 +270,8 @@ class Instrumentation(Observers):
         # forward/backward inside optimizer.step(closure) are measured as themselves, not as optimizer
         inner = self._closure_s.pop(id(opt), 0.0)
         self.cur.phases["optimizer"] += max(0.0, perf() - self._opt_t0.pop(id(opt), perf()) - inner)
+        if self.sampler is not None:
+            self.sampler.open()
         if opt is self.primary:
             self._end_step()
 
@@ -241,7 +283,10 @@ class Instrumentation(Observers):
                          phases=dict(cur.phases), backward_calls=cur.backward_calls, batch_size=cur.batch_size,
                          **self.clocks.lap())
         if self.full:
+            self._settle(rec)
             rec.memory = self._memory_now()
+            if kind == "observed":
+                self.data_cpu.append(cur.data_cpu)
         self.records.append(rec)
         self.loss_tensors.append(cur.losses)
         self._scaled.clear()
@@ -257,6 +302,9 @@ class Instrumentation(Observers):
         self.step_start, self.cpu_start = perf(), cpu_clock()
         if self.full:
             self._transitions(kind)
+            if self.sampler is not None:
+                self.sampler.label = "host"
+                self.sampler.open()
         if self.index >= self.total:
             self.finished = True
             if self.stop:
@@ -266,6 +314,10 @@ class Instrumentation(Observers):
     def _transitions(self, ended: str) -> None:
         t0, c0 = perf(), cpu_clock()
         observed = self.observed_done
+        if self.worker_clock.last and ended in ("warmup", "observed"):
+            spent = self.worker_clock.read()
+            if ended == "observed":
+                self.worker_cpu.append(spent)
         if ended == "observed" and observed in self._census_at:
             self.graph.setdefault("nodes", []).append(mem.graph_nodes())
             self.graph.setdefault("steps", []).append(self.index)
@@ -333,7 +385,12 @@ class Instrumentation(Observers):
     def _backward(self, tensors, *args, **kwargs):
         if self.passive:
             return self._orig_backward(tensors, *args, **kwargs)
+        undecided = self.primary is None and self.boundary is None
+        if undecided and self._snap is not None:
+            self._check_manual_update()
+            undecided = self.boundary is None
         t = tensors if isinstance(tensors, torch.Tensor) else first_tensor(tensors)
+        watch = graph_param(t) if undecided and t is not None else None
         if t is not None:
             base = self._scaled.pop(id(t), t)
             v = base.detach()
@@ -343,16 +400,25 @@ class Instrumentation(Observers):
         self._in_backward = True
         if self._cuda:
             self._cuda_phase("backward", True)
+        if self.sampler is not None:
+            self.sampler.close()
         t0 = perf()
         try:
-            return self._orig_backward(tensors, *args, **kwargs)
+            out = self._orig_backward(tensors, *args, **kwargs)
         finally:
+            if self.sampler is not None:
+                self.sampler.open()
             if self._cuda:
                 self._cuda_phase("backward", False)
             self._in_backward = False
             self.cur.phases["backward"] += perf() - t0
             self.cur.backward_calls += 1
             self.backward_total += 1
+        if self.boundary == "backward":
+            self._end_step()
+        elif watch is not None and self.primary is None and self.boundary is None:
+            self._snapshot(watch)
+        return out
 
     def _scale(self, scaler, outputs):
         out = self._orig_scale(scaler, outputs)

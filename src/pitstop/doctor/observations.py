@@ -15,10 +15,15 @@ from typing import Any
 
 __all__ = ["Observations", "PHASES"]
 
-#: Phases of the step-time breakdown, in display order. ``eval`` is time in forwards and
-#: DataLoader waits with gradients disabled (evaluation loops), split off so that a
+#: Phases of the step-time breakdown, in display order. ``data`` is the wait in a training
+#: DataLoader; ``host`` the time between the step's start and its first training forward
+#: that no other phase explains (batches prepared outside a DataLoader, e.g. nanoGPT's
+#: ``get_batch`` slicing an ``np.memmap``; with manual parameter updates, the update too);
+#: ``forward`` the forwards whose graph reached a backward; ``eval`` forwards and
+#: DataLoader waits with gradients disabled *and* forwards with gradients enabled whose
+#: graph never reached a backward (evaluation with autograd on), split off so that a
 #: periodic validation does not read as "other".
-PHASES = ("data", "forward", "backward", "optimizer", "eval", "other")
+PHASES = ("data", "host", "forward", "backward", "optimizer", "eval", "other")
 
 
 @dataclass
@@ -31,8 +36,34 @@ class Observations:
     capability: list[int] | None = None
     #: device memory (CUDA total memory, or the machine's RAM on CPU), bytes.
     capacity: int | None = None
-    #: batch size inferred from the training batches (dim 0 of the first tensor).
+    #: batch size of the first training forward (see ``batch``).
     batch_size: int | None = None
+    #: the training batch (``doctor/batch.py``): ``size``, ``dim`` (which dimension of the
+    #: primary input is the batch), ``input`` (which input: "argument 0", "input_ids", ...),
+    #: ``how`` (how the dimension was inferred, in words), ``tokens`` (tokens in one batch
+    #: when the input is a sequence batch, else None), ``samples_per_step`` /
+    #: ``tokens_per_step`` (all training forwards of an optimizer step: gradient accumulation
+    #: counts every micro-batch), ``micro_batches_per_step``.
+    batch: dict[str, Any] = field(default_factory=dict)
+    #: what ends a step: ``"optimizer.step"`` (the first torch optimizer that stepped), or
+    #: ``"backward"`` when no optimizer stepped but the parameters changed between backward
+    #: calls (manual updates); None when neither was seen.
+    step_boundary: str | None = None
+    #: source lines the main thread ran during ``host`` time (sampled stacks, innermost
+    #: user frame, sampled every ~1 ms): dicts with ``where`` ("file:line"), ``share`` of the
+    #: samples and ``samples`` (their number).
+    host_sites: list[dict[str, Any]] = field(default_factory=list)
+    #: the same for the rest of the step's unmeasured time (``other``: Python between the
+    #: phases, e.g. a ``get_batch`` between forward and backward, logging, the loss's
+    #: ``.item()``).
+    other_sites: list[dict[str, Any]] = field(default_factory=list)
+    #: what the cores did, per observed step: ``process_per_step`` (CPU seconds of the
+    #: training process, all threads), ``data_wait_cpu_per_step`` (of which during
+    #: training DataLoader waits), ``workers_per_step`` (CPU seconds of DataLoader worker
+    #: processes, Linux /proc; None when not measured), ``workers`` (training loader's
+    #: num_workers), ``machine_cores``, ``load_avg`` (1-minute, at the end),
+    #: ``steal_share`` (hypervisor steal over the run, Linux), ``own_threads``.
+    cpu: dict[str, Any] = field(default_factory=dict)
     steps_observed: int = 0
     #: seconds: median, p90, mean, min, max of the observed steps' wall times.
     step_time: dict[str, float] = field(default_factory=dict)
@@ -57,7 +88,9 @@ class Observations:
     #: ``frozen_numel``, ``decay_1d_params``, ``decay_1d_numel``, ``weight_decay`` (max over
     #: groups holding 1-D params).
     optimizers: list[dict[str, Any]] = field(default_factory=list)
-    #: one dict per top-level module whose forward ran: ``class``, ``params``,
+    #: one dict per top-level module whose forward ran: ``class``, ``wraps`` (class names
+    #: of the modules inside wrappers, outermost first: ``["Net"]`` under DataParallel,
+    #: ``_orig_mod``'s class under torch.compile, see ``doctor/wrappers.py``), ``params``,
     #: ``trainable``, ``param_dtype``, ``dataparallel``, ``ddp``, ``compiled``,
     #: ``mode_dependent`` (has dropout/batch norm), ``conv2d``, ``conv_bias_bn`` (pairs of
     #: module names, found from the data flow of one training forward), ``linear_linear``
@@ -68,9 +101,11 @@ class Observations:
     #: enabled, else "eval"), ``num_workers``, ``pin_memory``, ``persistent_workers``,
     #: ``prefetch_factor``, ``batch_size``, ``sampler``, ``distributed_sampler``.
     loaders: list[dict[str, Any]] = field(default_factory=list)
-    #: counts of top-level forwards by kind: ``train``, ``eval_no_grad``,
-    #: ``eval_inference_mode``, ``eval_with_grad`` (model.eval() but grad enabled),
-    #: ``nograd_train_mode`` (grad disabled but model.training True); ``where`` maps a kind
+    #: counts of top-level forwards by kind: ``train`` (graph reached a backward),
+    #: ``eval_no_grad``, ``eval_inference_mode``, ``eval_with_grad`` (gradients enabled but
+    #: the graph never reached a backward, whatever model.training says),
+    #: ``nograd_train_mode`` (grad disabled but model.training True), ``train_mode_eval``
+    #: (every evaluation forward, with or without grad, while model.training was True); ``where`` maps a kind
     #: to its first call site; ``autocast`` maps the autocast dtype of training forwards
     #: ("none", "bfloat16", "float16") to a count.
     forwards: dict[str, Any] = field(default_factory=dict)

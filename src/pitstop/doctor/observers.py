@@ -8,6 +8,7 @@ saved-tensor pack hook that measures activations. They read and write the state 
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import Counter
 from typing import Any
@@ -20,6 +21,21 @@ from pitstop.doctor.patching import user_site
 __all__ = ["Observers", "first_tensor"]
 
 perf = time.perf_counter
+
+
+def _caller_kwargs() -> dict[str, Any]:
+    """The keyword arguments of the module call being made (``model(**batch)``): global
+    forward pre-hooks receive only the positional ones, so read them from
+    ``Module._call_impl``'s frame."""
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            break
+        if f.f_code.co_name == "_call_impl":
+            kw = f.f_locals.get("kwargs")
+            return dict(kw) if isinstance(kw, dict) else {}
+        f = f.f_back
+    return {}
 
 
 def first_tensor(obj: Any, depth: int = 0) -> torch.Tensor | None:
@@ -50,11 +66,21 @@ class Observers:
         if self._depth == 1:
             if grad and self._cuda:
                 self._cuda_phase("forward", True)
-            self._top = (perf(), grad)
             if not self._in_backward:
+                kwargs = _caller_kwargs()
+                self._top_call = (args, kwargs, self._unaccounted())
+                if self.sampler is not None:
+                    self.sampler.close()
+                    if grad:
+                        self.sampler.label = "other"
+                self._layout_start(module, args, kwargs)
                 self._note_forward(module, args, grad)
-        elif self._depth == 2 and self._ac_pending is not None:
-            self._confirm_autocast()
+            self._top = (perf(), grad)
+        else:
+            if self._depth == 2 and self._ac_pending is not None:
+                self._confirm_autocast()
+            if self._layout_probe is not None:
+                self._layout_watch(module, args)
         if self._flow is not None and grad and self.kind() == "profiled":
             self._flow.pre(module, args)
 
@@ -64,26 +90,40 @@ class Observers:
         if self._flow is not None and self._top[1] and self.kind() == "profiled":
             self._flow.post(module, output)
         if self._depth == 1 and not self._in_backward:
-            self.cur.phases["forward" if self._top[1] else "eval"] += perf() - self._top[0]
-            if self._top[1] and self._cuda:
-                self._cuda_phase("forward", False)
+            seconds = perf() - self._top[0]
+            self._layout_end(module)
+            if self._top[1]:
+                self.cur.phases["forward"] += seconds
+                a, kw, unaccounted = self._top_call
+                self._watch_forward(module, a, kw, output, seconds, self._where, unaccounted)
+                if self._cuda:
+                    self._cuda_phase("forward", False)
+            else:
+                self.cur.phases["eval"] += seconds
+            if self.sampler is not None:
+                self.sampler.open()
         self._depth = max(0, self._depth - 1)
+
+    def _unaccounted(self) -> float:
+        """Seconds of the current step so far that no measured phase explains."""
+        measured = sum(v for k, v in self.cur.phases.items() if k != "sync")
+        return perf() - self.step_start - measured
 
     def _note_forward(self, module, args, grad: bool) -> None:
         info = self.models.get(id(module))
         if info is None:
             info = self.models[id(module)] = self._model_info(module)
-        if grad:
-            kind = "train" if module.training else "eval_with_grad"
-        else:
+        if not grad:
             kind = "eval_inference_mode" if torch.is_inference_mode_enabled() else "eval_no_grad"
             if module.training:
-                self._count_forward("nograd_train_mode")
-                info["forwards"]["nograd_train_mode"] += 1
-        self._count_forward(kind)
-        info["forwards"][kind] += 1
-        if kind != "train":
+                for k in ("nograd_train_mode", "train_mode_eval"):
+                    self._count_forward(k)
+                    info["forwards"][k] += 1
+            self._count_forward(kind)
+            info["forwards"][kind] += 1
             return
+        # grad enabled: training or evaluation is decided by whether a backward follows (passes.py)
+        self._where = user_site(3, through_torch=True) or "?"
         dev = info["device"]
         ac = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
         self.autocast[str(ac).replace("torch.", "") if ac is not None else "none"] += 1
@@ -91,13 +131,8 @@ class Observers:
         # what counts is the state the model's layers run under (checked at the first inner call)
         self._ac_pending = dev if ac is None else None
         x = first_tensor(args)
-        if x is not None:
-            if x.dim() > 0 and self.cur.batch_size is None:
-                self.cur.batch_size = int(x.shape[0])
-                self.batch_size = self.batch_size or self.cur.batch_size
-            if self.kind() == "observed":
-                self.input_shapes["x".join(map(str, x.shape))] += 1
-        self.last_train_args[id(module)] = args
+        if x is not None and self.kind() == "observed":
+            self.input_shapes["x".join(map(str, x.shape))] += 1
         if not info.get("keys_done"):
             self._param_keys.update(k for p in module.parameters() if (k := mem.storage_key(p)) is not None)
             info["keys_done"] = True
@@ -145,13 +180,19 @@ class Observers:
     def _dl_next(self, it):
         if self.passive:
             return self._orig_next(it)
-        t0 = perf()
+        t0, c0 = perf(), time.process_time()
         self._in_data += 1
         try:
             return self._orig_next(it)
         finally:
             self._in_data -= 1
-            self.cur.phases["data" if torch.is_grad_enabled() else "eval"] += perf() - t0
+            train = torch.is_grad_enabled()
+            self.cur.phases["data" if train else "eval"] += perf() - t0
+            if train:
+                self.cur.data_cpu += time.process_time() - c0
+                workers = getattr(it, "_workers", None)
+                if workers and self.kind() in ("warmup", "observed"):
+                    self.worker_clock.add(getattr(w, "pid", None) for w in workers)
 
     # -- syncs, copies, activations -----------------------------------------------------------
     def _on_sync(self, kind: str, site: str, seconds: float) -> None:

@@ -35,7 +35,7 @@ import torch
 from pitstop.doctor.observations import Observations
 from pitstop.doctor.probe import Probe, ProbeSkip
 
-__all__ = ["ProbeContext", "time_variants", "run_probes", "probe_classes", "MAX_PROBE_BYTES", "PROBE_SAMPLES",
+__all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "MAX_PROBE_BYTES", "PROBE_SAMPLES",
            "CONFIDENCE"]
 
 #: parameters larger than this are not deep-copied for a probe (memory), in bytes.
@@ -136,6 +136,17 @@ def _nbytes(tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
+class ProbeBatch(tuple):
+    """The positional arguments of a probe's model call, with its keyword ones in ``kwargs``."""
+
+    kwargs: dict[str, Any]
+
+    def __new__(cls, args, kwargs=None):
+        self = super().__new__(cls, args)
+        self.kwargs = dict(kwargs or {})
+        return self
+
+
 class ProbeContext:
     """What a probe may use (in the child, after the script was stopped).
 
@@ -144,12 +155,14 @@ class ProbeContext:
     """
 
     def __init__(self, obs: Observations, *, model: torch.nn.Module | None, args: tuple | None,
-                 compiled: bool, optimizers: list, budget_s: float = 1.0) -> None:
+                 compiled: bool, optimizers: list, budget_s: float = 1.0, kwargs: dict | None = None,
+                 batch_dim: int = 0) -> None:
         self.obs, self.device, self.budget_s = obs, obs.device, budget_s
         self.optimizers = optimizers
         #: the most parameter bytes a probe copies (:data:`MAX_PROBE_BYTES`).
         self.max_bytes = MAX_PROBE_BYTES
         self._model, self._args, self._compiled = model, args, compiled
+        self._kwargs, self._dim = dict(kwargs or {}), batch_dim
         self._n: int | None = None
 
     # -- inputs ----------------------------------------------------------------------
@@ -166,10 +179,13 @@ class ProbeContext:
 
     def batch_size(self) -> int | None:
         first = self._first()
-        return None if first is None else int(first.shape[0])
+        return None if first is None else int(first.shape[self._dim])
 
     def _first(self) -> torch.Tensor | None:
-        return next((a for a in self._args or () if isinstance(a, torch.Tensor) and a.dim() > 0), None)
+        from pitstop.doctor.batch import primary_input
+
+        found = primary_input(tuple(self._args or ()), self._kwargs)
+        return found[1] if found is not None and found[1].dim() > self._dim else None
 
     def samples(self) -> int:
         """How many samples of the last batch the model probes use: the whole batch when one
@@ -186,36 +202,46 @@ class ProbeContext:
         return self._n
 
     def batch(self, memory_format: torch.memory_format | None = None) -> tuple:
-        """The first :meth:`samples` samples of every tensor argument of the last training
-        forward that shares its batch dimension (the first one optionally converted)."""
+        """The first :meth:`samples` samples (along the batch dimension the doctor inferred)
+        of every tensor argument of the last training forward, positional or keyword, that
+        shares the batch size (the first positional one optionally converted)."""
         first = self._first()
         if first is None:
             raise ProbeSkip("no training forward with a tensor batch was captured")
-        b, n = first.shape[0], self.samples()
-        args = tuple(a[:n] if isinstance(a, torch.Tensor) and a.dim() > 0 and a.shape[0] == b else a
-                     for a in self._args)
+        d, n = self._dim, self.samples()
+        b = first.shape[d]
+
+        def cut(a):
+            if isinstance(a, torch.Tensor) and a.dim() > d and a.shape[d] == b:
+                return a.narrow(d, 0, n)
+            return a
+        args = tuple(cut(a) for a in self._args or ())
+        kwargs = {k: cut(v) for k, v in self._kwargs.items()}
         if memory_format is not None:
-            if args[0].dim() != 4:
+            if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() != 4:
                 raise ProbeSkip("the model's first input is not a 4-D image batch")
             args = (args[0].contiguous(memory_format=memory_format), *args[1:])
-        return args
+        return ProbeBatch(args, kwargs)
 
     def fwd_bwd(self, model: torch.nn.Module, args: tuple, autocast: torch.dtype | None = None) -> Callable[[], None]:
         """One forward and backward of ``model`` (under autocast of ``autocast`` dtype if given)."""
         device = self.device
+        kwargs = getattr(args, "kwargs", {})
 
         def run() -> None:
             model.zero_grad(set_to_none=True)
             if autocast is None:
-                out = model(*args)
+                out = model(*args, **kwargs)
             else:
                 with torch.autocast(device, dtype=autocast):
-                    out = model(*args)
+                    out = model(*args, **kwargs)
             _scalar(out).backward()
         return run
 
     def describe(self, model: torch.nn.Module, args: tuple) -> str:
-        shapes = ", ".join("x".join(map(str, a.shape)) for a in args if isinstance(a, torch.Tensor))
+        shapes = ", ".join(["x".join(map(str, a.shape)) for a in args if isinstance(a, torch.Tensor)]
+                           + [f"{k}={'x'.join(map(str, v.shape))}" for k, v in getattr(args, "kwargs", {}).items()
+                              if isinstance(v, torch.Tensor)])
         b = self.batch_size()
         of = f" ({self.samples()} of the batch's {b} samples)" if b and self.samples() < b else ""
         return f"forward+backward of {type(model).__name__} on {shapes}{of} from the last training batch"
@@ -269,9 +295,11 @@ def probe_classes() -> list[type[Probe]]:
 
 
 def run_probes(obs: Observations, *, model: torch.nn.Module | None, args: tuple | None, compiled: bool,
-               optimizers: list, budget_s: float = 1.0) -> dict[str, Any]:
+               optimizers: list, budget_s: float = 1.0, kwargs: dict | None = None,
+               batch_dim: int = 0) -> dict[str, Any]:
     """Run every registered probe; each result (or ``skipped`` / ``error``) by its key."""
-    ctx = ProbeContext(obs, model=model, args=args, compiled=compiled, optimizers=optimizers, budget_s=budget_s)
+    ctx = ProbeContext(obs, model=model, args=args, compiled=compiled, optimizers=optimizers, budget_s=budget_s,
+                       kwargs=kwargs, batch_dim=batch_dim)
     out: dict[str, Any] = {}
     devices = [torch.cuda.current_device()] if obs.device == "cuda" and torch.cuda.is_initialized() else []
     for cls in probe_classes():

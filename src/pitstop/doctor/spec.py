@@ -130,7 +130,7 @@ class StepRecord:
     ``kind`` is ``warmup``, ``observed``, ``profiled`` or ``traced``; only observed steps
     enter the statistics. ``cpu`` is the process's CPU time over the step (all threads), a
     measure that other processes on a busy machine disturb less than ``wall``. ``phases`` holds seconds per phase (``data``, ``forward``,
-    ``backward``, ``optimizer``, ``eval``, ``sync``); ``other`` is ``wall`` minus their sum
+    ``backward``, ``optimizer``, ``eval``, ``host``, ``sync``); ``other`` is ``wall`` minus their sum
     (``sync`` excluded: sync time is spent inside other phases). ``loss`` is the sum of the
     tensors ``.backward()`` was called on during the step (unscaled when a GradScaler
     scaled them), read once at the end of the run: no per-step host sync.
@@ -149,6 +149,9 @@ class StepRecord:
     backward_calls: int = 0
     batch_size: int | None = None
     memory: int | None = None  # bytes in use at the end of the step (CUDA allocated / RSS)
+    samples: int | None = None  # samples of all training forwards (micro-batches) of the step
+    tokens: int | None = None   # tokens of those forwards when the inputs are sequences
+    micro_batches: int | None = None  # training forwards (those whose graph reached a backward)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepRecord:

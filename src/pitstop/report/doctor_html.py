@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import html
 
-from pitstop.report.doctor_probes import speedup_cell
-from pitstop.report.doctor_terminal import framework_line, impact_label
-from pitstop.report.html import bar_chart, html_page, line_chart, stacked_bar
+from pitstop.report.doctor_probes import gate_note, speedup_cell
+from pitstop.report.doctor_terminal import framework_line, impact_label, site_lines, throughput_text
+from pitstop.report.html import bar_chart, html_page, inline_code, line_chart, stacked_bar
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
 
 __all__ = ["doctor_html"]
@@ -38,8 +38,8 @@ def doctor_html(diag) -> str:
         summary.append(["framework / precision", _esc(framework_line(fw, prec))])
     if st:
         summary += [["step time", f"median {fmt_seconds(st['median'])}, p90 {fmt_seconds(st['p90'])}"],
-                    ["throughput", f"{tp['steps_per_s']:.2f} steps/s"
-                     + (f", {tp['samples_per_s']:.1f} samples/s (batch {tp['batch_size']})" if tp.get("samples_per_s") else "")],
+                    ["throughput", _esc(throughput_text(tp))
+                     + (f'<br><span class="muted">batch: {_esc(tp["batch_how"])}</span>' if tp.get("batch_how") else "")],
                     ["syncs per step", f"{d['syncs_per_step']:.1f}"]]
     fl = d["flops"] or {}
     if fl.get("per_step"):
@@ -53,7 +53,8 @@ def doctor_html(diag) -> str:
     if d["breakdown"]:
         parts = [(ph, v["seconds"] * 1e3) for ph, v in d["breakdown"].items()]
         chart = stacked_bar("Step time breakdown (mean per observed step)", parts, unit="ms")
-        sections.append(("Where the step time goes", chart.to_html()))
+        sites = "".join(f'<p class="muted">{_esc(t)}</p>' for t in site_lines(d["observations"]))
+        sections.append(("Where the step time goes", chart.to_html() + sites))
     records = d["steps"]["records"]
     if records:
         # observed steps only: a warm-up step (compilation, allocator, caches) can take many
@@ -74,7 +75,7 @@ def doctor_html(diag) -> str:
 
     if d["findings"]:
         rows = [[str(i), f"<code>{_esc(f['code'])}</code>", _esc(f["severity"]), _esc(impact_label(f)),
-                 f"<b>{_esc(f['title'])}</b><br>{_esc(f['evidence'])}<br><i>fix:</i> {_esc(f['fix'])}"]
+                 f"<b>{_esc(f['title'])}</b><br>{inline_code(f['evidence'])}<br><i>fix:</i> {inline_code(f['fix'])}"]
                 for i, f in enumerate(d["findings"], 1)]
         body = _table(["#", "code", "severity", "impact", "finding"], rows)
     else:
@@ -84,18 +85,23 @@ def doctor_html(diag) -> str:
         rows = []
         for name, p in d["probes"].items():
             if "skipped" in p or "error" in p:
-                rows.append([_esc(name), "skipped" if "skipped" in p else "error", _esc(p.get("skipped") or p["error"])])
+                rows.append([_esc(name), "skipped" if "skipped" in p else "error",
+                             inline_code(p.get("skipped") or p["error"])])
             else:
-                rows.append([_esc(name), _esc(speedup_cell(p)), _esc(p["what"])])
-        sections.append(("Hardware probes (compute only; estimates, `pitstop tune` measures the real loop)",
+                note = gate_note(p, diag.thresholds.probe_speedup)
+                rows.append([_esc(name), _esc(speedup_cell(p)) + (f"<br><i>{inline_code(note)}</i>" if note else ""),
+                             _esc(p["what"])])
+        sections.append(("Hardware probes (compute only; estimates, pitstop tune measures the real loop)",
                          _table(["probe", "speed-up of the best candidate (interval)", "what was timed"], rows)))
     if d["syncs"]:
         rows = [[f"<code>{_esc(s['where'])}</code>", _esc(s["kind"]), str(s["calls"]), str(s["steps_with_calls"])]
                 for s in d["syncs"]]
         sections.append(("Host-device syncs (observed steps)", _table(["where", "kind", "calls", "steps"], rows)))
     if d["skipped_checks"]:
-        rows = [[_esc(s["code"]), _esc(s["reason"])] for s in d["skipped_checks"]]
+        rows = [[_esc(s["code"]), inline_code(s["reason"])] for s in d["skipped_checks"]]
         sections.append(("Checks skipped", _table(["code", "why"], rows)))
+    if d["notes"] or d["check_errors"]:
+        sections.append(("Notes", "".join(f"<p>{inline_code(n)}</p>" for n in d["notes"] + d["check_errors"])))
     if d["trace"]:
         sections.append(("Trace", f"<p><code>{_esc(d['trace'])}</code>: open in Perfetto or chrome://tracing</p>"))
     return html_page(f"pitstop doctor: {d['target']}", sections, subtitle=d["message"])

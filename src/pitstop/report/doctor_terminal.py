@@ -7,10 +7,10 @@ from typing import IO, Any
 from rich.table import Table
 from rich.text import Text
 
-from pitstop.report.doctor_probes import probe_line
+from pitstop.report.doctor_probes import gate_note, probe_line
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
-__all__ = ["render", "impact_label", "framework_line"]
+__all__ = ["render", "impact_label", "framework_line", "throughput_text", "site_lines"]
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -25,6 +25,31 @@ def impact_label(f: dict[str, Any]) -> str:
     if imp["bytes"]:
         return fmt_bytes(imp["bytes"])
     return "n/a"
+
+
+def throughput_text(tp: dict[str, Any]) -> str:
+    """``3.2 steps/s, 102.4 samples/s (batch 8 along dim 0, 4 micro-batches per step), 6553 tokens/s``."""
+    out = f"{tp['steps_per_s']:.2f} steps/s" if tp.get("steps_per_s") else ""
+    if tp.get("samples_per_s"):
+        extra = f"batch {tp['batch_size']}"
+        if tp.get("batch_dim"):
+            extra += f" along dim {tp['batch_dim']}"
+        if (tp.get("micro_batches_per_step") or 1) > 1:
+            extra += f", {tp['micro_batches_per_step']:g} micro-batches per step"
+        out += f", {tp['samples_per_s']:.1f} samples/s ({extra})"
+    if tp.get("tokens_per_s"):
+        out += f", {tp['tokens_per_s']:.0f} tokens/s"
+    return out
+
+
+def site_lines(obs: dict[str, Any]) -> list[str]:
+    """Where the main thread was during host and other time (sampled stacks), one line each."""
+    out = []
+    for key, label in (("host_sites", "host (before the forward)"), ("other_sites", "other (between the phases)")):
+        sites = [s for s in obs.get(key) or [] if s.get("share", 0) >= 0.1][:3]
+        if sites:
+            out.append(f"{label}: " + ", ".join(f"{s['where']} ({100 * s['share']:.0f}% of samples)" for s in sites))
+    return out
 
 
 def _memory_rows(d: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -71,9 +96,7 @@ def render(diag, file: IO[str] | None = None) -> None:
     con.print(Text(f"pitstop doctor: {d['message']}", style=style))
     st, tp = d["step_time"] or {}, d["throughput"]
     if st:
-        rate = f"{tp['steps_per_s']:.2f} steps/s" if tp.get("steps_per_s") else ""
-        if tp.get("samples_per_s"):
-            rate += f", {tp['samples_per_s']:.1f} samples/s (batch {tp['batch_size']})"
+        rate = throughput_text(tp)
         con.print(f"device: {d['device']['name'] or d['device']['type']}  |  {d['steps']['observed']} observed steps "
                   f"after {d['steps']['warmup']} warmup  |  step time median {fmt_seconds(st['median'])}, "
                   f"p90 {fmt_seconds(st['p90'])}  |  {rate}")
@@ -87,6 +110,10 @@ def render(diag, file: IO[str] | None = None) -> None:
         con.print(Text("\nStep time breakdown (mean per observed step)", style="bold"))
         for phase, v in d["breakdown"].items():
             con.print(f"  {phase:<10} {text_bar(v['share'], 30)} {100 * v['share']:5.1f}%  {fmt_seconds(v['seconds'])}")
+        for line in site_lines(d["observations"]):
+            con.print(f"  {line}")
+        if tp.get("batch_how"):
+            con.print(f"  batch: {tp['batch_how']}")
     if d["memory"] and d["steps"]["observed"]:
         table = Table(title="Memory", title_justify="left")
         for col in ("part", "bytes", "note"):
@@ -103,7 +130,8 @@ def render(diag, file: IO[str] | None = None) -> None:
             con.print(f"FLOPs per step: {fl['per_step'] / 1e9:.2f} GFLOP; achieved {fl['achieved_per_s'] / 1e9:.1f} "
                       f"GFLOP/s; MFU {mfu} ({fl['peak_source']})")
         for name, p in (d["probes"] or {}).items():
-            con.print(f"probe {name}: {probe_line(p)}")
+            note = gate_note(p, diag.thresholds.probe_speedup) if "speedups" in p else ""
+            con.print(f"probe {name}: {probe_line(p)}" + (f"; {note}" if note else ""))
     findings = d["findings"]
     if findings:
         table = Table(title=f"Findings ({len(findings)}, ranked by impact)", title_justify="left", show_lines=True)

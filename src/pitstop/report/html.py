@@ -6,10 +6,19 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Chart", "bar_chart", "stacked_bar", "line_chart", "html_page", "PALETTE"]
+__all__ = ["Chart", "bar_chart", "stacked_bar", "line_chart", "html_page", "PALETTE", "inline_code"]
 
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac")
 _esc = html.escape
+
+
+_BACKTICKS = __import__("re").compile(r"`([^`]+)`")
+
+
+def inline_code(text: str) -> str:
+    """Escape ``text`` for HTML and turn Markdown-style `code` spans into <code> elements
+    (the terminal reports keep the backticks; a web page shows them as code)."""
+    return _BACKTICKS.sub(lambda m: f"<code>{m.group(1)}</code>", _esc(text))
 
 
 @dataclass(frozen=True)
@@ -27,7 +36,14 @@ class Chart:
 
 
 def _fmt(v: float) -> str:
-    return f"{v:.3g}"
+    """Plain digits for labels and legends: ``1660`` and ``12.3``, never ``1.66e+03``."""
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 1e-3:
+        return f"{v:.3g}"
+    return f"{v:.1e}"
 
 
 def bar_chart(title: str, labels: Sequence[str], values: Sequence[float], unit: str = "",
@@ -72,7 +88,7 @@ def stacked_bar(title: str, parts: Sequence[tuple[str, float]], unit: str = "", 
 
 def _tick(v: float) -> str:
     """Axis labels in plain digits where they fit (``1930`` rather than ``1.93e+03``)."""
-    return f"{v:.0f}" if abs(v) >= 100 and abs(v) < 1e6 else _fmt(v)
+    return _fmt(v)
 
 
 def line_chart(title: str, ys: Sequence[float], xs: Sequence[float] | None = None, unit: str = "",

@@ -154,7 +154,21 @@ from pitstop.doctor.check import Check, ms, pct  # noqa: E402
 
 
 class DataWaitCheck(Check, tip="PIT101"):
-    looks_at = "time the step blocks in DataLoader iteration"
+    """Decided from what the cores did during the wait (``obs.cpu``), not a rule of thumb:
+
+    - no workers, and the training process was mostly idle while it waited (``Dataset``
+      I/O, sleeping, decoding outside the GIL): workers overlap the wait with compute even
+      when torch's intra-op threads use every core;
+    - no workers and a CPU-bound wait: workers need spare cores; without one the gain is
+      doubtful (severity low);
+    - more workers than spare cores whose own CPU work is small next to the wait: the wait
+      is their competition with the training threads, not loading: *fewer* workers;
+    - more workers than spare cores doing CPU-heavy loading: no direction in worker count
+      helps for sure: cheaper per-sample work (severity low);
+    - workers mostly idle on a machine with free cores (I/O-bound): more workers.
+    """
+
+    looks_at = "time the step blocks in DataLoader iteration, and what the cores did meanwhile"
     #: the HF Trainer builds the DataLoader itself; Lightning, Fabric and Accelerate use the user's
     framework_fixes = {"transformers": "TrainingArguments(dataloader_num_workers=N, "
                                        "dataloader_persistent_workers=True)"}
@@ -168,29 +182,120 @@ class DataWaitCheck(Check, tip="PIT101"):
         workers = max(d["num_workers"] for d in loaders)
         cores, threads = obs.settings.get("cpu_cores"), obs.settings.get("num_threads")
         spare = cores - threads if cores and threads else None
+        cpu = obs.cpu or {}
         head = f"{pct(share)} of each step ({ms(wait)} of {ms(mean)}) waits for the next batch"
-        # the data wait is an upper bound on the gain: workers need cores, and on CPU the
-        # training's intra-op threads may already use all of them
-        if spare is not None and spare < 1 and not obs.on_cuda:
-            cpu = (f"; but this process may use {cores} CPU cores and torch already runs {threads} intra-op "
-                   f"threads on them, so loader workers would take cores from compute: the real gain may be "
-                   f"much smaller, or none")
-            severity = "low"
-        else:
-            cpu = f" ({cores} CPU cores, {threads} intra-op threads)" if cores and threads else ""
-            severity = None
+        where = [d["where"] for d in loaders if d.get("where")]
         if workers == 0:
-            evidence = (f"{head}; the training DataLoader builds every batch in the training process "
-                        f"(num_workers=0). Moving that work to workers saves up to {pct(share)}{cpu}.")
-            fix = ("DataLoader(..., num_workers=N, persistent_workers=True), N near the spare core count; the gain "
-                   "is an upper bound: `pitstop tune` measures it on the real loop")
+            evidence, fix, severity = self._no_workers(obs, share, wait, cpu, cores, threads, spare)
+            evidence = f"{head}; {evidence}"
         else:
+            found = self._with_workers(obs, share, mean, workers, cpu, cores, threads, spare)
+            if found is not None:
+                title, evidence, fix, severity = found
+                yield self.finding(th, title=title, evidence=f"{head}; {evidence}", fix=fix, share=share,
+                                   seconds=wait, severity=severity, where=where)
+                return
             evidence = (f"{head} although num_workers={workers}: the workers do not keep up; faster loading saves "
-                        f"up to {pct(share)}{cpu}.")
-            fix = "more workers or a larger prefetch_factor, or cheaper per-sample work"
+                        f"up to {pct(share)}" + (f" ({cores} CPU cores, {threads} intra-op threads)." if cores else "."))
+            fix, severity = "more workers or a larger prefetch_factor, or cheaper per-sample work", None
+            if spare is not None and workers > max(spare, 0) and not obs.on_cuda:
+                evidence += (" There are more workers than spare cores: more workers would take cores from the "
+                             "training compute.")
+                fix = ("cheaper per-sample work (or pre-processed data); `pitstop tune` measures fewer workers "
+                       "on the real loop")
+                severity = "low"
         yield self.finding(th, title="Training waits for data (impact: an upper bound)", evidence=evidence,
-                           fix=fix, share=share, seconds=wait, severity=severity,
-                           where=[d["where"] for d in loaders if d.get("where")])
+                           fix=fix, share=share, seconds=wait, severity=severity, where=where)
+
+    @staticmethod
+    def _no_workers(obs, share, wait, cpu, cores, threads, spare):
+        busy = cpu.get("data_wait_cpu_per_step")
+        fix = ("DataLoader(..., num_workers=N, persistent_workers=True), N near the spare core count; the gain "
+               "is an upper bound: `pitstop tune` measures it on the real loop")
+        base = "the training DataLoader builds every batch in the training process (num_workers=0)"
+        if busy is not None and wait > 0 and busy / wait < 0.5:
+            return (f"{base}, and during the wait the process used {busy / wait:.2f} CPU-seconds per second: the "
+                    f"cores were mostly idle (I/O or sleeping in the Dataset), so workers overlap the wait with "
+                    f"compute even though torch runs {threads} intra-op threads. Moving it to workers saves up to "
+                    f"{pct(share)}.", fix, None)
+        load = f" (the process was busy {busy / wait:.2f} CPU-seconds per second of the wait)" if busy and wait else ""
+        if spare is not None and spare < 1 and not obs.on_cuda:
+            return (f"{base}{load}. Moving that work to workers saves up to {pct(share)}; but the wait is CPU work "
+                    f"and this process may use {cores} CPU cores with torch already running {threads} intra-op "
+                    f"threads on them, so loader workers would take cores from compute: the real gain may be much "
+                    f"smaller, or none", fix, "low")
+        extra = f" ({cores} CPU cores, {threads} intra-op threads)" if cores and threads else ""
+        return f"{base}{load}. Moving that work to workers saves up to {pct(share)}{extra}.", fix, None
+
+    @staticmethod
+    def _with_workers(obs, share, mean, workers, cpu, cores, threads, spare):
+        """(title, evidence, fix, severity) decided from the workers' CPU time, or None."""
+        wcpu, pcpu, wait = cpu.get("workers_per_step"), cpu.get("process_per_step"), obs.breakdown["data"]
+        if wcpu is None or pcpu is None or not cores or mean <= 0:
+            return None
+        demand = (wcpu + pcpu) / mean  # cores kept busy on average by the process and its workers
+        others = (cpu.get("load_avg") or 0.0) - (cpu.get("own_threads") or 0)
+        busy = demand >= 0.8 * cores or others >= 0.5 * cores  # saturated by us, or by other processes too
+        over = spare is not None and workers > max(spare, 0) and not obs.on_cuda
+        if over and wcpu < 0.5 * wait:
+            fewer = max(spare, 0)
+            return ("DataLoader workers oversubscribe the CPU cores",
+                    f"num_workers={workers} on {cores} cores where torch runs {threads} intra-op threads, but the "
+                    f"workers spent only {ms(wcpu)} of CPU per step while the step waited {ms(wait)}: the wait is "
+                    f"not their loading work but their competition with the training threads for the cores "
+                    + (f"(other processes kept about {others:.1f} more cores busy) " if others >= 0.5 * cores else "")
+                    + f"and the hand-over between processes. With num_workers={fewer} the step would do about "
+                    f"{ms(wcpu)} of loading itself instead of waiting {ms(wait)}; more workers would make it worse.",
+                    f"fewer workers: DataLoader(..., num_workers={fewer}) (cores minus intra-op threads); `pitstop "
+                    "tune` tries fewer workers on the real loop", "medium")
+        if over:
+            return ("Training waits for CPU-bound data loading, with no spare cores",
+                    f"num_workers={workers} on {cores} cores where torch runs {threads} intra-op threads; the workers "
+                    f"spent {ms(wcpu)} of CPU per step ({demand:.1f} cores busy on average with the training "
+                    "process): loading is CPU work and no core is free, so more workers cannot help and fewer would "
+                    "load slower.",
+                    "cheaper per-sample work (pre-processed data, lighter augmentation), or fewer intra-op threads "
+                    "for more loading; `pitstop tune` measures worker counts on the real loop", "low")
+        per_worker = wcpu / mean / workers
+        if per_worker < 0.5 and not busy:
+            return ("Training waits for data: the workers are mostly idle (I/O-bound)",
+                    f"the {workers} workers used {per_worker:.2f} CPU-seconds per second each and the cores were "
+                    f"not saturated ({demand:.1f} of {cores} busy): they wait on I/O, so more workers (or a larger "
+                    f"prefetch_factor) overlap more of it.",
+                    "more workers or a larger prefetch_factor (I/O-bound loading does not need free cores)", None)
+        return None
+
+
+#: host time per step below this is Python overhead around a tiny step, not batch preparation
+HOST_FLOOR_S = 0.002
+
+
+class HostBatchCheck(Check, tip="PIT101"):
+    """Host work between the optimizer step and the next training forward (``host``):
+    batches sampled outside a DataLoader (nanoGPT's ``get_batch``), with the source lines
+    the sampled stacks found."""
+
+    looks_at = "time between the optimizer step and the next training forward that no other phase explains"
+
+    def check(self, obs, th):
+        share = obs.share("host")
+        if share <= th.data_wait_share or obs.breakdown.get("host", 0.0) < HOST_FLOOR_S \
+                or obs.step_boundary == "backward":
+            return  # tiny steps: Python overhead; manual updates: "host" holds the update too
+        sites = obs.host_sites or []
+        shown = [s for s in sites if s.get("share", 0) >= 0.1][:3]
+        lines = ", ".join(f"{s['where']} ({pct(s['share'])} of {sum(x.get('samples', 0) for x in sites)} samples)"
+                          for s in shown)
+        evidence = (f"{pct(share)} of each step ({ms(obs.breakdown['host'])} of {ms(obs.step_time['mean'])}) passes "
+                    "between the optimizer step and the next training forward outside any DataLoader, forward "
+                    "or evaluation: the model waits for host work"
+                    + (f"; the main thread was at {lines}" if lines else "") + ".")
+        loaders = obs.train_loaders()
+        fix = ("prepare the next batch while the model computes: a Dataset + DataLoader(num_workers=N) or a "
+               "background thread that prefetches batches; or make the lines above cheaper"
+               if not loaders else "move this per-batch work into the Dataset/DataLoader workers, or make it cheaper")
+        yield self.finding(th, title="Host work before each forward (impact: an upper bound)", evidence=evidence,
+                           fix=fix, share=share, seconds=obs.breakdown["host"], where=[s["where"] for s in shown])
 
 
 # --- knob face ---
@@ -198,11 +303,14 @@ from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 
 
 class WorkersKnob(Knob, tip="PIT101"):
-    """DataLoader workers (persistent): a few counts up to the number of cores.
+    """DataLoader workers (persistent): a few counts up to the number of cores, or, when
+    the loader already has workers, fewer of them (down to none: workers that oversubscribe
+    the cores slow the training compute down).
 
     Script mode patches ``DataLoader.__init__`` in the child so that every loader the
     script builds with ``num_workers=0`` gets ``value`` workers and ``persistent_workers=True``
-    (evaluation loaders too: the script is not changed, so they cannot be told apart).
+    (evaluation loaders too: the script is not changed, so they cannot be told apart), or
+    every loader with more than ``value`` workers gets ``value``.
     """
 
     name = "workers"
@@ -212,36 +320,46 @@ class WorkersKnob(Knob, tip="PIT101"):
     def applies(self, ctx):
         if ctx.loader_workers is None:
             return Applicability(False, "no torch DataLoader was iterated for training")
-        if ctx.loader_workers > 0:
-            return Applicability(False, f"the training DataLoader already uses num_workers={ctx.loader_workers}")
-        if ctx.cpu_count < 2:
+        if ctx.loader_workers == 0 and ctx.cpu_count < 2:
             return Applicability(False, "one CPU core: workers could only take it away from the training process")
         return Applicability(True)
 
     def values(self, ctx):
-        c = ctx.cpu_count
+        c, w = ctx.cpu_count, ctx.loader_workers or 0
+        if w > 0:  # the loader already has workers: try fewer (oversubscribed cores), and none
+            return sorted({v for v in (0, w // 2, max(0, c // 2)) if 0 <= v < w})
         return sorted({v for v in (1 if c <= 2 else 2, max(1, c // 2), c) if 1 <= v <= c})
 
     def label(self, value):
         return f"num_workers={value}"
 
     def recipe_fields(self, value, ctx):
-        return {"num_workers": int(value), "persistent_workers": True}
+        return {"num_workers": int(value), "persistent_workers": int(value) > 0}
 
     def apply_in_child(self, value, **options):
         from torch.utils.data import DataLoader
 
         from pitstop.tune.patch import patch_init
 
+        n = int(value)
+
         def change(args):
-            if args.get("num_workers", 0) == 0:
-                args["num_workers"] = int(value)
+            had = args.get("num_workers", 0)
+            if had == 0 and n > 0:
+                args["num_workers"] = n
                 args["persistent_workers"] = True
+            elif had > n:  # fewer workers than the script asked for
+                args["num_workers"] = n
+                if n == 0:  # options that need workers are refused by DataLoader with none
+                    args.pop("persistent_workers", None)
+                    args.pop("prefetch_factor", None)
+                    args.pop("multiprocessing_context", None)
+                    args.pop("worker_init_fn", None)
 
         patch_init(DataLoader, change)
 
     def snippet(self, value, ctx):
         return f"""
             train_loader = DataLoader(train_set, batch_size=..., shuffle=True,
-                                      num_workers={value}, persistent_workers=True)
+                                      num_workers={value}{", persistent_workers=True" if int(value) > 0 else ""})
         """

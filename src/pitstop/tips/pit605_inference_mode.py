@@ -150,7 +150,7 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.check import Check, pct  # noqa: E402
 
 
 class InferenceModeCheck(Check, tip="PIT605"):
@@ -160,10 +160,13 @@ class InferenceModeCheck(Check, tip="PIT605"):
         f = obs.forwards
         where = f.get("where", {})
         if f.get("eval_with_grad"):
+            share = obs.share("eval")
+            spent = f" ({pct(share)} of each step is evaluation)" if share else ""
             yield self.finding(
                 th, title="Evaluation forwards record autograd graphs",
-                evidence=f"{f['eval_with_grad']} forwards ran in eval mode with gradients enabled (first at "
-                         f"{where.get('eval_with_grad', '?')}): each one builds a graph and keeps its activations.",
+                evidence=f"{f['eval_with_grad']} forwards ran with gradients enabled but their graph never reached "
+                         f"a backward (first at {where.get('eval_with_grad', '?')}): evaluation that builds a graph "
+                         f"and keeps its activations{spent}.",
                 fix="with torch.inference_mode(): around the evaluation loop", severity="medium",
                 where=[where.get("eval_with_grad", "?")])
         if f.get("eval_no_grad"):

@@ -158,17 +158,23 @@ from pitstop.doctor.check import Check  # noqa: E402
 
 
 class EvalModeCheck(Check, tip="PIT803"):
-    looks_at = "forwards without gradients while the model is in training mode"
+    looks_at = "evaluation forwards (no gradients, or a graph that never reached a backward) in training mode"
 
     def check(self, obs, th):
+        where_map = obs.forwards.get("where", {})
         for m in obs.models:
-            n = m.get("forwards", {}).get("nograd_train_mode", 0)
+            fw = m.get("forwards", {})
+            n = fw.get("train_mode_eval", fw.get("nograd_train_mode", 0))
             if n and m.get("mode_dependent"):
-                where = obs.forwards.get("where", {}).get("nograd_train_mode", "?")
+                key = "train_mode_eval" if "train_mode_eval" in where_map else "nograd_train_mode"
+                where = where_map.get(key, "?")
+                nograd = fw.get("nograd_train_mode", 0)
+                how = (f"{nograd} without gradients, {n - nograd} with gradients but no backward" if nograd < n
+                       else "without gradients")
                 yield self.finding(
                     th, title="Evaluation with the model in training mode",
-                    evidence=f"{n} forwards of {m['class']} ran without gradients while model.training was True "
-                             f"(first at {where}); it has dropout/batch-norm layers, so the results differ from eval "
+                    evidence=f"{n} evaluation forwards of {m['class']} ran while model.training was True ({how}; "
+                             f"first at {where}); it has dropout/batch-norm layers, so the results differ from eval "
                              "mode and batch-norm statistics are updated by validation data.",
                     fix="model.eval() before evaluating, model.train() after", kind="correctness",
                     severity="high", where=[where])

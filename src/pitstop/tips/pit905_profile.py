@@ -98,17 +98,20 @@ from pitstop.doctor.check import Check, pct  # noqa: E402
 
 
 class ProfileCheck(Check, tip="PIT905"):
-    looks_at = "step time not explained by data/forward/backward/optimizer/eval; GPU utilisation (MFU)"
+    looks_at = "step time not explained by data/host/forward/backward/optimizer/eval; GPU utilisation (MFU)"
 
     def check(self, obs, th):
         other = obs.share("other")
         if other > th.unexplained_share:
+            sites = [s for s in obs.other_sites or [] if s.get("share", 0) >= 0.1][:3]
+            lines = ", ".join(f"{s['where']} ({pct(s['share'])} of samples)" for s in sites)
             yield self.finding(
                 th, title="A large part of the step is outside the measured phases",
-                evidence=f"{pct(other)} of the step is not data wait, forward, backward, optimizer or evaluation "
-                         "(logging, checkpointing, Python work between the phases).",
-                fix="look at a trace: pitstop doctor SCRIPT --trace DIR (open it in Perfetto)",
-                share=other, severity="low")
+                evidence=f"{pct(other)} of the step is not data wait, host work before the forward, forward, "
+                         "backward, optimizer or evaluation (logging, checkpointing, Python work between the phases)"
+                         + (f"; sampled stacks put the main thread at {lines}" if lines else "") + ".",
+                fix="look at those lines, or at a trace: pitstop doctor SCRIPT --trace DIR (open it in Perfetto)",
+                share=other, severity="low", where=[s["where"] for s in sites])
         mfu = obs.flops.get("mfu")
         if mfu is not None and mfu < th.utilisation:
             yield self.finding(
