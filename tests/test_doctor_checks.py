@@ -27,6 +27,10 @@ CASES = {
         observations(breakdown={"data": 0.03}, loaders=[loader()]),
         observations(breakdown={"data": 0.004}, loaders=[loader()]),  # 4% < 5%
     ),
+    "HostBatchCheck": (
+        observations(breakdown={"host": 0.03}, host_sites=[{"where": "train.py:42", "share": 0.8, "samples": 40}]),
+        observations(breakdown={"host": 0.03}, step_boundary="backward"),  # manual updates: host holds the update
+    ),
     "PinMemoryCheck": (
         observations(device="cuda", loaders=[loader(pin_memory=False)], h2d=CUDA_H2D),
         observations(device="cuda", loaders=[loader(pin_memory=True)], h2d=CUDA_H2D),

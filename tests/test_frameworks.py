@@ -253,6 +253,7 @@ def test_importing_pitstop_imports_no_framework():
 def test_tune_report_prints_the_framework_snippet():
     import io
 
+    from pitstop.paired import Decision, Measure
     from pitstop.tune.knob import Setting
     from pitstop.tune.report import render_text
     from pitstop.tune.result import Run, Trial, TuneResult
@@ -260,7 +261,7 @@ def test_tune_report_prints_the_framework_snippet():
     run = Run(status="ok", step_times=[0.1, 0.1], losses=[1.0, 0.9])
     best = Trial(name="bf16 autocast", settings=(Setting("PIT301", "autocast", "bf16", "bf16 autocast"),),
                  runs=[run], status="kept", recipe={"precision": "bf16-mixed"},
-                 speedup={"ratio": 1.3, "low": 1.2, "high": 1.4, "confidence": 0.9, "rounds_won": 2, "rounds": 2})
+                 speed=Decision("faster", 1.3, 1.2, 1.4, 0.9, pairs=2, won=2, measure=Measure("wall", "quiet")))
     result = TuneResult(mode="script", target="train.py", device="cpu", settings={"steps": 3, "warmup": 1, "repeats": 2},
                         context={"framework": "transformers"}, baseline=Trial(name="baseline", runs=[run]),
                         trials=[best], best=best, best_recipe=Recipe(precision="bf16-mixed").to_dict(),
