@@ -158,6 +158,8 @@ def serve(parent: int | None = None) -> int:
         from pitstop.lifecycle import die_with_parent
 
         die_with_parent(parent)
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        sys.path.pop(0)  # as the runner's bootstrap: a script's imports see its own directory, not ours
     out = os.fdopen(os.dup(1), "w", buffering=1)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # nothing the children print can reach the protocol channel
