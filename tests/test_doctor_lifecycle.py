@@ -75,21 +75,23 @@ def _doctor_dirs(parent: int) -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob(f"pitstop-doctor-{parent}-*"))
 
 
-def _start(tmp_path: Path, mode: str = "sleep", *extra: str) -> tuple[subprocess.Popen, Path]:
+def _start(tmp_path: Path, mode: str = "sleep", *extra: str, command: str = "doctor") -> tuple[subprocess.Popen, Path]:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT, encoding="utf-8")
     pids = tmp_path / "pids"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "pitstop", "doctor", str(script), "--steps", "2", "--warmup", "1",
-                             "--no-probes", "--format", "json", *extra, "--", str(pids), mode],
+    own = ("--no-probes", "--format", "json") if command == "doctor" else ("--progress", "off")
+    proc = subprocess.Popen([sys.executable, "-m", "pitstop", command, str(script), "--steps", "2", "--warmup", "1",
+                             *own, *extra, "--", str(pids), mode],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, pids
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_signal_to_doctor_kills_the_child_group_and_removes_its_temp_dir(tmp_path, sig):
-    proc, pids = _start(tmp_path, "sleep", "--timeout", "300")
+@pytest.mark.parametrize("command, sig", [("doctor", signal.SIGTERM), ("doctor", signal.SIGHUP),
+                                          ("tune", signal.SIGTERM)])
+def test_signal_to_doctor_or_tune_kills_the_child_group_and_removes_its_temp_dir(tmp_path, command, sig):
+    proc, pids = _start(tmp_path, "sleep", "--timeout", "300", command=command)
     try:
         _wait_file(pids)
         time.sleep(1.0)

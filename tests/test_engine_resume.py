@@ -53,9 +53,10 @@ def test_sigkilled_runs_resume_to_the_bitwise_same_result(tmp_path):
 
     killed = run(ckpt, tmp_path / "x.pt", "--kill-in-write", "9")  # epoch 1, half of step 9's file written
     assert killed.returncode == -signal.SIGKILL, killed.stderr
-    leftovers = [p.name for p in ckpt.iterdir() if p.name.startswith(".step-000000009.pt.tmp-")]
+    leftovers = [p.name for p in ckpt.iterdir() if p.name.startswith(".step-000000009.pt.pitstop-tmp.")]
     assert len(leftovers) == 1 and (ckpt / leftovers[0]).stat().st_size > 0
     assert latest_checkpoint(ckpt).name == "step-000000008.pt"  # the torn write is never "latest"
+    assert (ckpt / "pitstop.lock").exists()  # the killed run's lock: stale, taken over by the next run
 
     killed = run(ckpt, tmp_path / "x.pt", "--kill-after-checkpoint", "14")  # the last step of epoch 1
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -63,6 +64,8 @@ def test_sigkilled_runs_resume_to_the_bitwise_same_result(tmp_path):
 
     done = run(ckpt, tmp_path / "resumed.pt")
     assert done.returncode == 0, done.stderr
+    assert not any(p.name.startswith(".step-") for p in ckpt.iterdir())  # the dead writers' temp files removed
+    assert not (ckpt / "pitstop.lock").exists()
     a = torch.load(tmp_path / "ref.pt", weights_only=True)
     b = torch.load(tmp_path / "resumed.pt", weights_only=True)
     assert b["resumed_from"].endswith("step-000000014.pt") and a["resumed_from"] == "None"

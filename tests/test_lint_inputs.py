@@ -43,8 +43,11 @@ EXPECTED_ERRORS = {
     "syntax.py": "SyntaxError: invalid syntax (line 1, column 7)",
     "latin1.py": "not valid utf-8 (byte 0xff at offset 5)",
     "binary.py": "binary file (NUL byte at offset 7)",
-    "deep.py": "expression nested too deeply (RecursionError)",
-    "deep_walk.py": "expression nested too deeply for the linter (RecursionError)",
+    # which stage gives up (CPython's parser, libcst's, or the rules' walk) and its exact words
+    # depend on the versions installed (libcst 1.9 parses deeper and the walk stops instead): the
+    # behaviour tested is one clear line naming the nesting, the file unlinted and untouched
+    "deep.py": "expression nested too deeply",
+    "deep_walk.py": "expression nested too deeply",
     "huge.py": "over the 2.0 MiB limit",
     "loop_a.py": "Too many levels of symbolic links",
     "loop_b.py": "Too many levels of symbolic links",

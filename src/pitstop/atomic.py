@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from pitstop.lifecycle import pid_alive
 
-__all__ = ["write_atomic", "remove_stale_temps", "is_temp_name", "fsync_dir"]
+__all__ = ["write_atomic", "remove_stale_temps", "is_temp_name", "fsync_dir", "writable_dir_problem"]
 
 _HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:64]
 _TEMP = re.compile(r"^\..+\.pitstop-tmp\.(?P<host>[A-Za-z0-9-]*)\.(?P<pid>\d+)\.[^.]+$")
@@ -46,6 +46,24 @@ def fsync_dir(directory: str | Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def writable_dir_problem(path: str | Path) -> str | None:
+    """Create ``path`` (and its parents) if needed; ``None`` when it is then a writable
+    directory, else why not (one phrase naming the path: for an error message)."""
+    path = Path(path)
+    existing = next((a for a in (path, *path.parents) if a.exists() or a.is_symlink()), None)
+    if existing is not None and not existing.is_dir():
+        return f"{str(existing)!r} is not a directory" + ("" if existing == path else f" (in {str(path)!r})")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"cannot create directory {str(path)!r}: {exc.strerror or exc}"
+    if not path.is_dir():
+        return f"{str(path)!r} is not a directory"
+    if not os.access(path, os.W_OK | os.X_OK):
+        return f"directory {str(path)!r} is not writable"
+    return None
 
 
 def remove_stale_temps(directory: str | Path) -> list[Path]:
@@ -113,7 +131,8 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[BinaryIO], None
             f.flush()
             if durable:
                 os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        if keep_owner and old is not None and hasattr(os, "geteuid") and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
+        if (keep_owner and old is not None and hasattr(os, "geteuid")
+                and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid())):
             try:  # before chmod: chown may clear the set-id bits
                 os.chown(tmp, old.st_uid, old.st_gid)
             except PermissionError:  # only root may give a file away: the new file stays ours

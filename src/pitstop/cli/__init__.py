@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
+import os
 import pkgutil
 import sys
 import traceback
+from pathlib import Path
 from typing import ClassVar
 
-__all__ = ["Command", "CliError", "main", "split_at_double_dash", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE",
+__all__ = ["Command", "CliError", "main", "split_at_double_dash", "check_writable_dir", "check_output_file",
+           "check_number", "EXIT_OK", "EXIT_FINDINGS", "EXIT_USAGE",
            "EXIT_INTERNAL"]
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
@@ -55,6 +59,40 @@ class Command:
 
     def run(self, args: argparse.Namespace) -> int:
         raise NotImplementedError
+
+
+def check_number(option: str, value: float | None, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    """CliError unless ``value`` (None passes) is a finite number in the given range."""
+    if value is None:
+        return
+    rng = ("(" if low_open else "[") + ("-inf" if low is None else f"{low:g}") + ", " + (
+        "inf" if high is None else f"{high:g}") + (")" if high_open else "]")
+    if not math.isfinite(value):
+        raise CliError(f"{option} must be a finite number in {rng}, got {value}")
+    if low is not None and (value < low or (low_open and value == low)):
+        raise CliError(f"{option} must be in {rng}, got {value:g}")
+    if high is not None and (value > high or (high_open and value == high)):
+        raise CliError(f"{option} must be in {rng}, got {value:g}")
+
+
+def check_writable_dir(path: Path, option: str) -> None:
+    """Create ``path`` (and parents) if needed; CliError unless it is a writable directory."""
+    from pitstop.atomic import writable_dir_problem
+
+    problem = writable_dir_problem(path)
+    if problem is not None:
+        raise CliError(f"{option}: {problem}")
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """An output file named on the command line, checked before any work is done: not a
+    directory, its folder creatable and writable, the file itself writable if it exists."""
+    if path.is_dir():
+        raise CliError(f"{option}: {str(path)!r} is a directory; give a file path")
+    check_writable_dir(path.parent if str(path.parent) else Path("."), option)
+    if path.exists() and not os.access(path, os.W_OK):
+        raise CliError(f"{option}: {str(path)!r} exists and is not writable")
 
 
 def _discover() -> None:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pitstop.cli import EXIT_FINDINGS, EXIT_OK, CliError, Command
+from pitstop.cli import EXIT_FINDINGS, EXIT_OK, CliError, Command, check_output_file
 
 
 class BenchCommand(Command):
@@ -46,12 +46,7 @@ class BenchCommand(Command):
         for opt, path in (("--html", args.html), ("--json", args.json_path)):
             if path is None:
                 continue
-            if path.is_dir():
-                raise CliError(f"{opt} {path}: is a directory; give a file name")
-            try:  # fail before measuring, not after
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise CliError(f"{opt} {path}: {exc.strerror or exc}") from None
+            check_output_file(path, opt)  # fail before measuring, not after
 
         from pitstop.bench.device import pick_device
         from pitstop.bench.timing import BenchConfig
@@ -63,6 +58,7 @@ class BenchCommand(Command):
         config = BenchConfig(mode="quick" if args.quick else "full", device=device, threads=args.threads)
         report = self._run(selected, config)
 
+        from pitstop.atomic import write_atomic
         from pitstop.bench import render
 
         if args.format == "json":
@@ -78,9 +74,7 @@ class BenchCommand(Command):
             if path is None:
                 continue
             try:  # atomic: a reader never sees half a report
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_text(text(report) + ("" if text is render.to_html else "\n"), encoding="utf-8")
-                tmp.replace(path)
+                write_atomic(path, text(report) + ("" if text is render.to_html else "\n"))
             except OSError as exc:
                 raise CliError(f"{opt} {path}: {exc.strerror or exc}") from None
             print(f"{opt[2:].upper()} report: {path}", file=sys.stderr)

@@ -9,40 +9,19 @@ diagnose (no optimizer step was observed).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from pitstop.cli import CliError, Command, split_at_double_dash
+from pitstop.cli import CliError, Command, check_number, check_output_file, check_writable_dir, split_at_double_dash
 
-
-
-def _writable_dir(path: Path, option: str) -> None:
-    """Create ``path`` (and parents) if needed; CliError unless it is a writable directory."""
-    existing = next((a for a in (path, *path.parents) if a.exists()), None)
-    if existing is not None and not existing.is_dir():
-        where = "" if existing == path else f" (in {str(path)!r})"
-        raise CliError(f"{option}: {str(existing)!r} is not a directory{where}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise CliError(f"{option}: cannot create directory {str(path)!r}: {exc.strerror or exc}") from None
-    if not path.is_dir():
-        raise CliError(f"{option}: {str(path)!r} is not a directory")
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise CliError(f"{option}: directory {str(path)!r} is not writable")
 
 
 def _check_outputs(html: Path | None, trace: str | None) -> None:
     """Bad output paths are input errors, found before the script runs (not after)."""
     if html is not None:
-        if html.is_dir():
-            raise CliError(f"--html: {str(html)!r} is a directory; give a file path such as report.html")
-        _writable_dir(html.parent if str(html.parent) else Path("."), "--html")
-        if html.exists() and not os.access(html, os.W_OK):
-            raise CliError(f"--html: {str(html)!r} exists and is not writable")
+        check_output_file(html, "--html")
     if trace is not None:
-        _writable_dir(Path(trace), "--trace")
+        check_writable_dir(Path(trace), "--trace")
 
 
 class DoctorCommand(Command):
@@ -71,7 +50,7 @@ class DoctorCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from pitstop.doctor.diagnose import diagnose
         from pitstop.doctor.runner import ScriptNotFoundError, ScriptSyntaxError, run_script
-        from pitstop.doctor.spec import RunSpec
+        from pitstop.doctor.spec import MAX_TIMEOUT, RunSpec
         from pitstop.examples import DEFAULT_SCRIPT
 
         if args.module and args.script:
@@ -82,8 +61,7 @@ class DoctorCommand(Command):
             raise CliError(f"--steps must be >= 1, got {args.steps}")
         if args.warmup < 0:
             raise CliError(f"--warmup must be >= 0, got {args.warmup}")
-        if args.timeout <= 0:
-            raise CliError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+        check_number("--timeout", args.timeout, low=0, high=MAX_TIMEOUT, low_open=True)
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         _check_outputs(args.html, args.trace)
         try:
@@ -106,8 +84,10 @@ class DoctorCommand(Command):
         if args.html:
             from pitstop.report.doctor_html import doctor_html
 
+            from pitstop.atomic import write_atomic
+
             try:
-                args.html.write_text(doctor_html(diag), encoding="utf-8")
+                write_atomic(args.html, doctor_html(diag))
             except OSError as exc:
                 raise CliError(f"--html: cannot write {str(args.html)!r}: {exc.strerror or exc}") from None
             print(f"HTML report: {args.html}", file=sys.stderr)

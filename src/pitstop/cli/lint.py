@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import sys
 from pathlib import Path
 
-from pitstop.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, CliError, Command
+from pitstop.cli import EXIT_FINDINGS, EXIT_OK, EXIT_USAGE, CliError, Command, check_output_file
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b?|b)?\s*$", re.I)
 
@@ -81,16 +82,20 @@ class LintCommand(Command):
             raise CliError(str(exc)) from None
         if args.jobs < 0:
             raise CliError("--jobs must be >= 0")
+        if args.output_file is not None:
+            check_output_file(args.output_file, "-o/--output-file")  # before linting, not after
 
         found = discover([Path(p) for p in (args.paths or ["."])], force_exclude=args.force_exclude)
         if args.show_files:
             for f in found.files:
                 print(_display(f))
             return EXIT_OK
+        for path, why in found.skipped:
+            print(f"{_display(Path(path))}: {why}", file=sys.stderr)
         tasks = []
         for f in found.files:
             codes = enabled - ignored_for(f, config, known)
-            tasks.append(Task(str(f), _display(f), tuple(sorted(codes))))
+            tasks.append(Task(str(f), _display(f), tuple(sorted(codes)), may_write=f not in found.outside))
         max_size = args.max_file_size if args.max_file_size is not None else (
             config.max_file_size if config.max_file_size is not None else DEFAULT_MAX_FILE_SIZE)
         opts = LintOptions(fix=args.fix and not args.diff, unsafe=args.unsafe_fixes, diff=args.diff,
@@ -101,7 +106,7 @@ class LintCommand(Command):
 
         errors = [FileError(p, r) for p, r in found.errors] + run.errors
         findings = run.findings
-        out = open(args.output_file, "w", encoding="utf-8") if args.output_file else sys.stdout
+        out = io.StringIO() if args.output_file else sys.stdout
         try:
             for e in errors:
                 print(str(e), file=sys.stderr)
@@ -132,15 +137,25 @@ class LintCommand(Command):
                 else:
                     out.write(reporters.text(findings, args.unsafe_fixes))
                 if not args.quiet:
-                    out.write(reporters.summary(findings, run.fixed, args.unsafe_fixes, len(errors)))
+                    out.write(reporters.summary(findings, run.fixed, args.unsafe_fixes, len(errors))
+                              if tasks or errors else "0 files linted.\n")
         finally:
             if out is not sys.stdout:
-                out.close()
+                _write_report(args.output_file, out.getvalue())
         if errors:
             return EXIT_USAGE
         if args.exit_non_zero_on_fix and run.fixed:
             return EXIT_FINDINGS
         return EXIT_FINDINGS if findings and not args.exit_zero else EXIT_OK
+
+
+def _write_report(path: Path, text: str) -> None:
+    from pitstop.atomic import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise CliError(f"-o/--output-file {path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _display(p: Path) -> str:

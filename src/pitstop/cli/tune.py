@@ -8,13 +8,13 @@ fails (its baseline run raised, exited early or timed out: nothing can be tuned)
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
-from pitstop.cli import EXIT_OK, CliError, Command, split_at_double_dash
+from pitstop.cli import EXIT_OK, CliError, Command, check_number, check_output_file, split_at_double_dash
 
 EXIT_SCRIPT_FAILED = 3
+MAX_MARGIN = 10.0  # as pitstop.tune.search.TuneOptions accepts
 
 
 
@@ -66,14 +66,17 @@ class TuneCommand(Command):
         for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1), ("max_pairs", 1)):
             if getattr(args, name) < low:
                 raise CliError(f"--{name} must be >= {low}, got {getattr(args, name)}")
-        if args.budget is not None and args.budget <= 0:
-            raise CliError(f"--budget must be > 0 seconds, got {args.budget:g}")
-        if args.timeout <= 0:
-            raise CliError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+        from pitstop.doctor.spec import MAX_TIMEOUT
+
+        check_number("--budget", args.budget, low=0, low_open=True)
+        check_number("--timeout", args.timeout, low=0, high=MAX_TIMEOUT, low_open=True)
+        check_number("--margin", args.margin, low=0, high=MAX_MARGIN, high_open=True)
         if args.threads is not None and args.threads < 1:
             raise CliError(f"--threads must be >= 1, got {args.threads}")
-        if args.save_recipe is not None and args.save_recipe.suffix.lower() not in (".toml", ".json"):
-            raise CliError(f"--save-recipe {args.save_recipe}: use a .toml or .json file name")
+        if args.save_recipe is not None:  # checked before the search, not after it
+            if args.save_recipe.suffix.lower() not in (".toml", ".json"):
+                raise CliError(f"--save-recipe {args.save_recipe}: use a .toml or .json file name")
+            check_output_file(args.save_recipe, "--save-recipe")
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         from pitstop.tune.knob import all_knobs
         from pitstop.tune.script import TuneInputError
@@ -95,8 +98,6 @@ class TuneCommand(Command):
         except TuneError as exc:
             print(f"pitstop tune: {exc}", file=sys.stderr)
             return EXIT_SCRIPT_FAILED
-        if args.save_recipe is not None:
-            _save(result.recipe(), args.save_recipe)
         if args.format == "json":
             from pitstop.tune.report import render_json
 
@@ -105,21 +106,12 @@ class TuneCommand(Command):
             from pitstop.tune.report import render_text
 
             render_text(result)
-        if args.save_recipe is not None:
+        if args.save_recipe is not None:  # after the results are out: a failed write loses nothing printed
+            sys.stdout.flush()
+            try:
+                result.recipe().save(args.save_recipe)  # atomic (pitstop.atomic.write_atomic)
+            except OSError as exc:
+                raise CliError(f"--save-recipe {args.save_recipe}: cannot write: {exc.strerror or exc} (the results "
+                               "above are complete; save the recipe they print by hand)") from None
             print(f"recipe written to {args.save_recipe} (load it with pitstop.Recipe.load)", file=sys.stderr)
         return EXIT_OK
-
-
-def _save(recipe, path: Path) -> None:
-    """Write atomically: a reader never sees half a recipe file."""
-    import json
-
-    text = recipe.to_toml() if path.suffix.lower() == ".toml" else json.dumps(recipe.to_dict(), indent=2) + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise CliError(f"--save-recipe {path}: cannot write: {exc.strerror or exc}") from None

@@ -8,7 +8,8 @@ watchdog thread (the timeout; it also writes a progress snapshot, RESULT.json.pa
 the parent reads if this process stops answering); seed
 python/numpy/torch (``spec.seed``); install the instrumentation; run the setup callables;
 run the script as ``__main__`` with ``runpy`` (``sys.argv`` and ``sys.path[0]`` set the way
-``python script.py ARGS`` sets them: the script's directory, or the working directory for ``-m``); when the planned steps are done the optimizer hook
+``python script.py ARGS`` sets them: the script's directory, or the working directory for
+``-m``); when the planned steps are done the optimizer hook
 raises :class:`StopDoctor` and the script unwinds (its ``finally`` blocks run). Then the
 instrumentation is removed, the losses read, the probes run and the :class:`RunResult`
 written atomically to RESULT.json. The script's output goes where the spec says; results

@@ -34,6 +34,8 @@ _LAZY: dict[str, str] = {
     "latest_checkpoint": "pitstop.engine.checkpoint",
     "CheckpointError": "pitstop.engine.checkpoint",
     "CorruptCheckpointError": "pitstop.engine.checkpoint",
+    "CheckpointDirError": "pitstop.engine.ckptdir",
+    "CheckpointDirLocked": "pitstop.engine.ckptdir",
     "make_loader": "pitstop.engine.data",
     "init_distributed": "pitstop.engine.distributed",
     "switch_optimizer_impl": "pitstop.engine.prepare",

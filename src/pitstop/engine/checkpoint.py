@@ -1,10 +1,14 @@
 """Checkpoints that survive a crash and load without running code (PIT404, PIT903, PIT904).
 
-- **Atomic**: the state is written to a temporary file in the same directory, flushed and
-  ``fsync``-ed, renamed over the final name with ``os.replace`` (atomic within a filesystem),
-  and the directory is ``fsync``-ed so the rename itself survives a power loss. A crash at any
-  moment leaves the previous checkpoint intact and at most a stray ``.*.tmp-*`` file, which is
-  never taken for a checkpoint.
+- **Atomic** (:func:`pitstop.atomic.write_atomic`): the state is written to a temporary file
+  created with ``mkstemp`` (``O_EXCL``: a planted file or link is never followed) in the same
+  directory, flushed and ``fsync``-ed, renamed over the final name with ``os.replace`` (atomic
+  within a filesystem), and the directory is ``fsync``-ed so the rename itself survives a power
+  loss. A crash at any moment leaves the previous checkpoint intact and at most a stray
+  ``.step-*.pt.pitstop-tmp.*`` file, which is never taken for a checkpoint and is deleted by
+  the next write in that directory once its process is gone.
+- **Per-run pruning**: ``keep`` deletes only older files of the same run, as recorded in the
+  directory's manifest (:mod:`pitstop.engine.ckptdir`), never the file just written.
 - **Damaged vs refused**: a file whose bytes are not what was written (truncated, torn, a zip
   member cut short or failing its CRC) raises :class:`CorruptCheckpointError`, and only such a
   file is skipped by :func:`load_latest` (with a warning naming it) in favour of the previous
@@ -22,7 +26,6 @@
 
 from __future__ import annotations
 
-import os
 import pickle
 import random
 import re
@@ -34,6 +37,9 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from pitstop.atomic import write_atomic
+from pitstop.engine.ckptdir import Manifest, check_keep
 
 __all__ = ["CheckpointError", "CorruptCheckpointError", "save_checkpoint", "load_checkpoint", "load_latest", "latest_checkpoint",
            "list_checkpoints", "checkpoint_path", "rng_state", "set_rng_state"]
@@ -63,38 +69,22 @@ def list_checkpoints(directory: str | Path) -> list[Path]:
     return [p for _, p in sorted(found, reverse=True)]
 
 
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def save_checkpoint(state: dict[str, Any], path: str | Path, *, keep: int | None = None) -> Path:
+def save_checkpoint(state: dict[str, Any], path: str | Path, *, keep: int | None = None,
+                    run: str | None = None) -> Path:
     """Write ``state`` to ``path`` atomically (temp file, fsync, rename, fsync dir).
 
-    ``keep``: afterwards delete all but the ``keep`` newest ``step-*.pt`` files of the
-    directory. Returns the final path."""
+    ``run``: the id of the run writing it (default ``state["run"]``), recorded in the
+    directory's manifest when given or when ``keep`` is. ``keep`` (>= 1): afterwards delete
+    that run's files beyond the ``keep`` most recently written; files of other runs, and files
+    the manifest does not list, are never deleted. Returns the final path."""
     path = Path(path)
+    check_keep(keep, "keep")
+    if run is None and isinstance(state, dict) and isinstance(state.get("run"), str):
+        run = state["run"]
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)  # and the rename itself is durable
-    if keep is not None:
-        for old in list_checkpoints(path.parent)[keep:]:
-            old.unlink(missing_ok=True)
+    write_atomic(path, lambda f: torch.save(state, f))
+    if keep is not None or run is not None:
+        Manifest(path.parent).record(run or "default", path, keep)
     return path
 
 
@@ -184,14 +174,18 @@ def load_checkpoint(path: str | Path, map_location: Any = "cpu") -> dict[str, An
     return state
 
 
-def load_latest(directory: str | Path, map_location: Any = "cpu") -> tuple[Path, dict[str, Any]] | None:
+def load_latest(directory: str | Path, map_location: Any = "cpu", *,
+                candidates: list[Path] | None = None) -> tuple[Path, dict[str, Any]] | None:
     """The newest checkpoint of ``directory`` that loads, or ``None`` if there is none.
+
+    ``candidates``: the files to try, in that order (``fit`` passes the current run's files
+    from the manifest); default: every ``step-*.pt`` file, highest step first.
 
     A newer file that is truncated or corrupt (:class:`CorruptCheckpointError`) is skipped with
     a ``UserWarning`` naming it. Any other :class:`CheckpointError` (a file refused by the
     weights-only loader, a file that is not a pitstop checkpoint) is raised: the search never
     falls back past it, so a resume never silently starts from an older state or from scratch."""
-    candidates = list_checkpoints(directory)
+    candidates = list_checkpoints(directory) if candidates is None else list(candidates)
     for i, path in enumerate(candidates):
         try:
             return path, load_checkpoint(path, map_location)

@@ -25,6 +25,7 @@ from torch import nn
 
 from pitstop.engine.callbacks import Callback, FitResult, FitState, overridden
 from pitstop.engine.checkpoint import checkpoint_path, load_latest, rng_state, save_checkpoint
+from pitstop.engine.ckptdir import Manifest, check_keep, new_run_id, open_checkpoint_dir
 from pitstop.engine.data import adapt_loader, device_batches, micro_batches, move_batch
 from pitstop.engine.distributed import DistInfo, all_gather_objects, dist_info
 from pitstop.engine.monitor import LossLog, Progress, evaluate
@@ -49,14 +50,17 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
     (one epoch if neither is given). ``eval_loader`` is evaluated with ``eval_fn(model, batch)``
     (default: ``loss_fn``) at the end of every epoch, or every ``eval_every`` steps.
     ``checkpoint_dir``: a checkpoint every ``checkpoint_every`` steps and at the end (rank 0
-    writes; the ``keep_checkpoints`` newest are kept); with ``resume`` the newest good one there
-    is loaded first. ``scheduler``: an LR scheduler stepped after every optimizer step, or a
+    writes; the directory is checked and locked before the first step; the ``keep_checkpoints``
+    (>= 1, or None: all) most recent of this run are kept, other runs' files are never touched);
+    with ``resume`` the newest good one of the directory's current run is loaded first.
+    ``scheduler``: an LR scheduler stepped after every optimizer step, or a
     callable ``optimizer -> scheduler`` (needed when ``recipe.optimizer_impl`` rebuilds the
     optimizer). Losses are read on the host once every ``log_every`` steps. ``progress``: a
     rich bar (default: when stderr is a terminal).
     """
     callbacks = list(callbacks)  # once: a generator would be used up by the checks below
     _check_args(recipe, max_steps, epochs, checkpoint_every, log_every, eval_every, callbacks)
+    check_keep(keep_checkpoints)
     if max_steps is None and epochs is None:
         epochs = 1
     info = dist_info()
@@ -65,8 +69,10 @@ def fit(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, tra
 
         seed_everything(recipe.seed)
     started = time.perf_counter()
-    # -- set-up: make_step moves the model, converts/wraps/compiles it and may rebuild the optimizer
-    with make_step(model, optimizer, loss_fn, recipe) as step:
+    # -- set-up: checkpoint_dir checked and locked (rank 0) before anything is trained; make_step
+    # moves the model, converts/wraps/compiles it and may rebuild the optimizer
+    with open_checkpoint_dir(checkpoint_dir, writer=info.is_main) as checkpoint_dir, \
+            make_step(model, optimizer, loss_fn, recipe) as step:
         sched = _scheduler(scheduler, optimizer, step.optimizer)
         loader = adapt_loader(train_loader, recipe, device=step.device, dist=info)
         step.model.train()
@@ -165,16 +171,22 @@ class _Run:
             self.move = move
         self.losses = LossLog(recipe.skip_nonfinite)
         self.saved = -1  # step of the last checkpoint (the same on every rank)
+        self.run_id = new_run_id()  # checkpoints pruned are this run's only (a resume continues its run)
         self.epoch_rngs: list[Any] = []  # every rank's RNG states at the start of this epoch
 
     def resume(self) -> tuple[list[Any], list[Any]] | None:
         """Load the newest good checkpoint of ``checkpoint_dir``, if any. Returns the
         ``(epoch_rng, rng)`` states the next epoch start replays, or None."""
-        found = load_latest(self.checkpoint_dir, map_location=self.step.device)  # SYNC: disk read onto the device
+        manifest = Manifest(self.checkpoint_dir)  # the current run's files, not another run's higher steps
+        own = manifest.files(manifest.current) if manifest.current is not None else []
+        # SYNC: disk read onto the device
+        found = load_latest(self.checkpoint_dir, map_location=self.step.device, candidates=own or None)
         if found is None:
             return None
         self.result.resumed_from, ckpt = found
         del found
+        run = ckpt.get("run")
+        self.run_id = run if isinstance(run, str) else manifest.run_of(self.result.resumed_from.name) or self.run_id
         # stacklevel 4: a warning names the line calling fit (restore <- resume <- fit <- caller)
         resume_rng = restore(ckpt, self.step, self.sched, self.state, self.recipe, self.info, stacklevel=4)
         del ckpt  # drop the loaded copy: the model and optimizer hold their own (PIT404)
@@ -258,9 +270,11 @@ class _Run:
         rngs = all_gather_objects(rng_state(), info)  # collective: every rank's RNG
         if info.is_main:
             # SYNC: torch.save copies the state dicts to the host; the file is written atomically
-            path = save_checkpoint(checkpoint_state(self.step, self.sched, state, self.recipe, rngs, self.epoch_rngs,
-                                                    info),
-                                   checkpoint_path(self.checkpoint_dir, state.step), keep=self.keep_checkpoints)
+            ckpt = checkpoint_state(self.step, self.sched, state, self.recipe, rngs, self.epoch_rngs, info)
+            ckpt["run"] = self.run_id
+            path = save_checkpoint(ckpt, checkpoint_path(self.checkpoint_dir, state.step), keep=self.keep_checkpoints,
+                                   run=self.run_id)
+            del ckpt
             self.result.checkpoint = path
             for hook in self.hooks["on_checkpoint"]:
                 hook(state, path)

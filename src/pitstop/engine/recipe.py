@@ -178,17 +178,24 @@ class Recipe:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise RecipeError(f"{path}: cannot read recipe: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise RecipeError(f"{path}: not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} at offset "
+                              f"{exc.start}): a recipe is .json or .toml text") from None
         suffix = path.suffix.lower()
         if suffix == ".json":
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise RecipeError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+            except RecursionError:
+                raise RecipeError(f"{path}: invalid recipe: nested too deeply") from None
         elif suffix == ".toml":
             try:
                 data = tomllib.loads(text)
             except tomllib.TOMLDecodeError as exc:
                 raise RecipeError(f"{path}: invalid TOML: {exc}") from None
+            except RecursionError:
+                raise RecipeError(f"{path}: invalid recipe: nested too deeply") from None
         else:
             raise RecipeError(f"{path}: unknown recipe format {suffix or '(no suffix)'!r}; use .json or .toml")
         if isinstance(data, dict) and set(data) == {"recipe"}:
@@ -196,7 +203,7 @@ class Recipe:
         return cls.from_dict(data, source=str(path))
 
     def save(self, path: str | Path) -> Path:
-        """Write ``.json`` (every field) or ``.toml`` (fields that are not None)."""
+        """Write ``.json`` (every field) or ``.toml`` (fields that are not None), atomically."""
         path = Path(path)
         suffix = path.suffix.lower()
         if suffix == ".json":
@@ -205,7 +212,10 @@ class Recipe:
             text = self.to_toml()
         else:
             raise RecipeError(f"{path}: unknown recipe format {suffix or '(no suffix)'!r}; use .json or .toml")
-        path.write_text(text, encoding="utf-8")
+        from pitstop.atomic import write_atomic
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)  # a reader never sees half a recipe file
         return path
 
     def to_toml(self) -> str:

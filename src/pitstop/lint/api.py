@@ -26,6 +26,7 @@ class Task:
     path: str
     display: str
     codes: tuple[str, ...]
+    may_write: bool = True  # False: a symlink out of the linted folder; --fix leaves it alone
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,12 @@ class LintRun:
 
 
 def _one(task: Task, opts: LintOptions) -> FileResult:
-    return lint_file(task.path, task.display, task.codes, fix=opts.fix, unsafe=opts.unsafe, diff=opts.diff,
-                     max_size=opts.max_size)
+    result = lint_file(task.path, task.display, task.codes, fix=opts.fix and task.may_write, unsafe=opts.unsafe,
+                       diff=opts.diff, max_size=opts.max_size)
+    if opts.fix and not task.may_write and any(f.fix is not None for f in result.findings):
+        result.note = ("not fixed: a symbolic link to a file outside the linted folder (run `pitstop lint --fix` on "
+                       "the file it points to)")
+    return result
 
 
 def _batch(tasks: list[Task], opts: LintOptions) -> list[FileResult]:

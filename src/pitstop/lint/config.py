@@ -36,11 +36,19 @@ class LintConfig:
     source: str = ""  # the pyproject.toml it came from, "" for defaults
 
 
+def _short(value: object) -> str:
+    try:
+        text = repr(value)
+    except RecursionError:
+        return "(nested too deeply)"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _codes(value, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"{where}: expected a list of rule codes, got {value!r}")
+        raise ConfigError(f"{where}: expected a list of rule codes, got {_short(value)}")
     return tuple(v.strip().upper() for v in value if v.strip())
 
 
@@ -56,11 +64,21 @@ def load_pyproject(path: Path) -> LintConfig:
     """Read ``[tool.pitstop.lint]`` of ``path`` (defaults when the table is absent)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: cannot read: not UTF-8 (byte 0x{exc.object[exc.start]:02x} at offset "
+                          f"{exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: cannot read: {exc}") from None
-    table = data.get("tool", {}).get("pitstop", {}).get("lint", {})
-    if not isinstance(table, dict):
-        raise ConfigError(f"{path}: [tool.pitstop.lint] must be a table")
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot read: nested too deeply") from None
+    table = data
+    for depth, key in enumerate(("tool", "pitstop", "lint")):
+        table = table.get(key, {})
+        if not isinstance(table, dict):
+            name = ".".join(("tool", "pitstop", "lint")[:depth + 1])
+            raise ConfigError(f"{path}: `{name}` must be a table, got {type(table).__name__} {_short(table)}")
     known = {"select", "extend-select", "ignore", "per-file-ignores", "max-file-size"}
     unknown = sorted(set(table) - known)
     if unknown:
@@ -72,7 +90,7 @@ def load_pyproject(path: Path) -> LintConfig:
         raise ConfigError(f"{where} per-file-ignores must be a table of pattern = [codes]")
     size = table.get("max-file-size")
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-        raise ConfigError(f"{where} max-file-size must be a number of bytes (0: no limit), got {size!r}")
+        raise ConfigError(f"{where} max-file-size must be a number of bytes (0: no limit), got {_short(size)}")
     return LintConfig(
         select=_codes(table["select"], f"{where} select") if "select" in table else None,
         extend_select=_codes(table.get("extend-select", []), f"{where} extend-select"),

@@ -5,13 +5,18 @@ a ``pyvenv.cfg``), ``build/`` and tool caches, and whatever ``.gitignore`` files
 gitignore semantics come from ``pathspec`` (git's wildmatch rules, nested .gitignore files,
 negation): it works in folders that are not git checkouts, needs no git binary, and costs no
 subprocess. Paths named explicitly are always linted. Symlinked folders are not followed (no
-loops); a broken or looping symlink to a file is reported, not skipped silently.
+loops); a broken or looping symlink to a file is reported, not skipped silently. Like ruff
+(astral-sh/ruff#280), symlinks to files are followed and linted; one found in a walked folder
+whose target lies outside that folder is listed in ``outside`` (``--fix`` does not write
+through it). Entries that are not regular files (a FIFO or socket named ``*.py``) are never
+opened (reading a FIFO blocks forever): they are listed in ``skipped`` with the reason.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pathspec
@@ -27,6 +32,22 @@ SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "__pycache__", "build", ".
 class Discovered:
     files: list[Path]
     errors: list[tuple[str, str]]  # (path, reason)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, reason): not regular files
+    outside: set[Path] = field(default_factory=set)  # walked symlinks whose target is outside the folder
+
+
+def _not_regular(p: Path) -> str | None:
+    """Why ``p`` (followed if a link) is not a regular file, or None when it is one."""
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return None  # reported elsewhere (broken link) or gone
+    if stat.S_ISREG(mode):
+        return None
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a directory" if stat.S_ISDIR(mode) else
+            "not a regular file")
+    return f"skipped: {kind}, not a regular file"
 
 
 def _gitignore(d: Path):
@@ -75,6 +96,8 @@ def excluded(p: Path) -> bool:
 def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
     files: list[Path] = []
     errors: list[tuple[str, str]] = []
+    skipped: list[tuple[str, str]] = []
+    outside: set[Path] = set()
     seen: set[Path] = set()
 
     def add(p: Path) -> None:
@@ -92,8 +115,13 @@ def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
                 add(root)
             continue
         if not root.is_dir():
-            errors.append((str(root), "cannot read: No such file or directory"))
+            why = _not_regular(root) if root.exists() else None
+            if why is not None:
+                skipped.append((str(root), why))
+            else:
+                errors.append((str(root), "cannot read: No such file or directory"))
             continue
+        realroot = os.path.realpath(root)
         absroot = root.absolute()
         specs = _parent_specs(absroot)
         own = _gitignore(absroot)
@@ -121,12 +149,16 @@ def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
                 elif e.name.endswith(".py") and not _ignored(p.absolute(), False, dspecs):
                     if e.is_symlink() and not p.exists():
                         errors.append((str(p), _link_error(p)))
-                    elif not e.is_symlink() or p.is_file():
+                    elif (why := _not_regular(p)) is not None:
+                        skipped.append((str(p), why))
+                    else:
+                        if e.is_symlink() and os.path.commonpath([realroot, os.path.realpath(p)]) != realroot:
+                            outside.add(p)
                         add(p)
             for sd in reversed(subdirs):
                 spec = _gitignore(sd)
                 stack.append((sd, dspecs + [(sd.absolute(), spec)] if spec is not None else dspecs))
-    return Discovered(files, errors)
+    return Discovered(files, errors, skipped, outside)
 
 
 def _link_error(p: Path) -> str:

@@ -6,15 +6,14 @@ from __future__ import annotations
 import ast
 import difflib
 import io
-import os
 import re
-import tempfile
 import tokenize
 from pathlib import Path
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from pitstop.atomic import write_atomic
 from pitstop.lint.context import FileContext, FixSpec, Pending
 from pitstop.lint.findings import Edit, FileError, FileResult, Finding, Fix
 from pitstop.lint.nodes import strip_parens
@@ -246,36 +245,6 @@ def read_source(path: Path, max_size: int = DEFAULT_MAX_FILE_SIZE) -> tuple[str,
         raise ParseError(f"not valid {getattr(exc, 'encoding', 'text')}{where}") from None
 
 
-def write_atomic(path: Path, text: str, encoding: str) -> None:
-    """Replace the file that ``path`` names with ``text``, atomically.
-
-    Symbolic links are followed: the file they point to is rewritten and the links stay links
-    (``os.replace`` on the link itself would swap the link for a regular file and leave its
-    target unfixed). The new text goes to a temporary file in the target's folder (same file
-    system), gets the target's permission bits (and owner and group where the process may
-    set them), is flushed to disk, then renamed over the target."""
-    target = Path(os.path.realpath(path))
-    st = target.stat()
-    data = text.encode(encoding)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".pitstop", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if hasattr(os, "geteuid") and (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-            try:  # before chmod: chown may clear the set-id bits
-                os.chown(tmp, st.st_uid, st.st_gid)
-            except PermissionError:  # only root may give a file away: the new file stays ours
-                pass
-        os.chmod(tmp, st.st_mode & 0o7777)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = False, unsafe: bool = False,
               diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE) -> FileResult:
     """Lint (and with ``fix``/``diff`` fix) one file. Never raises for bad input."""
@@ -293,10 +262,15 @@ def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = Fa
                     source.splitlines(keepends=True), new.splitlines(keepends=True),
                     fromfile=f"a/{display}", tofile=f"b/{display}"))
             else:
-                write_atomic(Path(path), new, encoding)
+                try:  # symlinks followed (the file they point to is rewritten, links stay links), mode/owner kept
+                    write_atomic(path, new, encoding=encoding, follow_symlinks=True, keep_owner=True)
+                except OSError as exc:  # nothing was written: the findings stand, nothing counts as fixed
+                    result.findings, result.fixed, result.note = lint_source(source, display, rules), 0, ""
+                    result.error = FileError(display, f"cannot write the fixed file: {exc.strerror or exc}")
+                    return result
                 result.written = True
     except ParseError as exc:
         result.error = FileError(display, str(exc))
     except OSError as exc:
-        result.error = FileError(display, f"cannot write the fixed file: {exc}")
+        result.error = FileError(display, f"cannot read: {exc.strerror or exc}")
     return result
