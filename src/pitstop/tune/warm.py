@@ -158,6 +158,8 @@ def serve(parent: int | None = None) -> int:
         from pitstop.lifecycle import die_with_parent
 
         die_with_parent(parent)
+    if sys.path and sys.path[0] in ("", os.getcwd()):
+        sys.path.pop(0)  # as the runner's bootstrap: a script's imports see its own directory, not ours
     out = os.fdopen(os.dup(1), "w", buffering=1)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 1)  # nothing the children print can reach the protocol channel
@@ -184,6 +186,7 @@ def serve(parent: int | None = None) -> int:
         pid = os.fork()
         if pid == 0:
             _child(request, out.fileno())
+        out.write(json.dumps({"started": pid}) + "\n")  # the client can kill the run's group itself
         code, killed = _wait(pid, request.get("timeout"), request["result"])
         out.write(json.dumps({"returncode": code, "killed": killed, "elapsed": time.perf_counter() - started,
                               "pid": pid}) + "\n")
@@ -202,8 +205,11 @@ class WarmRunner:
         self.python, self.cwd, self.env = python, cwd, env
         self.proc: subprocess.Popen | None = None
         self.last_stderr: list[str] = []
+        self.current: int | None = None  # pid (and process group) of the run in progress
         self.preloaded: list[str] | None = None  # after the first run: the packages the worker preloaded
-        self.tmp = tempfile.TemporaryDirectory(prefix="pitstop-warm-")
+        # the runner's naming (pitstop-doctor-<pid>-*): a tuner killed outright leaves nothing the next run
+        # does not remove
+        self.tmp = tempfile.TemporaryDirectory(prefix=f"pitstop-doctor-{os.getpid()}-warm-")
 
     @staticmethod
     def available() -> bool:
@@ -247,8 +253,11 @@ class WarmRunner:
             try:
                 self.proc.stdin.write(json.dumps({**paths, "timeout": spec.timeout}) + "\n")
                 self.proc.stdin.flush()
+                started = self.proc.stdout.readline()
+                self.current = json.loads(started)["started"] if started else None
                 answer = self.proc.stdout.readline()
-            except (BrokenPipeError, OSError):
+                self.current = None
+            except (BrokenPipeError, OSError, ValueError, KeyError):
                 answer = ""
             except BaseException:  # Ctrl-C, SIGTERM (SystemExit): the worker and its run go now
                 self.close(kill=True)
@@ -286,6 +295,8 @@ class WarmRunner:
         """Stop the worker (``kill``: at once, with the run it may be waiting for, whose
         process dies with it)."""
         if self.proc is not None and kill:
+            if self.current is not None:
+                _killpg(self.current)  # the run and what it started (DataLoader workers)
             _killpg(self.proc.pid)
         if self.proc is not None:
             try:
