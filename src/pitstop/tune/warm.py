@@ -253,8 +253,8 @@ class WarmRunner:
             try:
                 self.proc.stdin.write(json.dumps({**paths, "timeout": spec.timeout}) + "\n")
                 self.proc.stdin.flush()
-                started = self.proc.stdout.readline()
-                self.current = json.loads(started)["started"] if started else None
+                announced = self.proc.stdout.readline()
+                self.current = json.loads(announced)["started"] if announced else None
                 answer = self.proc.stdout.readline()
                 self.current = None
             except (BrokenPipeError, OSError, ValueError, KeyError):
