@@ -157,7 +157,7 @@ def test_probes_are_a_registered_face_the_mechanism_never_names():
     assert {"PIT104", "PIT301", "PIT501"} <= set(by_tip)
     assert all(issubclass(c, Probe) and c.name and c.face == "D" for c in by_tip.values())
     src = Path(pitstop.__file__).parent / "doctor"
-    for mod in ("probe.py", "probes.py", "collect.py", "memory.py", "diagnose.py"):
+    for mod in ("probe.py", "probes.py", "collect.py", "memory.py", "diagnosis.py"):
         assert not _names_a_tip((src / mod).read_text(encoding="utf-8")), mod
     # a probe decides from the plain observations whether it applies, before touching torch
     obs = Observations(steps_observed=1, step_time={"mean": 1.0, "median": 1.0}, breakdown={"other": 1.0})

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import pitstop
-from pitstop.doctor.diagnose import diagnose
+from pitstop.doctor.diagnosis import diagnose
 from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
 
 

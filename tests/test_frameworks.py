@@ -74,6 +74,41 @@ def test_unwrap_reaches_the_user_module_without_touching_wrapper_getattr():
     assert unwrap(wrapped) is model
 
 
+class _Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.module = nn.Linear(8, 2)  # a child called `module`: not a wrapper
+
+    def forward(self, x):
+        return self.module(x)
+
+
+def test_doctor_names_the_users_module_under_fabric_and_what_wraps_it():
+    import pitstop
+    from pitstop.doctor import wrappers
+    from pitstop.doctor.frameworks import wrapper_chain
+
+    L = pytest.importorskip("lightning")
+    fabric = L.Fabric(accelerator="cpu", devices=1)
+    model = _Tiny()
+    wrapped = fabric.setup_module(model)
+    assert wrapper_chain(wrapped) == ["_FabricModule", "_Tiny"] and unwrap(wrapped) is model
+    assert unwrap(model) is model and wrapper_chain(model) == ["_Tiny"]  # self.module is the user's layer
+    assert wrappers.unwrap is unwrap and wrappers.wrapper_chain is wrapper_chain  # one implementation
+    opt = torch.optim.SGD(wrapped.parameters(), lr=0.1)
+    x = torch.randn(16, 8)
+
+    def step():
+        opt.zero_grad()
+        fabric.backward(wrapped(x).square().mean())
+        opt.step()
+
+    report = pitstop.doctor(step, steps=3, warmup=1, probes=False)
+    models = report.observations.models
+    assert [(m["class"], m["wrapped_by"]) for m in models] == [("_Tiny", ["_FabricModule"])]
+    assert models[0]["params"] == 8 * 2 + 2
+
+
 def test_detect_without_a_framework_on_the_stack_is_plain_pytorch():
     info = detect()
     assert info.name is None and info.label == "PyTorch" and info.driver is None

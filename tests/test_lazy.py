@@ -39,3 +39,15 @@ def test_callable_packages_forward_to_their_functions():
         pitstop.tune()
     assert "doctor" in type(pitstop.doctor).__call__.__doc__ and doctor.__name__ == "doctor"
     assert tune.__name__ == "tune"
+
+
+def test_no_lazy_name_is_also_a_submodule_of_its_package():
+    """Importing ``pkg.name`` (the submodule) sets the package attribute ``name`` to the module,
+    so a lazy export of the same name would resolve to the module or to the function
+    depending on import order (``pitstop.doctor.diagnose`` did until it became ``diagnosis``)."""
+    import pkgutil
+
+    for package in (pitstop, pitstop.doctor, pitstop.engine, pitstop.lint, pitstop.tune):
+        submodules = {m.name for m in pkgutil.iter_modules(package.__path__)}
+        clashes = sorted(set(package.__all__) & submodules - {"doctor", "tune"})  # the callable packages
+        assert not clashes, f"{package.__name__}: {clashes}"

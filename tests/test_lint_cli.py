@@ -127,6 +127,42 @@ def test_pyproject_config_select_ignore_per_file(project, capsys):
     assert code == 1 and len(out.splitlines()) == 5
 
 
+def test_pyproject_exclude_and_extend_exclude(project, capsys):
+    """ruff's semantics: ``extend-exclude`` adds gitignore-style patterns (relative to the
+    pyproject's folder) to the default skips, ``exclude`` replaces them; a file or folder named
+    on the command line is still linted unless ``--force-exclude``."""
+    for rel in ("vendor/lib.py", "sub/vendor/deep.py", "data/gen/g.py", "build/b.py", "src/keep.py"):
+        (project / rel).parent.mkdir(parents=True, exist_ok=True)
+        (project / rel).write_text(BAD)
+
+    def shown(*args):
+        code, out, err = lint(capsys, "--show-files", *args)
+        assert code == 0, err
+        return sorted(out.split())
+
+    assert shown(".") == ["data/gen/g.py", "src/keep.py", "sub/vendor/deep.py", "train.py", "vendor/lib.py"]
+    (project / "pyproject.toml").write_text('[tool.pitstop.lint]\nextend-exclude = ["vendor", "/data/gen"]\n')
+    assert shown(".") == ["src/keep.py", "train.py"]  # build/ stays skipped: extend keeps the defaults
+    assert shown("vendor/lib.py", "data/gen") == ["data/gen/g.py", "vendor/lib.py"]  # named explicitly
+    assert shown("--force-exclude", "vendor/lib.py", "data/gen", "train.py") == ["train.py"]
+    (project / "pyproject.toml").write_text('[tool.pitstop.lint]\nexclude = ["src/"]\n')
+    assert shown(".") == ["build/b.py", "data/gen/g.py", "sub/vendor/deep.py", "train.py", "vendor/lib.py"]
+    (project / "sub" / "pyproject.toml").write_text("")
+    sub = project / "sub"  # patterns are relative to the pyproject's folder, not to the folder linted
+    (project / "pyproject.toml").write_text('[tool.pitstop.lint]\nextend-exclude = ["/vendor"]\n')
+    code, out, _ = lint(capsys, "--show-files", "--config", str(project / "pyproject.toml"), str(sub))
+    assert code == 0 and "deep.py" in out  # /vendor is anchored at the project root, not sub/
+
+
+@pytest.mark.parametrize("value", ['"vendor"', "[1]", "{a = 1}"])
+@pytest.mark.parametrize("key", ["exclude", "extend-exclude"])
+def test_pyproject_exclude_bad_type_is_one_line_usage_error(project, capsys, key, value):
+    (project / "pyproject.toml").write_text(f"[tool.pitstop.lint]\n{key} = {value}\n")
+    code, out, err = lint(capsys, ".")
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "pyproject.toml" in err and key in err
+
+
 def test_noqa_comments(project, capsys):
     src = BAD.replace("num_workers=0)", "num_workers=0)  # noqa").replace(
         '"x.pt")', '"x.pt")  # noqa: PIT101, PIT404').replace(".view(-1)", ".view(-1)  # noqa: PIT101")

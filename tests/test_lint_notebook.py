@@ -197,3 +197,23 @@ def test_notebook_findings_in_sarif_and_github(nb, capsys):
     assert first["properties"] == {"cell": 4} and first["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
     _, out, _ = lint(capsys, "--format", "github", "train.ipynb")
     assert "train.ipynb%3Acell 4" not in out and "::train.ipynb:cell 4:1:5: PIT106" in out
+
+
+def test_project_index_scans_a_notebooks_code_not_its_json(tmp_path):
+    """The project index (other files' classes, imports, calls) reads a notebook's code cells:
+    its JSON text would hide every ``class``/``def`` line behind a quote."""
+    from pitstop.lint.project import build_index, clear_caches
+
+    cells = [_cell(["import torch.nn as nn\n", "from mylib.data import Frames\n", "!pip install x\n"]),
+             _cell(["class Net(nn.Module):\n", "    def forward(self, x):\n", "        return x\n"]),
+             _cell(["loader.sampler.set_epoch(3)"])]
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({**NOTEBOOK, "cells": cells}, indent=1), encoding="utf-8")
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text('{"cells": [', encoding="utf-8")
+    clear_caches()
+    index = build_index([str(path), str(broken)])
+    info = index.modules[str(path)]
+    assert "Net" in info.classes and "forward" in info.functions
+    assert "set_epoch" in info.method_calls and "Frames" in info.imports
+    assert not index.modules[str(broken)].classes  # unreadable notebook: an empty entry, no error

@@ -48,7 +48,7 @@ class DoctorCommand(Command):
         split_at_double_dash(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from pitstop.doctor.diagnose import diagnose
+        from pitstop.doctor.diagnosis import diagnose
         from pitstop.doctor.runner import ScriptNotFoundError, ScriptSyntaxError, run_script
         from pitstop.doctor.spec import MAX_TIMEOUT, RunSpec
         from pitstop.examples import DEFAULT_SCRIPT

@@ -52,7 +52,7 @@ class LintCommand(Command):
         p.add_argument("--max-file-size", type=_size, default=None,
                        help="skip larger files with an error (default 2MB; 0: no limit)")
         p.add_argument("--force-exclude", action="store_true",
-                       help="apply the excludes (.gitignore, build/, venvs) to files named explicitly too (pre-commit)")
+                       help="apply the excludes (.gitignore, build/, venvs, [tool.pitstop.lint] exclude) to paths named explicitly too (pre-commit)")
         p.add_argument("--show-files", action="store_true", help="list the files that would be linted and exit")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -60,7 +60,7 @@ class LintCommand(Command):
         from pitstop.lint import reporters
         from pitstop.lint.api import LintOptions, Task, run_tasks
         from pitstop.lint.config import ConfigError, LintConfig, find_pyproject, ignored_for, load_pyproject, resolve_selection
-        from pitstop.lint.discovery import discover
+        from pitstop.lint.discovery import Excludes, discover
         from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes
         from pitstop.tips import get
 
@@ -85,7 +85,8 @@ class LintCommand(Command):
         if args.output_file is not None:
             check_output_file(args.output_file, "-o/--output-file")  # before linting, not after
 
-        found = discover([Path(p) for p in (args.paths or ["."])], force_exclude=args.force_exclude)
+        excludes = Excludes(config.root, config.exclude, config.extend_exclude)
+        found = discover([Path(p) for p in (args.paths or ["."])], force_exclude=args.force_exclude, excludes=excludes)
         if args.show_files:
             for f in found.files:
                 print(_display(f))

@@ -76,9 +76,9 @@ _LAZY = {
     "Thresholds": "pitstop.doctor.check",
     "Probe": "pitstop.doctor.probe",
     "ProbeSkip": "pitstop.doctor.probe",
-    "Diagnosis": "pitstop.doctor.diagnose",
-    "diagnose": "pitstop.doctor.diagnose",
-    "EXIT_CODES": "pitstop.doctor.diagnose",
+    "Diagnosis": "pitstop.doctor.diagnosis",
+    "diagnose": "pitstop.doctor.diagnosis",
+    "EXIT_CODES": "pitstop.doctor.diagnosis",
     "DoctorReport": "pitstop.doctor.api",
 }
 

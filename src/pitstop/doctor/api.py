@@ -25,7 +25,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from pitstop.doctor.diagnose import Diagnosis, diagnose
+from pitstop.doctor.diagnosis import Diagnosis, diagnose
 from pitstop.doctor.spec import RunResult, RunSpec
 
 __all__ = ["doctor", "DoctorReport", "DoctorSession"]

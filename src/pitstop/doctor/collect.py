@@ -124,7 +124,8 @@ def _model_info(model: nn.Module, info: dict[str, Any]) -> dict[str, Any]:
     p0 = params[0]
     from pitstop.doctor.wrappers import wrapper_chain
 
-    return {"class": type(model).__name__, "wraps": wrapper_chain(model)[1:], "params": sum(p.numel() for p in params),
+    chain = wrapper_chain(model)  # outermost wrapper first, the user's module last
+    return {"class": chain[-1], "wrapped_by": chain[:-1], "params": sum(p.numel() for p in params),
             "trainable": sum(p.numel() for p in params if p.requires_grad),
             "param_dtype": str(p0.dtype).replace("torch.", ""), "device": info["device"],
             "dataparallel": isinstance(model, nn.DataParallel),

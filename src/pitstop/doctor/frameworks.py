@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-__all__ = ["FrameworkInfo", "FRAMEWORKS", "detect", "unwrap", "framework_file", "resolve_site",
+__all__ = ["FrameworkInfo", "FRAMEWORKS", "detect", "unwrap", "wrapper_chain", "framework_file", "resolve_site",
            "track_lightning_logs", "LABELS", "detect_imports"]
 
 #: Framework names, most specific first: a Lightning Trainer runs on Fabric's utilities and
@@ -147,26 +147,47 @@ def _plain(v: Any) -> Any:
     return v if isinstance(v, (bool, int, float, str)) or v is None else str(v)
 
 
-#: attributes wrappers keep the wrapped module under: Fabric's ``_FabricModule``
-#: (``_forward_module``, ``_original_module``), DDP/DataParallel (``module``) and
-#: ``torch.compile``'s ``OptimizedModule`` (``_orig_mod``).
-_WRAPPED = ("_original_module", "_forward_module", "_orig_mod", "module")
-_WRAPPER_CLASSES = ("_FabricModule", "DistributedDataParallel", "DataParallel", "OptimizedModule")
+#: wrappers looked through (by class name: a user's module with a child called ``module`` is
+#: not a wrapper), and the attributes they keep the wrapped module under: Fabric's
+#: ``_FabricModule`` (``_forward_module``, maybe DDP or compiled; ``_original_module``),
+#: DDP/DataParallel/FSDP/DeepSpeed (``module``) and ``torch.compile``'s ``OptimizedModule``
+#: (``_orig_mod``).
+_WRAPPED = ("_forward_module", "_orig_mod", "module", "_original_module")
+_WRAPPER_CLASSES = frozenset({"_FabricModule", "DistributedDataParallel", "DataParallel", "OptimizedModule",
+                              "FullyShardedDataParallel", "DeepSpeedEngine"})
 
 
-def unwrap(module: Any) -> Any:
-    """The innermost user module inside known wrappers (at most a few levels; reads the
-    instance ``__dict__`` / ``_modules`` only, so a wrapper's ``__getattr__`` never runs)."""
-    for _ in range(8):
-        if type(module).__name__ not in _WRAPPER_CLASSES:
-            return module
-        inner = None
-        subs = getattr(module, "__dict__", {}).get("_modules", {})
-        for attr in _WRAPPED:
-            inner = subs.get(attr) or module.__dict__.get(attr)
-            if inner is not None:
-                break
-        if inner is None or inner is module:
+def _inner(module: Any) -> Any:
+    """The module a known wrapper holds, or None (reads the instance ``__dict__`` /
+    ``_modules`` only, so a wrapper's ``__getattr__`` never runs)."""
+    if type(module).__name__ not in _WRAPPER_CLASSES:
+        return None
+    own = getattr(module, "__dict__", {})
+    subs = own.get("_modules") or {}
+    for attr in _WRAPPED:
+        inner = subs.get(attr) or own.get(attr)
+        if inner is not None and inner is not module:
+            return inner
+    return None
+
+
+def wrapper_chain(module: Any, limit: int = 8) -> list[str]:
+    """Class names from the outermost wrapper to the user's module (one name: no wrapper)."""
+    names = [type(module).__name__]
+    for _ in range(limit):
+        module = _inner(module)
+        if module is None:
+            break
+        names.append(type(module).__name__)
+    return names
+
+
+def unwrap(module: Any, limit: int = 8) -> Any:
+    """The innermost user module inside known wrappers (Fabric, DDP, DataParallel, FSDP,
+    DeepSpeed, torch.compile; at most ``limit`` levels)."""
+    for _ in range(limit):
+        inner = _inner(module)
+        if inner is None:
             return module
         module = inner
     return module

@@ -88,9 +88,10 @@ class Observations:
     #: ``frozen_numel``, ``decay_1d_params``, ``decay_1d_numel``, ``weight_decay`` (max over
     #: groups holding 1-D params).
     optimizers: list[dict[str, Any]] = field(default_factory=list)
-    #: one dict per top-level module whose forward ran: ``class``, ``wraps`` (class names
-    #: of the modules inside wrappers, outermost first: ``["Net"]`` under DataParallel,
-    #: ``_orig_mod``'s class under torch.compile, see ``doctor/wrappers.py``), ``params``,
+    #: one dict per top-level module whose forward ran: ``class`` (the user's module, looked
+    #: up through wrappers), ``wrapped_by`` (the wrappers' class names, outermost first:
+    #: ``["_FabricModule"]`` under Fabric, ``["DataParallel", "OptimizedModule"]``, see
+    #: ``doctor/frameworks.py`` ``wrapper_chain``), ``params``,
     #: ``trainable``, ``param_dtype``, ``dataparallel``, ``ddp``, ``compiled``,
     #: ``mode_dependent`` (has dropout/batch norm), ``conv2d``, ``conv_bias_bn`` (pairs of
     #: module names, found from the data flow of one training forward), ``linear_linear``

@@ -33,6 +33,8 @@ class LintConfig:
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     root: Path = field(default_factory=Path.cwd)  # per-file-ignores patterns are relative to it
     max_file_size: int | None = None
+    exclude: tuple[str, ...] | None = None  # gitignore-style, relative to root; None: discovery's defaults
+    extend_exclude: tuple[str, ...] = ()  # added to exclude (or to the defaults)
     source: str = ""  # the pyproject.toml it came from, "" for defaults
 
 
@@ -50,6 +52,12 @@ def _codes(value, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ConfigError(f"{where}: expected a list of rule codes, got {_short(value)}")
     return tuple(v.strip().upper() for v in value if v.strip())
+
+
+def _patterns(value, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{where} must be a list of gitignore-style patterns, got {_short(value)}")
+    return tuple(v for v in value if v.strip())
 
 
 def find_pyproject(start: Path) -> Path | None:
@@ -79,7 +87,7 @@ def load_pyproject(path: Path) -> LintConfig:
         if not isinstance(table, dict):
             name = ".".join(("tool", "pitstop", "lint")[:depth + 1])
             raise ConfigError(f"{path}: `{name}` must be a table, got {type(table).__name__} {_short(table)}")
-    known = {"select", "extend-select", "ignore", "per-file-ignores", "max-file-size"}
+    known = {"select", "extend-select", "ignore", "per-file-ignores", "max-file-size", "exclude", "extend-exclude"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) in [tool.pitstop.lint]: {', '.join(unknown)}; "
@@ -98,6 +106,8 @@ def load_pyproject(path: Path) -> LintConfig:
         per_file_ignores=tuple((pat, _codes(codes, f"{where} per-file-ignores[{pat!r}]")) for pat, codes in pfi.items()),
         root=path.parent.resolve(),
         max_file_size=size,
+        exclude=_patterns(table["exclude"], f"{where} exclude") if "exclude" in table else None,
+        extend_exclude=_patterns(table.get("extend-exclude", []), f"{where} extend-exclude"),
         source=str(path),
     )
 

@@ -21,13 +21,58 @@ from pathlib import Path
 
 import pathspec
 
-__all__ = ["discover", "excluded", "Discovered", "SKIP_DIRS", "LINTED_SUFFIXES"]
+__all__ = ["discover", "excluded", "Discovered", "Excludes", "SKIP_DIRS", "LINTED_SUFFIXES"]
 
 LINTED_SUFFIXES = (".py", ".ipynb")  # a walk lints these; files named explicitly are linted whatever their name
 
 SKIP_DIRS = frozenset({".git", ".hg", ".svn", ".bzr", "__pycache__", "build", ".venv", "venv", ".tox", ".nox",
                        ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "node_modules",
                        "site-packages", ".eggs", "__pypackages__", ".ipynb_checkpoints"})
+
+
+@dataclass(frozen=True)
+class Excludes:
+    """``[tool.pitstop.lint] exclude`` / ``extend-exclude`` (ruff's semantics): gitignore-style
+    patterns relative to ``root`` (the pyproject's folder); ``patterns`` replaces the default
+    folder names (:data:`SKIP_DIRS`), ``extend`` adds to them. A walk skips what they match;
+    files named explicitly are still linted unless ``--force-exclude``."""
+
+    root: Path = field(default_factory=Path.cwd)
+    patterns: tuple[str, ...] | None = None  # None: SKIP_DIRS
+    extend: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        lines = [*(self.patterns or ()), *self.extend]
+        object.__setattr__(self, "_spec", pathspec.GitIgnoreSpec.from_lines(lines) if lines else None)
+        object.__setattr__(self, "_names", SKIP_DIRS if self.patterns is None else frozenset())
+
+    def skips(self, path: Path, is_dir: bool) -> bool:
+        """Whether ``path`` (absolute) is excluded: by name (the defaults) or by a pattern."""
+        if is_dir and path.name in self._names:
+            return True
+        rel = self._relative(path) if self._spec is not None else None
+        return rel is not None and self._spec.match_file(rel + ("/" if is_dir else ""))
+
+    def within(self, folder: Path) -> Excludes:
+        """For walking ``folder`` named explicitly: like ruff, a folder named on the command line
+        is linted even when a pattern excludes it, so the patterns matching it are dropped
+        (the others still apply beneath it)."""
+        rel = self._relative(folder)
+        if rel is None or not self.skips(folder, True):
+            return self
+        keep = [p for p in (*(self.patterns or ()), *self.extend)
+                if p.lstrip().startswith("!") or not pathspec.GitIgnoreSpec.from_lines([p]).match_file(rel + "/")]
+        return Excludes(self.root, tuple(keep) if self.patterns is not None else None,
+                        () if self.patterns is not None else tuple(keep))
+
+    def _relative(self, path: Path) -> str | None:
+        for candidate in (path, Path(os.path.realpath(path))):
+            try:
+                rel = candidate.relative_to(self.root).as_posix()
+            except ValueError:
+                continue
+            return None if rel in ("", ".") else rel
+        return None  # outside the configuration's folder: its patterns do not apply
 
 
 @dataclass
@@ -87,20 +132,22 @@ def _ignored(path: Path, is_dir: bool, specs) -> bool:
     return ignored
 
 
-def excluded(p: Path) -> bool:
+def excluded(p: Path, excludes: Excludes | None = None) -> bool:
     """Whether a walk would skip ``p`` (for ``--force-exclude`` on explicitly named files)."""
+    excludes = excludes if excludes is not None else Excludes()
     absp = p.absolute()
-    if any(part in SKIP_DIRS for part in absp.parts[:-1]):
+    if excludes.skips(absp, False) or any(excludes.skips(d, True) for d in absp.parents):
         return True
     return _ignored(absp, False, _parent_specs(absp))
 
 
-def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
+def discover(paths: list[Path], force_exclude: bool = False, excludes: Excludes | None = None) -> Discovered:
     files: list[Path] = []
     errors: list[tuple[str, str]] = []
     skipped: list[tuple[str, str]] = []
     outside: set[Path] = set()
     seen: set[Path] = set()
+    excludes = excludes if excludes is not None else Excludes()
 
     def add(p: Path) -> None:
         key = p.absolute()
@@ -113,7 +160,7 @@ def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
             errors.append((str(root), _link_error(root)))
             continue
         if root.is_file():
-            if not (force_exclude and excluded(root)):
+            if not (force_exclude and excluded(root, excludes)):
                 add(root)
             continue
         if not root.is_dir():
@@ -125,6 +172,9 @@ def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
             continue
         realroot = os.path.realpath(root)
         absroot = root.absolute()
+        if force_exclude and excludes.skips(absroot, True):
+            continue
+        walk_excludes = excludes.within(absroot)
         specs = _parent_specs(absroot)
         own = _gitignore(absroot)
         if own is not None:
@@ -145,10 +195,12 @@ def discover(paths: list[Path], force_exclude: bool = False) -> Discovered:
                 except OSError:
                     is_dir = False
                 if is_dir:
-                    if e.name in SKIP_DIRS or (p / "pyvenv.cfg").exists() or _ignored(p.absolute(), True, dspecs):
+                    if (walk_excludes.skips(p.absolute(), True) or (p / "pyvenv.cfg").exists()
+                            or _ignored(p.absolute(), True, dspecs)):
                         continue
                     subdirs.append(p)
-                elif e.name.endswith(LINTED_SUFFIXES) and not _ignored(p.absolute(), False, dspecs):
+                elif (e.name.endswith(LINTED_SUFFIXES) and not walk_excludes.skips(p.absolute(), False)
+                      and not _ignored(p.absolute(), False, dspecs)):
                     if e.is_symlink() and not p.exists():
                         errors.append((str(p), _link_error(p)))
                     elif (why := _not_regular(p)) is not None:

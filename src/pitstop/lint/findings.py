@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Edit", "Fix", "Finding", "FileError", "FileResult"]
+__all__ = ["Edit", "Fix", "Finding", "FileError", "FileResult", "ParseError"]
 
 
 @dataclass(frozen=True)
@@ -110,3 +110,12 @@ class FileResult:
     diff: str = ""  # unified diff of the fixes (--diff), or "" when nothing changes
     written: bool = False
     note: str = ""  # e.g. a fix that was dropped because the result did not compile
+
+
+class ParseError(Exception):
+    """The text cannot be linted; the message is the reason shown after ``cannot parse:``
+    (``line``/``column``: where, when known)."""
+
+    def __init__(self, message: str, line: int | None = None, column: int | None = None):
+        super().__init__(message)
+        self.line, self.column = line, column

@@ -19,6 +19,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from pitstop.lint.findings import ParseError
+from pitstop.lint.ipynb import is_notebook, read_notebook
+
 __all__ = ["ModuleInfo", "ProjectIndex", "build_index", "index_signature", "index_for", "scan_source", "dataset_kind",
            "clear_caches"]
 
@@ -98,9 +101,15 @@ def scan_source(text: str, path: str = "") -> ModuleInfo:
 def _scan_file(path: str, size: int, mtime_ns: int) -> ModuleInfo:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
-            return scan_source(fh.read(), path)
+            text = fh.read()
     except OSError:
         return ModuleInfo(path)
+    if is_notebook(path):  # scan the notebook's code cells, not its JSON
+        try:
+            text = read_notebook(text).python
+        except ParseError:
+            return ModuleInfo(path)  # reported when the notebook itself is linted
+    return scan_source(text, path)
 
 
 def _project_root(path: str) -> str:

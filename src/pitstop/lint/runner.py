@@ -16,7 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from pitstop.atomic import write_atomic
 from pitstop.lint.context import FileContext, FixSpec, Pending
-from pitstop.lint.findings import Edit, FileError, FileResult, Finding, Fix
+from pitstop.lint.findings import Edit, FileError, FileResult, Finding, Fix, ParseError
 from pitstop.lint.nodes import strip_parens
 from pitstop.lint.rule import SAFE
 
@@ -28,15 +28,6 @@ MAX_FIX_ROUNDS = 10
 _NEWLINE = re.compile(r"\r\n?|\n")
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+[A-Za-z]+\d+)*))?", re.I)
 _FILE_NOQA = re.compile(r"#\s*pitstop:\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+[A-Za-z]+\d+)*))?\s*$", re.I)
-
-
-class ParseError(Exception):
-    """The text cannot be linted; the message is the reason shown after ``cannot parse:``
-    (``line``/``column``: where, when known)."""
-
-    def __init__(self, message: str, line: int | None = None, column: int | None = None):
-        super().__init__(message)
-        self.line, self.column = line, column
 
 
 # -- rules ------------------------------------------------------------------------------

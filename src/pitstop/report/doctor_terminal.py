@@ -1,4 +1,4 @@
-"""Terminal rendering of a doctor :class:`~pitstop.doctor.diagnose.Diagnosis` (rich)."""
+"""Terminal rendering of a doctor :class:`~pitstop.doctor.diagnosis.Diagnosis` (rich)."""
 
 from __future__ import annotations
 

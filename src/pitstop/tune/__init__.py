@@ -28,7 +28,6 @@ _LAZY = {
     "TuneOptions": "pitstop.tune.options",
     "TuneError": "pitstop.tune.options",
     "TuneSession": "pitstop.tune.session",
-    "search": "pitstop.tune.search",
     "TuneResult": "pitstop.tune.result",
     "Trial": "pitstop.tune.result",
     "Run": "pitstop.tune.result",
