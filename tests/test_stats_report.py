@@ -79,3 +79,28 @@ def test_charts_are_self_contained_svg_with_points():
     assert not re.search(r"(src|href)=\"https?://", page), "the page must work offline"
     with pytest.raises(ValueError):
         bar_chart("t", ["a"], [1, 2])
+
+
+def test_t_quantile_matches_the_tables():
+    from pitstop.stats import t_quantile
+
+    for p, df, table in ((0.95, 1, 6.314), (0.95, 2, 2.920), (0.95, 4, 2.132), (0.975, 2, 4.303), (0.95, 30, 1.697)):
+        assert abs(t_quantile(p, df) - table) < 1e-3, (p, df)
+
+
+def test_paired_interval_on_few_pairs_is_at_least_the_t_interval():
+    """Three pairs that all favour the candidate do not decide a borderline 1.2x: the
+    bootstrap alone (resamples of three values) would put the lower bound above 1.05."""
+    import math
+
+    from pitstop.stats import paired_ratio_interval, t_quantile
+
+    ratios = [1.3, 1.1, 1.25]
+    logs = [math.log(r) for r in ratios]
+    mean = sum(logs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / 2)
+    iv = paired_ratio_interval(ratios, confidence=0.9)
+    assert iv.low <= math.exp(mean - t_quantile(0.95, 2) * sd / math.sqrt(3)) + 1e-12
+    assert iv.low < 1.05 < iv.ratio
+    strong = paired_ratio_interval([1.6, 1.7, 1.65], confidence=0.9)
+    assert strong.low > 1.5  # a consistent large effect still decides on three pairs
