@@ -279,7 +279,7 @@ class HostBatchCheck(Check, tip="PIT101"):
 
     def check(self, obs, th):
         share = obs.share("host")
-        if share <= th.data_wait_share or obs.breakdown.get("host", 0.0) < HOST_FLOOR_S \
+        if share <= th.host_share or obs.breakdown.get("host", 0.0) < HOST_FLOOR_S \
                 or obs.step_boundary == "backward":
             return  # tiny steps: Python overhead; manual updates: "host" holds the update too
         sites = obs.host_sites or []
