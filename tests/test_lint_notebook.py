@@ -81,6 +81,20 @@ def test_fix_rewrites_only_the_changed_cells_and_keeps_valid_json(nb, capsys):
     assert "Fixed" not in out and nb.read_bytes() == before
 
 
+def test_a_notebook_fix_that_cannot_be_written_is_reported_and_not_counted(nb, capsys, monkeypatch):
+    import pitstop.lint.notebook as notebook
+
+    def read_only(*a, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(notebook, "write_atomic", read_only)  # chmod does not stop root: fail the write itself
+    before = nb.read_bytes()
+    code, out, err = lint(capsys, "--fix", "train.ipynb")
+    assert code == 2 and "Fixed" not in out and "cannot write the fixed file: Permission denied" in err
+    assert "train.ipynb:cell 4:1:5: PIT106" in out  # the findings stand
+    assert nb.read_bytes() == before
+
+
 def test_diff_shows_cells_and_writes_nothing(nb, capsys):
     before = nb.read_bytes()
     code, out, err = lint(capsys, "--diff", "train.ipynb")

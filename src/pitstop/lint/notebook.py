@@ -67,12 +67,18 @@ def lint_notebook_file(path: str, display: str, codes: tuple[str, ...], *, fix: 
         if diff:
             result.diff = "".join(_cell_diff(nb, doc, i, display) for i in changed)
         else:
-            write_atomic(path, dump(doc, nb.indent), encoding=encoding, follow_symlinks=True, keep_owner=True)
+            try:  # as runner.lint_file: a failed write fixes nothing and the findings stand
+                write_atomic(path, dump(doc, nb.indent), encoding=encoding, follow_symlinks=True, keep_owner=True)
+            except OSError as exc:
+                result.findings = [_in_cell(nb, f) for f in lint_source(nb.python, display, rules, *context)]
+                result.fixed, result.note = 0, ""
+                result.error = FileError(display, f"cannot write the fixed file: {exc.strerror or exc}")
+                return result
             result.written = True
     except ParseError as exc:
         result.error = FileError(display, str(exc), exc.line, exc.column)
     except OSError as exc:
-        result.error = FileError(display, f"cannot write the fixed file: {exc}")
+        result.error = FileError(display, f"cannot read: {exc.strerror or exc}")
     return result
 
 
