@@ -161,7 +161,9 @@ def decide(pairs: Sequence[Pair], *, margin: float = 0.05, confidence: float = 0
            seed: int = 0, measure: Measure | None = None) -> Decision | None:
     """Verdict over ``pairs`` (None when no pair has a ratio). ``faster``: the interval lies
     above ``1 + margin``; ``slower``: below ``1 / (1 + margin)``; ``same``: it cannot reach
-    ``1 + margin`` any more (upper bound below it); ``undecided``: measure more pairs."""
+    ``1 + margin`` any more (upper bound below it) and its point estimate is not below
+    ``1 / (1 + margin)`` (such a trial is measured on until it is called slower or runs out of
+    pairs); ``undecided``: measure more pairs."""
     measure = measure or choose_measure(pairs)
     ratios = [r for p in pairs if (r := p.ratio(measure.name)) is not None]
     if not ratios:
@@ -174,8 +176,8 @@ def decide(pairs: Sequence[Pair], *, margin: float = 0.05, confidence: float = 0
         status = "faster"
     elif (n >= min_pairs and iv.high < 1 / bar) or (n >= 2 and iv.high < 0.5):
         status = "slower"
-    elif n >= min_pairs and iv.high < bar:
-        status = "same"
+    elif n >= min_pairs and iv.high < bar and iv.ratio >= 1 / bar:
+        status = "same"  # cannot reach 1 + margin; a point estimate below 1 / bar measures on (likely slower)
     other = {}
     for name in ("wall", "cpu", "gpu"):
         if name != measure.name:
