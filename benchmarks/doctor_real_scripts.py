@@ -1,7 +1,7 @@
 """pitstop doctor on real training scripts, run unchanged, checked against their own numbers.
 
-The scripts are pinned copies under ``tests/real_scripts/`` (see each NOTICE: repository,
-commit, licence); nothing is fetched at run time. Each case copies its files into a fresh
+The scripts are the pinned copies of the lint corpus (``tests/lint_corpus/``, NOTICE.md) and,
+for makemore, ``tests/real_scripts/`` (its NOTICE: repository, commit, licence); nothing is fetched at run time. Each case copies its files into a fresh
 working directory, writes tiny synthetic data in the format the script reads (what
 nanoGPT's ``data/shakespeare_char/prepare.py`` writes, a word corpus laid out like
 wikitext-2, a text file for chargpt, a names file for makemore), runs
@@ -34,14 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = ROOT / "tests" / "real_scripts"
+TESTS = ROOT / "tests"  # sources: tests/lint_corpus (pinned there for lint) and tests/real_scripts
 STEPS, WARMUP = 10, 2
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    files: str                     # folder under tests/real_scripts
+    files: str                     # folder under tests/, copied into the working directory (at ``into``)
     script: str                    # path of the script inside the working directory
     args: tuple[str, ...]
     batch: int                     # the script's own batch (from its configuration)
@@ -53,6 +53,7 @@ class Case:
     step_boundary: str = "optimizer.step"
     pythonpath: str = ""           # extra sys.path entry inside the working directory
     wrong_ways: tuple[str, ...] = field(default=())  # fix texts that would point the wrong way
+    into: str = ""                 # subfolder of the working directory the files go to
 
 
 def _words(rng: random.Random, n: int) -> str:
@@ -73,7 +74,7 @@ def _prepare(case: Case, work: Path) -> None:
 
         chars = sorted(set("abcdefghijklmnopqrstuvwxyz ,.\n"))
         data = work / "data" / "shakespeare_char"
-        data.mkdir(parents=True)
+        data.mkdir(parents=True, exist_ok=True)  # the corpus copy has its prepare.py there
         ids = np.array([rng.randrange(len(chars)) for _ in range(60_000)], dtype=np.uint16)
         ids[:54_000].tofile(data / "train.bin")
         ids[54_000:].tofile(data / "val.bin")
@@ -82,7 +83,7 @@ def _prepare(case: Case, work: Path) -> None:
                          "stoi": {c: i for i, c in enumerate(chars)}}, f)
     elif case.name.startswith("wlm"):  # wikitext-2 layout: train/valid/test.txt
         data = work / "data"
-        data.mkdir()
+        data.mkdir(exist_ok=True)
         for split, n in (("train", 40_000), ("valid", 2_000), ("test", 2_000)):
             (data / f"{split}.txt").write_text(_words(rng, n), encoding="utf-8")
     elif case.name == "chargpt":
@@ -93,28 +94,28 @@ def _prepare(case: Case, work: Path) -> None:
 
 
 CASES = {c.name: c for c in (
-    Case("nanogpt", "nanoGPT", "train.py",
+    Case("nanogpt", "lint_corpus/nanoGPT", "train.py",
          ("--dataset=shakespeare_char", "--device=cpu", "--compile=False", "--dtype=float32", "--batch_size=8",
           "--block_size=32", "--n_layer=2", "--n_head=2", "--n_embd=64", "--dropout=0.0",
           "--gradient_accumulation_steps=2", "--max_iters=100000", "--eval_interval=100000", "--eval_iters=1",
           "--log_interval=1", "--wandb_log=False"),
          batch=8, samples_per_step=16, batch_dim=0, time_pattern=r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms"),
-    Case("wlm-lstm", "pytorch_examples", "word_language_model/main.py",
+    Case("wlm-lstm", "lint_corpus/pytorch-examples/word_language_model", "word_language_model/main.py",
          ("--data", "data", "--model", "LSTM", "--emsize", "32", "--nhid", "32", "--nlayers", "1", "--epochs", "1",
           "--log-interval", "2", "--save", "model.pt"),
-         batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward", offset=-1, span=2,
+         batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward", offset=-1, span=2, into="word_language_model",
          time_pattern=r"\|\s+(\d+)/\s*\d+ batches .*ms/batch\s+([\d.]+)"),
-    Case("wlm-transformer", "pytorch_examples", "word_language_model/main.py",
+    Case("wlm-transformer", "lint_corpus/pytorch-examples/word_language_model", "word_language_model/main.py",
          ("--data", "data", "--model", "Transformer", "--emsize", "32", "--nhid", "32", "--nlayers", "1",
           "--nhead", "2", "--epochs", "1", "--log-interval", "2", "--save", "model.pt"),
-         batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward", offset=-1, span=2,
+         batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward", offset=-1, span=2, into="word_language_model",
          time_pattern=r"\|\s+(\d+)/\s*\d+ batches .*ms/batch\s+([\d.]+)"),
-    Case("chargpt", "minGPT", "projects/chargpt/chargpt.py",
+    Case("chargpt", "lint_corpus/minGPT", "projects/chargpt/chargpt.py",
          ("--model.model_type=None", "--model.n_layer=2", "--model.n_head=2", "--model.n_embd=64",
           "--data.block_size=32", "--trainer.batch_size=16", "--trainer.max_iters=100000"),
          batch=16, samples_per_step=16, batch_dim=0, pythonpath=".", offset=-1,
          time_pattern=r"^iter_dt ([\d.]+)ms; iter (\d+):", wrong_ways=("more workers",)),
-    Case("makemore", "makemore", "makemore.py",
+    Case("makemore", "real_scripts/makemore", "makemore.py",
          ("-i", "names.txt", "-o", "out", "--type", "transformer", "--n-layer", "2", "--n-head", "2",
           "--n-embd", "32", "--n-embd2", "32", "--batch-size", "32", "--max-steps", "100000"),
          batch=32, samples_per_step=32, batch_dim=0,
@@ -154,7 +155,7 @@ def run_case(case: Case, keep: Path | None = None, probes: bool = False, timeout
     """Run one case; returns the doctor's numbers, the script's own, and the failed checks."""
     work = Path(tempfile.mkdtemp(prefix=f"pitstop-real-{case.name}-"))
     try:
-        shutil.copytree(SCRIPTS / case.files, work, dirs_exist_ok=True)
+        shutil.copytree(TESTS / case.files, work / case.into, dirs_exist_ok=True)
         _prepare(case, work)
         env = dict(os.environ)
         paths = [str(ROOT / "src")] + ([str(work / case.pythonpath)] if case.pythonpath else [])

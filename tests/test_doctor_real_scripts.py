@@ -1,5 +1,5 @@
 """Real training scripts run unchanged under ``pitstop doctor`` (pinned copies under
-``tests/real_scripts/``, synthetic data written locally; see benchmarks/doctor_real_scripts.py):
+``tests/lint_corpus/`` and ``tests/real_scripts/``, synthetic data written locally; see benchmarks/doctor_real_scripts.py):
 the reported batch size, samples per step, step boundary and step times match the
 script's own numbers, and no finding points the wrong way."""
 
