@@ -1,8 +1,10 @@
 """A small factory of synthetic doctor :class:`~pitstop.doctor.Observations` for check tests.
 
-Every record is built here and only through the public ``Observations`` API
-(``Observations.from_dict``), so when the records become typed the tests change here, not
-in each test. The defaults describe a healthy CPU run of 5 observed steps of 100 ms with
+The helpers build the typed records of :mod:`pitstop.doctor.records` (``model()`` a
+:class:`ModelRecord`, ``probe()`` a :class:`ProbeResult`, ...); ``observations()`` takes
+them, or any field in its JSON form (``memory={"peak": ...}``, as ``--format json``
+writes it), and reads the whole through ``Observations.from_dict``, the path the doctor's
+parent takes. The defaults describe a healthy CPU run of 5 observed steps of 100 ms with
 no loader, no optimizer and no model: a test adds only what its check looks at.
 """
 
@@ -12,6 +14,8 @@ from typing import Any
 
 from pitstop.doctor.check import Finding, Thresholds
 from pitstop.doctor.observations import Observations
+from pitstop.doctor.records import LoaderRecord, ModelRecord, OptimizerRecord, ProbeResult, Site
+from pitstop.jsoncodec import from_json, to_json
 
 __all__ = ["observations", "model", "optimizer", "loader", "site", "probe", "run_check", "findings_of"]
 
@@ -40,49 +44,49 @@ def observations(*, device: str = "cpu", breakdown: dict[str, float] | None = No
     for merged in ("settings", "forwards"):
         d[merged].update(fields.pop(merged, {}))
     d.update(fields)
-    return Observations.from_dict(d)
+    return Observations.from_dict(to_json(d))
 
 
-def model(cls: str = "Net", **fields: Any) -> dict[str, Any]:
-    """One top-level model record (``Observations.models``)."""
-    return {"class": cls, "params": 1000, "trainable": 1000, "param_dtype": "float32", "dataparallel": False,
+def model(cls: str = "Net", **fields: Any) -> ModelRecord:
+    """One top-level model record (``Observations.models``); ``fields`` in their JSON form."""
+    return from_json(ModelRecord, {"class": cls, "params": 1000, "trainable": 1000, "param_dtype": "float32", "dataparallel": False,
             "ddp": False, "compiled": False, "mode_dependent": False, "conv2d": 0, "conv_bias_bn": [],
-            "linear_linear": [], "odd_sizes": [], "forwards": {"train": 5}, **fields}
+            "linear_linear": [], "odd_sizes": [], "forwards": {"train": 5}, **fields})
 
 
-def optimizer(cls: str = "AdamW", **fields: Any) -> dict[str, Any]:
+def optimizer(cls: str = "AdamW", **fields: Any) -> OptimizerRecord:
     """One optimizer record (``Observations.optimizers``)."""
-    return {"class": cls, "mode": "foreach", "fused_available": True, "params": 4, "param_bytes": 4000,
+    return from_json(OptimizerRecord, {"class": cls, "mode": "foreach", "fused_available": True, "params": 4, "param_bytes": 4000,
             "state_bytes": 8000, "state_ratio": 2.0, "options": {"lr": 1e-3}, "frozen_params": 0,
-            "frozen_numel": 0, "decay_1d_params": 0, "decay_1d_numel": 0, "weight_decay": 0.0, **fields}
+            "frozen_numel": 0, "decay_1d_params": 0, "decay_1d_numel": 0, "weight_decay": 0.0, **fields})
 
 
-def loader(role: str = "train", **fields: Any) -> dict[str, Any]:
+def loader(role: str = "train", **fields: Any) -> LoaderRecord:
     """One DataLoader record (``Observations.loaders``)."""
-    return {"role": role, "num_workers": 0, "pin_memory": False, "persistent_workers": False,
+    return from_json(LoaderRecord, {"role": role, "num_workers": 0, "pin_memory": False, "persistent_workers": False,
             "prefetch_factor": None, "batch_size": 32, "sampler": "RandomSampler",
-            "distributed_sampler": False, "where": "train.py:10", **fields}
+            "distributed_sampler": False, "where": "train.py:10", **fields})
 
 
 def site(kind: str, *, every: int = 5, calls: int | None = None, seconds: float = 0.0,
-         where: str = "train.py:20") -> dict[str, Any]:
+         where: str = "train.py:20") -> Site:
     """One call site of a sync or CUDA call (``Observations.syncs`` / ``cuda_calls``),
     seen in ``every`` of the 5 observed steps."""
-    return {"where": where, "kind": kind, "calls": every if calls is None else calls,
-            "steps_with_calls": every, "seconds": seconds}
+    return Site(where=where, kind=kind, calls=every if calls is None else calls, steps_with_calls=every,
+                seconds=seconds)
 
 
 def probe(baseline: str, candidate: str, low: float, *, ratio: float | None = None,
-          high: float | None = None, **fields: Any) -> dict[str, Any]:
+          high: float | None = None, **fields: Any) -> ProbeResult:
     """A probe result (``Observations.probes[key]``) where ``candidate`` beats ``baseline``
     by ``ratio`` with interval [low, high]."""
     ratio = ratio if ratio is not None else low + 0.2
     high = high if high is not None else ratio + 0.2
-    return {"what": "Net fwd+bwd on a batch of 32", "baseline": baseline,
+    return from_json(ProbeResult, {"what": "Net fwd+bwd on a batch of 32", "baseline": baseline,
             "seconds": {baseline: 0.01 * ratio, candidate: 0.01}, "runs": 12,
             "speedups": {candidate: {"ratio": ratio, "low": low, "high": high}},
             "candidate": candidate, "speedup": ratio, "interval": [low, high], "confidence": 0.9,
-            "compute_only": True, **fields}
+            "compute_only": True, **fields})
 
 
 def run_check(check_cls: type, obs: Observations, th: Thresholds | None = None) -> tuple[str | None, list[Finding]]:

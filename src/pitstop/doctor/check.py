@@ -174,7 +174,7 @@ def in_framework_terms(check: Check, finding: Finding, obs: Observations) -> Fin
     fw = check.framework_fix(name, finding, obs) if name else None
     if not fw:
         return finding
-    label = (obs.framework or {}).get("label") or name
+    label = (obs.framework.label if obs.framework else None) or name
     return dataclasses.replace(finding, fix=f"{label}: {fw}; in plain PyTorch: {finding.fix}")
 
 

@@ -18,6 +18,11 @@ from pitstop.doctor import frameworks
 from pitstop.doctor import memory as mem
 from pitstop.doctor.instrument import Instrumentation
 from pitstop.doctor.observations import Observations
+from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CompileRecord, CpuRecord, Flops, ForwardCounts, Forwards,
+                                    FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord, MemoryRecord,
+                                    ModelRecord, OddSize, OptimizerRecord, ProbeResult, SampledSite, Settings, Site,
+                                    StepTime)
+from pitstop.jsoncodec import from_json
 from pitstop.doctor.profiled import peak_for
 from pitstop.stats import summarize
 
@@ -85,7 +90,7 @@ def _options(opt) -> dict[str, Any]:
     return out
 
 
-def _optimizer_info(opt) -> dict[str, Any]:
+def _optimizer_info(opt) -> OptimizerRecord:
     params = [p for g in opt.param_groups for p in g["params"]]
     pbytes = mem.param_bytes(params)
     sbytes = mem.state_bytes(opt)
@@ -93,15 +98,16 @@ def _optimizer_info(opt) -> dict[str, Any]:
                 for p in g["params"] if p.dim() <= 1 and p.requires_grad]
     frozen = [p for p in params if not p.requires_grad]
     sig = inspect.signature(type(opt).__init__).parameters
-    return {"class": type(opt).__name__, "mode": _optimizer_mode(opt), "fused_available": "fused" in sig,
-            "params": len(params), "param_bytes": pbytes, "state_bytes": sbytes,
-            "state_ratio": sbytes / pbytes if pbytes else None, "options": _options(opt),
-            "frozen_params": len(frozen), "frozen_numel": sum(p.numel() for p in frozen),
-            "decay_1d_params": len(decay_1d), "decay_1d_numel": sum(p.numel() for p, _ in decay_1d),
-            "weight_decay": max((wd for _, wd in decay_1d), default=0.0)}
+    return OptimizerRecord(
+        cls=type(opt).__name__, mode=_optimizer_mode(opt), fused_available="fused" in sig,
+        params=len(params), param_bytes=pbytes, state_bytes=sbytes,
+        state_ratio=sbytes / pbytes if pbytes else None, options=_options(opt),
+        frozen_params=len(frozen), frozen_numel=sum(p.numel() for p in frozen),
+        decay_1d_params=len(decay_1d), decay_1d_numel=sum(p.numel() for p, _ in decay_1d),
+        weight_decay=max((wd for _, wd in decay_1d), default=0.0))
 
 
-def _odd_sizes(model: nn.Module) -> list[dict[str, Any]]:
+def _odd_sizes(model: nn.Module) -> list[OddSize]:
     out = []
     for name, m in model.named_modules():
         dims: dict[str, int] = {}
@@ -111,39 +117,49 @@ def _odd_sizes(model: nn.Module) -> list[dict[str, Any]]:
             dims = {"in_channels": m.in_channels, "out_channels": m.out_channels}
         elif isinstance(m, nn.Embedding):
             if m.num_embeddings % 64:
-                out.append({"module": name, "type": "Embedding", "num_embeddings": m.num_embeddings, "multiple": 64})
+                out.append(OddSize(module=name, type="Embedding", sizes={"num_embeddings": m.num_embeddings},
+                                   multiple=64))
             dims = {"embedding_dim": m.embedding_dim}
         bad = {k: v for k, v in dims.items() if v % 8 and v > 8}
         if bad:
-            out.append({"module": name, "type": type(m).__name__, **bad, "multiple": 8})
+            out.append(OddSize(module=name, type=type(m).__name__, sizes=bad, multiple=8))
     return out
 
 
-def _model_info(model: nn.Module, info: dict[str, Any]) -> dict[str, Any]:
+def _model_info(model: nn.Module, info: dict[str, Any], flow=None) -> ModelRecord:
     params = list(model.parameters())
     p0 = params[0]
     from pitstop.doctor.wrappers import wrapper_chain
 
     chain = wrapper_chain(model)  # outermost wrapper first, the user's module last
-    return {"class": chain[-1], "wrapped_by": chain[:-1], "params": sum(p.numel() for p in params),
-            "trainable": sum(p.numel() for p in params if p.requires_grad),
-            "param_dtype": str(p0.dtype).replace("torch.", ""), "device": info["device"],
-            "dataparallel": isinstance(model, nn.DataParallel),
-            "ddp": isinstance(model, nn.parallel.DistributedDataParallel),
-            "compiled": bool(info.get("compiled")),
-            "mode_dependent": any(isinstance(m, (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm))
-                                  for m in model.modules()),
-            "conv2d": sum(isinstance(m, nn.Conv2d) for m in model.modules()),
-            "forwards": dict(info["forwards"]), "odd_sizes": _odd_sizes(model)}
+    compiled = bool(info.get("compiled"))
+    conv_bias_bn = [tuple(p) for p in flow.conv_bias_bn] if flow else []
+    if compiled and not conv_bias_bn:  # module hooks do not fire in graphs
+        from pitstop.doctor.wrappers import sequential_conv_bias_bn
+
+        conv_bias_bn = [tuple(p) for p in sequential_conv_bias_bn(model)]
+    return ModelRecord(
+        cls=chain[-1], wrapped_by=chain[:-1], params=sum(p.numel() for p in params),
+        trainable=sum(p.numel() for p in params if p.requires_grad),
+        param_dtype=str(p0.dtype).replace("torch.", ""), device=info["device"],
+        dataparallel=isinstance(model, nn.DataParallel),
+        ddp=isinstance(model, nn.parallel.DistributedDataParallel),
+        compiled=compiled,
+        mode_dependent=any(isinstance(m, (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm))
+                           for m in model.modules()),
+        conv2d=sum(isinstance(m, nn.Conv2d) for m in model.modules()),
+        forwards=from_json(ForwardCounts, dict(info["forwards"])), odd_sizes=_odd_sizes(model),
+        conv_bias_bn=conv_bias_bn,
+        linear_linear=from_json(list[LinearPair], flow.linear_linear) if flow else [])
 
 
-def _settings() -> dict[str, Any]:
+def _settings() -> Settings:
     b = torch.backends
-    return {"cudnn_benchmark": bool(b.cudnn.benchmark), "cudnn_deterministic": bool(b.cudnn.deterministic),
-            "tf32_matmul": bool(b.cuda.matmul.allow_tf32), "tf32_cudnn": bool(b.cudnn.allow_tf32),
-            "float32_matmul_precision": torch.get_float32_matmul_precision(),
-            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "num_threads": torch.get_num_threads(), "cpu_cores": _cpu_cores(), "world_size": _world_size()}
+    return Settings(cudnn_benchmark=bool(b.cudnn.benchmark), cudnn_deterministic=bool(b.cudnn.deterministic),
+                    tf32_matmul=bool(b.cuda.matmul.allow_tf32), tf32_cudnn=bool(b.cudnn.allow_tf32),
+                    float32_matmul_precision=torch.get_float32_matmul_precision(),
+                    deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
+                    num_threads=torch.get_num_threads(), cpu_cores=_cpu_cores(), world_size=_world_size())
 
 
 def _cpu_cores() -> int | None:
@@ -164,22 +180,21 @@ def _world_size() -> int | None:
     return None
 
 
-def _steps_stats(inst: Instrumentation) -> tuple[dict[str, float], dict[str, float]]:
+def _steps_stats(inst: Instrumentation) -> tuple[StepTime | None, Breakdown | None]:
     obs = [r for r in inst.records if r.kind == "observed"]
     if not obs:
-        return {}, {}
+        return None, None
     s = summarize([r.wall for r in obs])
-    step_time = {"median": s.median, "p90": s.p90, "mean": s.mean, "min": s.min, "max": s.max}
+    step_time = StepTime(median=s.median, p90=s.p90, mean=s.mean, min=s.min, max=s.max)
     n = len(obs)
-    breakdown = {ph: sum(r.phases.get(ph, 0.0) for r in obs) / n for ph in _MEASURED}
-    breakdown["other"] = max(0.0, s.mean - sum(breakdown.values()))
-    return step_time, breakdown
+    measured = {ph: sum(r.phases.get(ph, 0.0) for r in obs) / n for ph in _MEASURED}
+    return step_time, Breakdown(**measured, other=max(0.0, s.mean - sum(measured.values())))
 
 
-def _sites(table: dict[tuple[str, str], list[float]]) -> list[dict[str, Any]]:
-    rows = [{"where": site, "kind": kind, "calls": int(v[0]), "steps_with_calls": int(v[1]), "seconds": v[2]}
+def _sites(table: dict[tuple[str, str], list[float]]) -> list[Site]:
+    rows = [Site(where=site, kind=kind, calls=int(v[0]), steps_with_calls=int(v[1]), seconds=v[2])
             for (site, kind), v in table.items()]
-    return sorted(rows, key=lambda r: -r["calls"])
+    return sorted(rows, key=lambda r: -r.calls)
 
 
 def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: float = 1.0) -> Observations:
@@ -202,33 +217,28 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.syncs = _sites(inst.sync_sites)
     o.cuda_calls = _sites(inst.cuda_sites)
     o.optimizers = [_optimizer_info(opt) for opt in inst.optimizers.values()]
-    o.models = [_model_info(m, info) for m, info in models]
-    if models:
-        from pitstop.doctor.wrappers import sequential_conv_bias_bn
-
-        flow = inst._flow
-        o.models[0]["conv_bias_bn"] = flow.conv_bias_bn if flow else []
-        o.models[0]["linear_linear"] = flow.linear_linear if flow else []
-        if o.models[0]["compiled"] and not o.models[0]["conv_bias_bn"]:  # module hooks do not fire in graphs
-            o.models[0]["conv_bias_bn"] = sequential_conv_bias_bn(models[0][0])
-    o.loaders = [{k: v for k, v in d.items()} for d in inst.loaders.values()]
-    o.forwards = {**dict(inst.forwards), "where": dict(inst.forward_where), "autocast": dict(inst.autocast)}
-    o.kernels = {**inst.profile_result.get("kernels", {}), "conv_input_shapes": dict(inst.input_shapes)}
+    flow = inst._flow  # the data flow of the primary model's training forward
+    o.models = [_model_info(m, info, flow if i == 0 else None) for i, (m, info) in enumerate(models)]
+    o.loaders = [from_json(LoaderRecord, dict(d)) for d in inst.loaders.values()]
+    o.forwards = from_json(Forwards, {**dict(inst.forwards), "where": dict(inst.forward_where),
+                                      "autocast": dict(inst.autocast)})
+    o.kernels = from_json(Kernels, {**inst.profile_result.get("kernels", {}),
+                                    "conv_input_shapes": dict(inst.input_shapes)})
     o.settings = _settings()
-    o.graph = dict(inst.graph)
-    o.h2d = {k: v / n_obs for k, v in inst.h2d.items()} if n_obs else {}
+    o.graph = from_json(GraphRecord | None, dict(inst.graph))
+    o.h2d = H2D(**{k: v / n_obs for k, v in inst.h2d.items()}) if n_obs and inst.h2d else None
     o.memory = _memory(inst, device, models)
     o.flops = _flops(inst, o)
     o.compile = _compile_info(models)
-    o.framework = (inst.framework or frameworks.detect_imports()).to_dict()
+    o.framework = from_json(FrameworkRecord, (inst.framework or frameworks.detect_imports()).to_dict())
     o.batch = _batch(inst, models)
     if o.batch:
-        o.batch_size = o.batch["size"]
+        o.batch_size = o.batch.size
     o.cpu = _cpu(inst, o)
     o.step_boundary = inst.boundary or ("optimizer.step" if inst.primary is not None else None)
     if inst.sampler is not None:
-        o.host_sites = [{"where": w, "share": sh, "samples": n} for w, sh, n in inst.sampler.top("host")]
-        o.other_sites = [{"where": w, "share": sh, "samples": n} for w, sh, n in inst.sampler.top("other")]
+        o.host_sites = [SampledSite(where=w, share=sh, samples=n) for w, sh, n in inst.sampler.top("host")]
+        o.other_sites = [SampledSite(where=w, share=sh, samples=n) for w, sh, n in inst.sampler.top("other")]
     from pitstop.doctor.cores import busy_note
 
     note = busy_note(o.cpu)
@@ -239,25 +249,26 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     return o
 
 
-def _batch(inst: Instrumentation, models) -> dict[str, Any]:
+def _batch(inst: Instrumentation, models) -> BatchRecord | None:
     """The primary model's batch and what it consumed per observed step (all of its
     training forwards: gradient accumulation counts every micro-batch)."""
     mid = id(models[0][0]) if models else next(iter(inst.batches), None)
     b = inst.batches.get(mid)
     if b is None:
-        return {}
+        return None
     obs = [r for r in inst.records if r.kind == "observed"]
     for r in inst.records:
         s, t, f = inst.per_step.get(r.index, {}).get(mid, (0, 0, 0))
         r.samples, r.tokens, r.micro_batches = s, (t if b.tokens is not None else None), f
     n = len(obs)
     per = (lambda key: sum(getattr(r, key) or 0 for r in obs) / n) if n else (lambda key: None)
-    return {"size": b.size, "dim": b.dim, "input": b.name, "how": b.how, "tokens": b.tokens,
-            "samples_per_step": per("samples"), "tokens_per_step": per("tokens") if b.tokens is not None else None,
-            "micro_batches_per_step": per("micro_batches")}
+    return BatchRecord(size=b.size, dim=b.dim, input=b.name, how=b.how, tokens=b.tokens,
+                       samples_per_step=per("samples"),
+                       tokens_per_step=per("tokens") if b.tokens is not None else None,
+                       micro_batches_per_step=per("micro_batches"))
 
 
-def _cpu(inst: Instrumentation, o: Observations) -> dict[str, Any]:
+def _cpu(inst: Instrumentation, o: Observations) -> CpuRecord:
     """What the cores did during the observed steps (see cores.py)."""
     from pitstop.doctor.cores import machine_counters
 
@@ -269,13 +280,13 @@ def _cpu(inst: Instrumentation, o: Observations) -> dict[str, Any]:
     if start.get("jiffies") is not None and end.get("jiffies") is not None and end["jiffies"] > start["jiffies"]:
         steal = (end["steal"] - start["steal"]) / (end["jiffies"] - start["jiffies"])
     loaders = o.train_loaders()
-    workers = max((d.get("num_workers") or 0 for d in loaders), default=0)
-    return {"process_per_step": sum(r.cpu or 0.0 for r in obs) / n if n else None,
-            "data_wait_cpu_per_step": sum(inst.data_cpu) / n if n and inst.data_cpu else (0.0 if n else None),
-            "workers_per_step": (sum(inst.worker_cpu) / len(inst.worker_cpu)) if inst.worker_cpu else None,
-            "workers": workers, "machine_cores": _machine_cores(),
-            "load_avg": (end.get("load_avg") or [None])[0], "steal_share": steal,
-            "own_threads": torch.get_num_threads() + workers}
+    workers = max((d.num_workers or 0 for d in loaders), default=0)
+    return CpuRecord(process_per_step=sum(r.cpu or 0.0 for r in obs) / n if n else None,
+                     data_wait_cpu_per_step=sum(inst.data_cpu) / n if n and inst.data_cpu else (0.0 if n else None),
+                     workers_per_step=(sum(inst.worker_cpu) / len(inst.worker_cpu)) if inst.worker_cpu else None,
+                     workers=workers, machine_cores=_machine_cores(),
+                     load_avg=(end.get("load_avg") or [None])[0], steal_share=steal,
+                     own_threads=torch.get_num_threads() + workers)
 
 
 def _machine_cores() -> int | None:
@@ -284,7 +295,7 @@ def _machine_cores() -> int | None:
     return os.cpu_count()
 
 
-def _memory(inst: Instrumentation, device: str, models) -> dict[str, Any]:
+def _memory(inst: Instrumentation, device: str, models) -> MemoryRecord:
     params = {id(p): p for m, _ in models for p in m.parameters()}
     for opt in inst.optimizers.values():
         params.update({id(p): p for g in opt.param_groups for p in g["params"]})
@@ -295,31 +306,30 @@ def _memory(inst: Instrumentation, device: str, models) -> dict[str, Any]:
         source = "cuda max_memory_allocated"
     else:
         peak, source = mem.peak_rss_bytes(), "process peak RSS"
-    return {"params": mem.param_bytes(params.values()), "grads": inst.grad_bytes,
-            "optimizer_state": sum(mem.state_bytes(o) for o in inst.optimizers.values()),
-            "activations": acts[len(acts) // 2] if acts else None, "peak": peak, "peak_source": source,
-            "capacity": mem.capacity_bytes(device), "growth_per_step": _slope(samples), "samples": samples,
-            "phase_peaks": dict(inst.phase_peaks)}
+    return MemoryRecord(params=mem.param_bytes(params.values()), grads=inst.grad_bytes,
+                        optimizer_state=sum(mem.state_bytes(o) for o in inst.optimizers.values()),
+                        activations=acts[len(acts) // 2] if acts else None, peak=peak, peak_source=source,
+                        capacity=mem.capacity_bytes(device), growth_per_step=_slope(samples), samples=samples,
+                        phase_peaks=dict(inst.phase_peaks))
 
 
-def _flops(inst: Instrumentation, o: Observations) -> dict[str, Any]:
+def _flops(inst: Instrumentation, o: Observations) -> Flops:
     total = inst.profile_result.get("flops")
     if not total or not o.step_time:
-        return {"per_step": total, "achieved_per_s": None, "peak_per_s": None, "mfu": None,
-                "peak_source": "not measured"}
-    achieved = total / o.step_time["median"]
+        return Flops(per_step=total, peak_source="not measured")
+    achieved = total / o.step_time.median
     peak, source = (None, "MFU needs a known GPU (n/a on CPU)")
     if o.on_cuda:
-        kinds = o.kernels.get("matmul", {}) | o.kernels.get("conv", {})
-        dtype = max(kinds, key=kinds.get) if kinds else "float32"
-        if dtype == "float32" and o.settings.get("float32_matmul_precision") != "highest":
+        kinds = o.kernels.matmul | o.kernels.conv
+        dtype = max(kinds, key=kinds.__getitem__) if kinds else "float32"
+        if dtype == "float32" and o.settings.float32_matmul_precision != "highest":
             dtype = "tf32"
         peak, source = peak_for(o.device_name, dtype)
-    return {"per_step": total, "achieved_per_s": achieved, "peak_per_s": peak,
-            "mfu": achieved / peak if peak else None, "peak_source": source}
+    return Flops(per_step=total, achieved_per_s=achieved, peak_per_s=peak, mfu=achieved / peak if peak else None,
+                 peak_source=source)
 
 
-def _compile_info(models) -> dict[str, Any]:
+def _compile_info(models) -> CompileRecord:
     compiled = any(info.get("compiled") for _, info in models)
     breaks = None
     if "torch._dynamo" in sys.modules:
@@ -329,10 +339,10 @@ def _compile_info(models) -> dict[str, Any]:
             breaks = int(sum(counters["graph_break"].values()))
         except Exception:
             breaks = None
-    return {"compiled": compiled, "graph_breaks": breaks}
+    return CompileRecord(compiled=compiled, graph_breaks=breaks)
 
 
-def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> dict[str, Any]:
+def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> dict[str, ProbeResult]:
     """The registered probes (face D), on copies of the primary model and its last batch."""
     from pitstop.doctor.probes import run_probes
 

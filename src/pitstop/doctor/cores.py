@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from pitstop.doctor.records import CpuRecord
+
 __all__ = ["WorkerClock", "pid_cpu_seconds", "machine_counters", "busy_note"]
 
 try:
@@ -72,10 +74,10 @@ def machine_counters() -> dict[str, Any]:
     return out
 
 
-def busy_note(cpu: dict[str, Any]) -> str | None:
+def busy_note(cpu: CpuRecord) -> str | None:
     """A one-line warning when the machine was busy while the script ran, else None."""
-    cores, load, steal = cpu.get("machine_cores"), cpu.get("load_avg"), cpu.get("steal_share")
-    own = cpu.get("own_threads") or 1
+    cores, load, steal = cpu.machine_cores, cpu.load_avg, cpu.steal_share
+    own = cpu.own_threads or 1
     parts = []
     if cores and load is not None and load - own > 0.5 * cores:
         parts.append(f"load average {load:.1f} on {cores} cores, of which about {own:g} is this run's")

@@ -13,7 +13,9 @@ from typing import Any
 
 from pitstop.doctor.check import Check, Finding, Thresholds, in_framework_terms
 from pitstop.doctor.observations import PHASES, Observations
+from pitstop.doctor.records import FrameworkRecord
 from pitstop.doctor.spec import RunResult
+from pitstop.jsoncodec import to_json
 
 __all__ = ["Diagnosis", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
 
@@ -71,9 +73,7 @@ class Diagnosis:
     def seen(self) -> str:
         """What the run did see, for the "nothing to diagnose" message."""
         r, o = self.result, self.observations
-        fw = o.forwards or {}
-        # each forward has one of these kinds (nograd_train_mode / train_mode_eval are sub-counts)
-        n_fw = sum(fw.get(k, 0) for k in ("train", "eval_no_grad", "eval_inference_mode", "eval_with_grad"))
+        n_fw = o.forwards.total
         parts = [f"{len(r.steps)} optimizer steps ({len(r.observed)} observed after {r.spec.warmup} warmup)",
                  f"{n_fw} forward passes of {len(o.models)} model(s) with parameters",
                  f"{o.backward_calls} backward calls", f"{len(o.loaders)} DataLoader(s) iterated"]
@@ -85,41 +85,36 @@ class Diagnosis:
     # -- numbers ----------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
         o = self.observations
-        st = o.step_time or {}
-        sps = 1.0 / st["mean"] if st.get("mean") else None
-        b = o.batch or {}
-        samples = b.get("samples_per_step") or o.batch_size
-        tokens = b.get("tokens_per_step")
+        sps = 1.0 / o.mean_step if o.mean_step else None
+        b = o.batch
+        samples = (b.samples_per_step if b else None) or o.batch_size
+        tokens = b.tokens_per_step if b else None
         return {"steps_per_s": sps, "samples_per_s": sps * samples if sps and samples else None,
                 "tokens_per_s": sps * tokens if sps and tokens else None,
-                "batch_size": o.batch_size, "batch_dim": b.get("dim"), "batch_how": b.get("how"),
-                "samples_per_step": samples, "micro_batches_per_step": b.get("micro_batches_per_step"),
+                "batch_size": o.batch_size, "batch_dim": b.dim if b else None, "batch_how": b.how if b else None,
+                "samples_per_step": samples, "micro_batches_per_step": b.micro_batches_per_step if b else None,
                 "step_boundary": o.step_boundary}
 
     def breakdown(self) -> dict[str, dict[str, float]]:
         o = self.observations
-        return {ph: {"seconds": o.breakdown.get(ph, 0.0), "share": o.share(ph)} for ph in PHASES if o.breakdown}
+        return {ph: {"seconds": o.seconds(ph), "share": o.share(ph)} for ph in PHASES if o.breakdown}
 
     def framework(self) -> dict[str, Any]:
         """The detected training framework (``name`` None: a plain PyTorch loop)."""
-        fw = dict(self.observations.framework or {})
-        fw.setdefault("name", None)
-        fw.setdefault("label", "PyTorch")
-        return fw
+        return to_json(self.observations.framework or FrameworkRecord())
 
     def precision(self) -> dict[str, Any]:
         """What the training forwards really ran under: the autocast dtype seen by the model's
         layers in most training forwards ("none", "bfloat16", "float16"; None when no
         training forward was seen) and the parameters' dtype."""
         o = self.observations
-        ac = {k: v for k, v in ((o.forwards or {}).get("autocast") or {}).items() if v}
-        models = o.models or []
-        return {"autocast": max(ac, key=ac.get) if ac else None, "autocast_forwards": ac,
-                "param_dtype": models[0].get("param_dtype") if models else None}
+        ac = {k: v for k, v in o.forwards.autocast.items() if v}
+        return {"autocast": max(ac, key=ac.__getitem__) if ac else None, "autocast_forwards": ac,
+                "param_dtype": o.model.param_dtype if o.model else None}
 
     def syncs_per_step(self) -> float:
         n = max(len(self.result.observed), 1)
-        return sum(s["calls"] for s in self.observations.syncs) / n
+        return sum(s.calls for s in self.observations.syncs) / n
 
     def to_dict(self) -> dict[str, Any]:
         r, o = self.result, self.observations
@@ -139,14 +134,14 @@ class Diagnosis:
                       "records": [{"index": s.index, "kind": s.kind, "wall": s.wall, "loss": s.loss,
                                    "phases": s.phases, "memory": s.memory, "samples": s.samples, "tokens": s.tokens}
                                   for s in r.steps]},
-            "step_time": o.step_time,
+            "step_time": to_json(o.step_time) or {},
             "throughput": self.summary(),
             "breakdown": self.breakdown(),
-            "memory": o.memory,
+            "memory": to_json(o.memory) or {},
             "syncs_per_step": self.syncs_per_step(),
-            "syncs": o.syncs,
-            "flops": o.flops,
-            "probes": o.probes,
+            "syncs": to_json(o.syncs),
+            "flops": to_json(o.flops) or {},
+            "probes": to_json(o.probes),
             "findings": [f.to_dict() for f in self.findings],
             "skipped_checks": self.skipped,
             "check_errors": self.errors,
@@ -181,8 +176,8 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnos
             diag.findings.extend(in_framework_terms(check, f, obs) for f in check.check(obs, th))
         except Exception as exc:  # a broken check must not hide the others' findings
             diag.errors.append(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
-    for name, p in sorted((obs.probes or {}).items()):
-        if isinstance(p, dict) and "error" in p:  # a crashed probe is as loud as a crashed check
-            diag.errors.append(f"probe {name}: {p['error']}")
+    for name, p in sorted(obs.probes.items()):
+        if p.error is not None:  # a crashed probe is as loud as a crashed check
+            diag.errors.append(f"probe {name}: {p.error}")
     diag.findings.sort(key=Finding.sort_key)
     return diag

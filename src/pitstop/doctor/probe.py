@@ -7,7 +7,7 @@ per tip, appended to its tip module next to its :class:`~pitstop.doctor.check.Ch
         name = "precision"                       # its key in Observations.probes
 
         def skip_reason(self, obs):              # decided on the plain observations
-            if obs.forwards.get("autocast", {}).get("none", 0) == 0:
+            if obs.autocast_dtype is not None:
                 return "training already runs under autocast"
             return None
 
@@ -30,8 +30,9 @@ the baseline with a paired-bootstrap interval): gate on the interval's lower bou
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import ClassVar
 
+from pitstop.doctor.records import Gain, ProbeResult
 from pitstop.registry import Face
 
 __all__ = ["Probe", "ProbeSkip", "probe_gain", "gain_text", "ESTIMATE_NOTE"]
@@ -43,7 +44,7 @@ ESTIMATE_NOTE = ("the impact is an estimate from a compute-only probe (no DataLo
 
 class ProbeSkip(Exception):
     """Raised by a probe (or the context's helpers) when it cannot run here; the message
-    is recorded as ``{"skipped": message}`` under the probe's name."""
+    is recorded as ``ProbeResult.skip(message)`` under the probe's name."""
 
 
 class Probe(Face, face="D"):
@@ -60,28 +61,24 @@ class Probe(Face, face="D"):
         """Why the probe does not apply to this run (recorded), from the plain observations."""
         return None
 
-    def run(self, ctx) -> Iterable[tuple[str, dict[str, Any]]]:
+    @classmethod
+    def key(cls, index: int = 0) -> str:
+        """The key of the result for the ``index``-th subject (optimizer, ...): :attr:`name`,
+        then ``name1``, ``name2``, ... The probe and its check both call this."""
+        return f"{cls.name}{index if index else ''}"
+
+    def run(self, ctx) -> Iterable[tuple[str, ProbeResult]]:
         """Yield ``(key, result)`` pairs (usually one, under :attr:`name`). Runs in the
         child with torch available; ``ctx`` is a :class:`pitstop.doctor.probes.ProbeContext`."""
         raise NotImplementedError
 
 
-def probe_gain(result: dict[str, Any] | None, candidate: str | None = None) -> dict[str, Any] | None:
+def probe_gain(result: ProbeResult | None, candidate: str | None = None) -> Gain | None:
     """The speed-up of ``candidate`` (default: the probe's best candidate) over the
-    baseline, as ``{"candidate", "ratio", "low", "high", "confidence", "runs"}``; None when
-    the probe was skipped, crashed or did not run."""
-    if not result or "speedups" not in result:
-        return None
-    name = candidate or result.get("candidate")
-    s = result["speedups"].get(name)
-    if s is None:
-        return None
-    return {"candidate": name, "ratio": s["ratio"], "low": s["low"], "high": s["high"],
-            "confidence": result.get("confidence"), "runs": result.get("runs")}
+    baseline; None when the probe was skipped, crashed or did not run."""
+    return result.gain(candidate) if result is not None else None
 
 
-def gain_text(g: dict[str, Any]) -> str:
+def gain_text(g: Gain) -> str:
     """``1.72x (90% interval 1.41x-2.05x over 12 rounds)``."""
-    conf = f"{100 * g['confidence']:.0f}% " if g.get("confidence") else ""
-    runs = f" over {g['runs']} rounds" if g.get("runs") else ""
-    return f"{g['ratio']:.2f}x ({conf}interval {g['low']:.2f}x-{g['high']:.2f}x{runs})"
+    return g.text()

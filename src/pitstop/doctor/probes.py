@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from pitstop.doctor.observations import Observations
+from pitstop.doctor.records import ProbeResult, Speedup
 from pitstop.doctor.probe import Probe, ProbeSkip
 
 __all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "MAX_PROBE_BYTES", "PROBE_SAMPLES",
@@ -193,7 +194,7 @@ class ProbeContext:
         that warm-up and the rounds fit the budget), else fewer, never below ``PROBE_SAMPLES``."""
         if self._n is None:
             b = self.batch_size() or 0
-            per_call = (self.obs.breakdown.get("forward", 0.0) + self.obs.breakdown.get("backward", 0.0))
+            per_call = self.obs.seconds("forward") + self.obs.seconds("backward")
             if b and per_call > 0:
                 fit = int(b * (self.budget_s / 20) / per_call)
                 self._n = max(min(b, PROBE_SAMPLES), min(b, fit))
@@ -248,7 +249,7 @@ class ProbeContext:
 
     # -- timing -----------------------------------------------------------------------
     def compare(self, *, what: str, baseline: str, variants: dict[str, Callable[[], Any]],
-                **extra: Any) -> dict[str, Any]:
+                **extra: Any) -> ProbeResult:
         """Time ``variants`` (:func:`time_variants`) and compare every candidate with
         ``baseline``. Returns the standard probe result:
 
@@ -273,18 +274,19 @@ class ProbeContext:
         if busy:
             extra = {**extra, "single_threaded": ("the machine is busy (threads waited for cores): timed with one "
                                                   f"thread instead of {threads}, which other processes distort least")}
-        speedups = {}
+        speedups: dict[str, Speedup] = {}
         for name, xs in t.items():
             if name != baseline:
                 d = decide([Pair(b, c) for b, c in zip(t[baseline], xs)], confidence=CONFIDENCE)
-                speedups[name] = {"ratio": d.ratio, "low": d.low, "high": d.high, "decided": d.status != "undecided",
-                                  "measure": d.measure.name, "measure_why": d.measure.why}
-        best = max(speedups, key=lambda k: (speedups[k]["low"], speedups[k]["ratio"]))
-        return {"what": what, "baseline": baseline, "seconds": {k: _median([x.wall for x in v]) for k, v in t.items()},
-                "measure": speedups[best]["measure"], "measure_why": speedups[best]["measure_why"],
-                "runs": len(t[baseline]), "speedups": speedups, "candidate": best,
-                "speedup": speedups[best]["ratio"], "interval": [speedups[best]["low"], speedups[best]["high"]],
-                "confidence": CONFIDENCE, "compute_only": True, **extra}
+                speedups[name] = Speedup(ratio=d.ratio, low=d.low, high=d.high, decided=d.status != "undecided",
+                                         measure=d.measure.name, measure_why=d.measure.why)
+        best = max(speedups, key=lambda k: (speedups[k].low, speedups[k].ratio))
+        top = speedups[best]
+        dtype = extra.pop("dtype", None)
+        return ProbeResult(what=what, baseline=baseline, seconds={k: _median([x.wall for x in v]) for k, v in t.items()},
+                           measure=top.measure, measure_why=top.measure_why, runs=len(t[baseline]),
+                           speedups=speedups, candidate=best, speedup=top.ratio, interval=(top.low, top.high),
+                           confidence=CONFIDENCE, compute_only=True, dtype=dtype, extra=extra)
 
 
 def probe_classes() -> list[type[Probe]]:
@@ -296,24 +298,24 @@ def probe_classes() -> list[type[Probe]]:
 
 def run_probes(obs: Observations, *, model: torch.nn.Module | None, args: tuple | None, compiled: bool,
                optimizers: list, budget_s: float = 1.0, kwargs: dict | None = None,
-               batch_dim: int = 0) -> dict[str, Any]:
+               batch_dim: int = 0) -> dict[str, ProbeResult]:
     """Run every registered probe; each result (or ``skipped`` / ``error``) by its key."""
     ctx = ProbeContext(obs, model=model, args=args, compiled=compiled, optimizers=optimizers, budget_s=budget_s,
                        kwargs=kwargs, batch_dim=batch_dim)
-    out: dict[str, Any] = {}
+    out: dict[str, ProbeResult] = {}
     devices = [torch.cuda.current_device()] if obs.device == "cuda" and torch.cuda.is_initialized() else []
     for cls in probe_classes():
         probe = cls()
         reason = probe.skip_reason(obs)
         if reason:
-            out[probe.name] = {"skipped": reason}
+            out[probe.name] = ProbeResult.skip(reason)
             continue
         try:
             with torch.random.fork_rng(devices=devices):  # the script's RNG state is left as it was
                 for key, result in probe.run(ctx):
                     out[key] = result
         except ProbeSkip as exc:
-            out.setdefault(probe.name, {"skipped": str(exc)})
+            out.setdefault(probe.name, ProbeResult.skip(str(exc)))
         except Exception as exc:  # a broken probe is reported (diagnose lists it as an error)
-            out[probe.name] = {"error": f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}"}
+            out[probe.name] = ProbeResult.crashed(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
     return out

@@ -53,7 +53,7 @@ def doctor_html(diag) -> str:
     if d["breakdown"]:
         parts = [(ph, v["seconds"] * 1e3) for ph, v in d["breakdown"].items()]
         chart = stacked_bar("Step time breakdown (mean per observed step)", parts, unit="ms")
-        sites = "".join(f'<p class="muted">{_esc(t)}</p>' for t in site_lines(d["observations"]))
+        sites = "".join(f'<p class="muted">{_esc(t)}</p>' for t in site_lines(diag.observations))
         sections.append(("Where the step time goes", chart.to_html() + sites))
     records = d["steps"]["records"]
     if records:
@@ -81,16 +81,16 @@ def doctor_html(diag) -> str:
     else:
         body = "<p>No findings.</p>"
     sections.append(("Findings, ranked by impact", body))
-    if d["probes"]:
+    if diag.observations.probes:
         rows = []
-        for name, p in d["probes"].items():
-            if "skipped" in p or "error" in p:
-                rows.append([_esc(name), "skipped" if "skipped" in p else "error",
-                             inline_code(p.get("skipped") or p["error"])])
+        for name, p in diag.observations.probes.items():
+            if p.skipped is not None or p.error is not None:
+                rows.append([_esc(name), "skipped" if p.skipped is not None else "error",
+                             inline_code(p.skipped or p.error or "")])
             else:
                 note = gate_note(p, diag.thresholds.probe_speedup)
                 rows.append([_esc(name), _esc(speedup_cell(p)) + (f"<br><i>{inline_code(note)}</i>" if note else ""),
-                             _esc(p["what"])])
+                             _esc(p.what or "")])
         sections.append(("Hardware probes (compute only; estimates, pitstop tune measures the real loop)",
                          _table(["probe", "speed-up of the best candidate (interval)", "what was timed"], rows)))
     if d["syncs"]:

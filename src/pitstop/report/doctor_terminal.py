@@ -7,6 +7,8 @@ from typing import IO, Any
 from rich.table import Table
 from rich.text import Text
 
+from pitstop.doctor.observations import Observations
+from pitstop.doctor.records import MemoryRecord
 from pitstop.report.doctor_probes import gate_note, probe_line
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
@@ -42,29 +44,28 @@ def throughput_text(tp: dict[str, Any]) -> str:
     return out
 
 
-def site_lines(obs: dict[str, Any]) -> list[str]:
+def site_lines(obs: Observations) -> list[str]:
     """Where the main thread was during host and other time (sampled stacks), one line each."""
     out = []
-    for key, label in (("host_sites", "host (before the forward)"), ("other_sites", "other (between the phases)")):
-        sites = [s for s in obs.get(key) or [] if s.get("share", 0) >= 0.1][:3]
+    for found, label in ((obs.host_sites, "host (before the forward)"), (obs.other_sites, "other (between the phases)")):
+        sites = [s for s in found if s.share >= 0.1][:3]
         if sites:
-            out.append(f"{label}: " + ", ".join(f"{s['where']} ({100 * s['share']:.0f}% of samples)" for s in sites))
+            out.append(f"{label}: " + ", ".join(f"{s.where} ({100 * s.share:.0f}% of samples)" for s in sites))
     return out
 
 
-def _memory_rows(d: dict[str, Any]) -> list[tuple[str, str, str]]:
-    m = d["memory"] or {}
-    opts = d["observations"].get("optimizers") or []
-    rule = "; ".join(f"{o['class']}: {o['state_ratio']:.1f}x its parameters, measured from optimizer.state"
-                     for o in opts if o.get("state_ratio") is not None)
-    growth = m.get("growth_per_step")
+def _memory_rows(obs: Observations) -> list[tuple[str, str, str]]:
+    m = obs.memory or MemoryRecord()
+    rule = "; ".join(f"{o.cls}: {o.state_ratio:.1f}x its parameters, measured from optimizer.state"
+                     for o in obs.optimizers if o.state_ratio is not None)
+    growth = m.growth_per_step
     return [
-        ("parameters", fmt_bytes(m.get("params")), ""),
-        ("gradients", fmt_bytes(m.get("grads")), "at the last observed optimizer step"),
-        ("optimizer state", fmt_bytes(m.get("optimizer_state")), rule),
-        ("activations", fmt_bytes(m.get("activations")), "saved for backward in one step"),
-        ("peak", fmt_bytes(m.get("peak")), m.get("peak_source", "")),
-        ("capacity", fmt_bytes(m.get("capacity")), ""),
+        ("parameters", fmt_bytes(m.params), ""),
+        ("gradients", fmt_bytes(m.grads), "at the last observed optimizer step"),
+        ("optimizer state", fmt_bytes(m.optimizer_state), rule),
+        ("activations", fmt_bytes(m.activations), "saved for backward in one step"),
+        ("peak", fmt_bytes(m.peak), m.peak_source),
+        ("capacity", fmt_bytes(m.capacity), ""),
         ("growth / step", fmt_bytes(growth) if growth is not None else "n/a",
          "slope of memory in use across observed steps (RSS is noisy on CPU)"),
     ]
@@ -110,7 +111,7 @@ def render(diag, file: IO[str] | None = None) -> None:
         con.print(Text("\nStep time breakdown (mean per observed step)", style="bold"))
         for phase, v in d["breakdown"].items():
             con.print(f"  {phase:<10} {text_bar(v['share'], 30)} {100 * v['share']:5.1f}%  {fmt_seconds(v['seconds'])}")
-        for line in site_lines(d["observations"]):
+        for line in site_lines(diag.observations):
             con.print(f"  {line}")
         if tp.get("batch_how"):
             con.print(f"  batch: {tp['batch_how']}")
@@ -118,7 +119,7 @@ def render(diag, file: IO[str] | None = None) -> None:
         table = Table(title="Memory", title_justify="left")
         for col in ("part", "bytes", "note"):
             table.add_column(col, overflow="fold")
-        for row in _memory_rows(d):
+        for row in _memory_rows(diag.observations):
             table.add_row(*row)
         con.print(table)
         syncs = d["syncs"]
@@ -129,8 +130,8 @@ def render(diag, file: IO[str] | None = None) -> None:
             mfu = f"{100 * fl['mfu']:.1f}%" if fl.get("mfu") is not None else "n/a"
             con.print(f"FLOPs per step: {fl['per_step'] / 1e9:.2f} GFLOP; achieved {fl['achieved_per_s'] / 1e9:.1f} "
                       f"GFLOP/s; MFU {mfu} ({fl['peak_source']})")
-        for name, p in (d["probes"] or {}).items():
-            note = gate_note(p, diag.thresholds.probe_speedup) if "speedups" in p else ""
+        for name, p in diag.observations.probes.items():
+            note = gate_note(p, diag.thresholds.probe_speedup)
             con.print(f"probe {name}: {probe_line(p)}" + (f"; {note}" if note else ""))
     findings = d["findings"]
     if findings:

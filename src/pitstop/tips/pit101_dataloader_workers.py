@@ -151,6 +151,7 @@ class LoaderWorkersBench(Benchmark, tip="PIT101"):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check, ms, pct  # noqa: E402
+from pitstop.doctor.records import CpuRecord  # noqa: E402
 
 
 class DataWaitCheck(Check, tip="PIT101"):
@@ -178,13 +179,13 @@ class DataWaitCheck(Check, tip="PIT101"):
         loaders = obs.train_loaders()
         if share <= th.data_wait_share or not loaders:
             return
-        wait, mean = obs.breakdown["data"], obs.step_time["mean"]
-        workers = max(d["num_workers"] for d in loaders)
-        cores, threads = obs.settings.get("cpu_cores"), obs.settings.get("num_threads")
+        wait, mean = obs.seconds("data"), obs.mean_step
+        workers = max(d.num_workers for d in loaders)
+        cores, threads = obs.usable_cores, obs.settings.num_threads
         spare = cores - threads if cores and threads else None
-        cpu = obs.cpu or {}
+        cpu = obs.cpu or CpuRecord()
         head = f"{pct(share)} of each step ({ms(wait)} of {ms(mean)}) waits for the next batch"
-        where = [d["where"] for d in loaders if d.get("where")]
+        where = [d.where for d in loaders if d.where]
         if workers == 0:
             evidence, fix, severity = self._no_workers(obs, share, wait, cpu, cores, threads, spare)
             evidence = f"{head}; {evidence}"
@@ -209,7 +210,7 @@ class DataWaitCheck(Check, tip="PIT101"):
 
     @staticmethod
     def _no_workers(obs, share, wait, cpu, cores, threads, spare):
-        busy = cpu.get("data_wait_cpu_per_step")
+        busy = cpu.data_wait_cpu_per_step
         fix = ("DataLoader(..., num_workers=N, persistent_workers=True), N near the spare core count; the gain "
                "is an upper bound: `pitstop tune` measures it on the real loop")
         base = "the training DataLoader builds every batch in the training process (num_workers=0)"
@@ -230,11 +231,11 @@ class DataWaitCheck(Check, tip="PIT101"):
     @staticmethod
     def _with_workers(obs, share, mean, workers, cpu, cores, threads, spare):
         """(title, evidence, fix, severity) decided from the workers' CPU time, or None."""
-        wcpu, pcpu, wait = cpu.get("workers_per_step"), cpu.get("process_per_step"), obs.breakdown["data"]
+        wcpu, pcpu, wait = cpu.workers_per_step, cpu.process_per_step, obs.seconds("data")
         if wcpu is None or pcpu is None or not cores or mean <= 0:
             return None
         demand = (wcpu + pcpu) / mean  # cores kept busy on average by the process and its workers
-        others = (cpu.get("load_avg") or 0.0) - (cpu.get("own_threads") or 0)
+        others = (cpu.load_avg or 0.0) - (cpu.own_threads or 0)
         busy = demand >= 0.8 * cores or others >= 0.5 * cores  # saturated by us, or by other processes too
         over = spare is not None and workers > max(spare, 0) and not obs.on_cuda
         if over and wcpu < 0.5 * wait:
@@ -279,14 +280,14 @@ class HostBatchCheck(Check, tip="PIT101"):
 
     def check(self, obs, th):
         share = obs.share("host")
-        if share <= th.host_share or obs.breakdown.get("host", 0.0) < HOST_FLOOR_S \
+        if share <= th.host_share or obs.seconds("host") < HOST_FLOOR_S \
                 or obs.step_boundary == "backward":
             return  # tiny steps: Python overhead; manual updates: "host" holds the update too
         sites = obs.host_sites or []
-        shown = [s for s in sites if s.get("share", 0) >= 0.1][:3]
-        lines = ", ".join(f"{s['where']} ({pct(s['share'])} of {sum(x.get('samples', 0) for x in sites)} samples)"
+        shown = [s for s in sites if s.share >= 0.1][:3]
+        lines = ", ".join(f"{s.where} ({pct(s.share)} of {sum(x.samples for x in sites)} samples)"
                           for s in shown)
-        evidence = (f"{pct(share)} of each step ({ms(obs.breakdown['host'])} of {ms(obs.step_time['mean'])}) passes "
+        evidence = (f"{pct(share)} of each step ({ms(obs.seconds('host'))} of {ms(obs.mean_step)}) passes "
                     "between the optimizer step and the next training forward outside any DataLoader, forward "
                     "or evaluation: the model waits for host work"
                     + (f"; the main thread was at {lines}" if lines else "") + ".")
@@ -295,7 +296,7 @@ class HostBatchCheck(Check, tip="PIT101"):
                "background thread that prefetches batches; or make the lines above cheaper"
                if not loaders else "move this per-batch work into the Dataset/DataLoader workers, or make it cheaper")
         yield self.finding(th, title="Host work before each forward (impact: an upper bound)", evidence=evidence,
-                           fix=fix, share=share, seconds=obs.breakdown["host"], where=[s["where"] for s in shown])
+                           fix=fix, share=share, seconds=obs.seconds("host"), where=[s.where for s in shown])
 
 
 # --- knob face ---

@@ -99,6 +99,7 @@ class PinMemoryRule(LintRule, tip="PIT102"):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check, ms  # noqa: E402
+from pitstop.doctor.records import H2D  # noqa: E402
 
 
 class PinMemoryCheck(Check, tip="PIT102"):
@@ -108,18 +109,19 @@ class PinMemoryCheck(Check, tip="PIT102"):
     looks_at = "pin_memory of the training DataLoader and host-to-device copy time"
 
     def check(self, obs, th):
-        unpinned = [d for d in obs.train_loaders() if not d.get("pin_memory")]
-        copies = obs.h2d.get("blocking", 0) + obs.h2d.get("non_blocking", 0)
+        unpinned = [d for d in obs.train_loaders() if not d.pin_memory]
+        h2d = obs.h2d or H2D()
+        copies = h2d.copies
         if not unpinned or not copies:
             return
-        seconds = obs.h2d.get("seconds", 0.0)
-        share = seconds / obs.step_time["mean"] if obs.step_time.get("mean") else None
+        seconds = h2d.seconds
+        share = seconds / obs.mean_step if obs.mean_step else None
         yield self.finding(
             th, title="Batches are copied to the GPU from pageable memory",
             evidence=f"the training DataLoader has pin_memory=False; {copies:.1f} host-to-device copies per "
                      f"step take {ms(seconds)} of host time per step.",
             fix="DataLoader(..., pin_memory=True) and .to(device, non_blocking=True)",
-            share=share, seconds=seconds, where=[d["where"] for d in unpinned if d.get("where")])
+            share=share, seconds=seconds, where=[d.where for d in unpinned if d.where])
 
 
 # --- knob face ---

@@ -209,6 +209,7 @@ def _comprehension_source(ancestors, root):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check, ms  # noqa: E402
+from pitstop.doctor.records import H2D  # noqa: E402
 
 
 class NonBlockingCheck(Check, tip="PIT103"):
@@ -216,11 +217,12 @@ class NonBlockingCheck(Check, tip="PIT103"):
     looks_at = "host-to-device copies made without non_blocking=True"
 
     def check(self, obs, th):
-        blocking = obs.h2d.get("blocking", 0)
+        h2d = obs.h2d or H2D()
+        blocking = h2d.blocking
         if blocking <= 0:
             return
-        seconds = obs.h2d.get("seconds", 0.0)
-        share = seconds / obs.step_time["mean"] if obs.step_time.get("mean") else None
+        seconds = h2d.seconds
+        share = seconds / obs.mean_step if obs.mean_step else None
         yield self.finding(
             th, title="Host-to-device copies block the training thread",
             evidence=f"{blocking:.1f} copies per step use .to(device) without non_blocking=True "

@@ -148,24 +148,24 @@ class ChannelsLastCheck(Check, tip="PIT104"):
     looks_at = "memory format of the inputs reaching convolutions, with a channels_last probe"
 
     def skip_reason(self, obs):
-        if not any(m.get("conv2d") for m in obs.models):
+        if not any(m.conv2d for m in obs.models):
             return "no Conv2d layers in the model"
         return super().skip_reason(obs)
 
     def check(self, obs, th):
-        probe = obs.probes.get("channels_last") or {}
+        probe = obs.probe(ChannelsLastProbe.key())
         g = probe_gain(probe)
-        if not obs.kernels.get("conv_nchw") or g is None or g["low"] < th.probe_speedup:
+        if not obs.kernels.conv_nchw or g is None or g.low < th.probe_speedup:
             return
         # conservative: the interval's lower bound, on the forward+backward share only
-        share = obs.compute_share * (1 - 1 / g["low"])
+        share = obs.compute_share * (1 - 1 / g.low)
         yield self.finding(
             th, title="Convolutions run in NCHW; channels_last measured faster here",
-            evidence=f"{obs.kernels['conv_nchw']} convolutions per step take NCHW inputs; probe: {probe['what']} "
+            evidence=f"{obs.kernels.conv_nchw} convolutions per step take NCHW inputs; probe: {probe.what} "
                      f"is {gain_text(g)} faster in channels_last; forward+backward are {pct(obs.compute_share)} "
                      f"of the step; {ESTIMATE_NOTE}.",
             fix="model.to(memory_format=torch.channels_last) and x.to(memory_format=torch.channels_last)",
-            share=share, seconds=share * obs.step_time["mean"])
+            share=share, seconds=share * obs.mean_step)
 
 
 # --- knob face ---
@@ -237,17 +237,16 @@ class ChannelsLastProbe(Probe, tip="PIT104"):
     name = "channels_last"
 
     def skip_reason(self, obs):
-        if not obs.models or not obs.models[0].get("conv2d"):
+        if obs.model is None or not obs.model.conv2d:
             return "no Conv2d layers in the model"
-        if obs.kernels.get("conv_channels_last"):
+        if obs.kernels.conv_channels_last:
             return "convolutions already take channels_last inputs"
         return None
 
     def run(self, ctx):
         import torch
 
-        ac = ctx.obs.forwards.get("autocast", {})
-        used = max(ac, key=ac.get) if ac else "none"
+        used = ctx.obs.autocast_dtype or "none"
         dtype = getattr(torch, used) if used != "none" else None
         cl = torch.channels_last
         base, base_batch = ctx.model_copy(), ctx.batch()

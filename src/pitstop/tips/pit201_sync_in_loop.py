@@ -124,14 +124,14 @@ class SyncInLoopCheck(Check, tip="PIT201"):
 
     def check(self, obs, th):
         n = max(obs.steps_observed, 1)
-        sites = [s for s in obs.syncs if s["kind"] != "cuda.synchronize"
-                 and s["steps_with_calls"] / n >= th.per_step_fraction]
+        sites = [s for s in obs.syncs if s.kind != "cuda.synchronize"
+                 and s.steps_with_calls / n >= th.per_step_fraction]
         if not sites:
             return
-        calls = sum(s["calls"] for s in sites) / n
-        seconds = sum(s["seconds"] for s in sites) / n
-        share = seconds / obs.step_time["mean"] if obs.step_time.get("mean") else None
-        listing = ", ".join(f"{s['kind']}() at {s['where']}" for s in sites[:4])
+        calls = sum(s.calls for s in sites) / n
+        seconds = sum(s.seconds for s in sites) / n
+        share = seconds / obs.mean_step if obs.mean_step else None
+        listing = ", ".join(f"{s.kind}() at {s.where}" for s in sites[:4])
         if obs.on_cuda:
             cost = f"the host waited {pct(share)} of the step in them"
             severity = None
@@ -143,4 +143,4 @@ class SyncInLoopCheck(Check, tip="PIT201"):
             th, title="Host-device sync every step",
             evidence=f"{calls:.1f} syncs per step from {listing}; {cost}.",
             fix="accumulate on the device (total += loss.detach()) and read it every N steps",
-            share=share, seconds=seconds, severity=severity, where=[s["where"] for s in sites])
+            share=share, seconds=seconds, severity=severity, where=[s.where for s in sites])

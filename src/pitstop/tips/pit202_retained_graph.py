@@ -140,26 +140,27 @@ class RetainedGraphRule(LintRule, tip="PIT202"):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check, mib  # noqa: E402
+from pitstop.doctor.records import GraphRecord  # noqa: E402
 
 
 class RetainedGraphCheck(Check, tip="PIT202"):
     looks_at = "autograd nodes and loss tensors kept alive from step to step"
 
     def check(self, obs, th):
-        g = obs.graph
-        nodes, steps = g.get("nodes") or [], g.get("steps") or []
-        live = g.get("live_losses", 0)
+        g = obs.graph or GraphRecord()
+        nodes, steps = g.nodes, g.steps
+        live = g.live_losses or 0
         growing = len(nodes) >= 2 and all(b > a for a, b in zip(nodes, nodes[1:]))
         growth = (nodes[-1] - nodes[0]) / max(steps[-1] - steps[0], 1) if len(nodes) >= 2 else 0.0
         if not (growing and growth >= th.graph_growth_nodes) and live < 2:
             return
         parts = []
         if live >= 2:
-            parts.append(f"{live} of the {g.get('losses_tracked', live)} earlier steps' loss tensors are still alive")
+            parts.append(f"{live} of the {g.losses_tracked if g.losses_tracked is not None else live} earlier steps' loss tensors are still alive")
         if len(nodes) >= 2:
             parts.append(f"the live autograd graph went {' -> '.join(map(str, nodes))} nodes over steps "
                          f"{steps[0]}..{steps[-1]} ({growth:+.1f} per step)")
-        per_step = obs.memory.get("growth_per_step")
+        per_step = obs.memory.growth_per_step if obs.memory else None
         nbytes = int(per_step) if obs.on_cuda and per_step and per_step > 0 else None
         if nbytes:
             parts.append(f"allocated memory grows {mib(nbytes)} per step")

@@ -105,18 +105,18 @@ class SyncCallsCheck(Check, tip="PIT203"):
 
     def check(self, obs, th):
         n = max(obs.steps_observed, 1)
-        sites = [s for s in obs.cuda_calls if s["kind"] in ("cuda.synchronize", "cuda.empty_cache")
-                 and s["steps_with_calls"] / n >= th.per_step_fraction]
+        sites = [s for s in obs.cuda_calls if s.kind in ("cuda.synchronize", "cuda.empty_cache")
+                 and s.steps_with_calls / n >= th.per_step_fraction]
         if not sites:
             return
-        seconds = sum(s.get("seconds", 0.0) for s in sites) / n
-        share = seconds / obs.step_time["mean"] if obs.step_time.get("mean") and obs.on_cuda else None
-        listing = ", ".join(f"{s['kind']}() at {s['where']}" for s in sites[:4])
+        seconds = sum(s.seconds for s in sites) / n
+        share = seconds / obs.mean_step if obs.mean_step and obs.on_cuda else None
+        listing = ", ".join(f"{s.kind}() at {s.where}" for s in sites[:4])
         note = (f"{ms(seconds)} per step spent in them" if obs.on_cuda
                 else "no effect on this CPU run; on a GPU they stall the host (synchronize) or the caching allocator (empty_cache) every step")
         yield self.finding(
             th, title="CUDA synchronize / empty_cache called every step",
-            evidence=f"{sum(s['calls'] for s in sites) / n:.1f} calls per step: {listing}; {note}.",
+            evidence=f"{sum(s.calls for s in sites) / n:.1f} calls per step: {listing}; {note}.",
             fix="remove them from the loop; synchronize only around a timed region, never empty_cache per step",
             share=share, seconds=seconds if obs.on_cuda else None, severity=None if obs.on_cuda else "low",
-            where=[s["where"] for s in sites])
+            where=[s.where for s in sites])

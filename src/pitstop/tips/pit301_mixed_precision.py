@@ -168,27 +168,28 @@ class MixedPrecisionCheck(Check, tip="PIT301"):
                        "accelerate": 'Accelerator(mixed_precision="{accelerate}")'}
 
     def framework_fix(self, framework, finding, obs):
-        fp16 = (obs.probes.get("precision") or {}).get("dtype") == "float16"
+        probe = obs.probe(PrecisionProbe.key())
+        fp16 = probe is not None and probe.dtype == "float16"
         template = self.framework_fixes.get(framework)
         return template and template.format(lightning="16-mixed" if fp16 else "bf16-mixed",
                                             hf="fp16" if fp16 else "bf16", accelerate="fp16" if fp16 else "bf16")
 
     def check(self, obs, th):
-        probe = obs.probes.get("precision") or {}
+        probe = obs.probe(PrecisionProbe.key())
         g = probe_gain(probe)
-        if g is None or g["low"] < th.probe_speedup:
+        if g is None or g.low < th.probe_speedup:
             return
         # conservative: the interval's lower bound, on the forward+backward share only
-        share = obs.compute_share * (1 - 1 / g["low"])
-        dtype = probe.get("dtype", "bfloat16")
+        share = obs.compute_share * (1 - 1 / g.low)
+        dtype = probe.dtype or "bfloat16"
         yield self.finding(
             th, title=f"Training runs in fp32; {dtype} autocast measured faster on this machine",
-            evidence=f"no autocast in {obs.forwards.get('train', 0)} training forwards; probe: {probe['what']} is "
+            evidence=f"no autocast in {obs.forwards.train} training forwards; probe: {probe.what} is "
                      f"{gain_text(g)} faster under {dtype} autocast; forward+backward are {pct(obs.compute_share)} "
                      f"of the step; {ESTIMATE_NOTE}.",
             fix=f"with torch.autocast(device_type, dtype=torch.{dtype}): around the forward and the loss"
                 + (" (fp16 also needs torch.amp.GradScaler)" if dtype == "float16" else ""),
-            share=share, seconds=share * obs.step_time["mean"])
+            share=share, seconds=share * obs.mean_step)
 
 
 # --- knob face ---
@@ -278,13 +279,12 @@ class PrecisionProbe(Probe, tip="PIT301"):
     name = "precision"
 
     def skip_reason(self, obs):
-        if not obs.models:
+        if obs.model is None:
             return "no model with parameters ran a training forward"
-        ac = obs.forwards.get("autocast", {})
-        if ac and max(ac, key=ac.get) != "none":
+        if obs.autocast_dtype is not None:
             return "training already runs under autocast"
-        if obs.models[0].get("param_dtype") != "float32":
-            return f"the model's parameters are {obs.models[0].get('param_dtype')}, not float32"
+        if obs.model.param_dtype != "float32":
+            return f"the model's parameters are {obs.model.param_dtype}, not float32"
         return None
 
     def run(self, ctx):

@@ -81,8 +81,8 @@ class TF32Check(Check, tip="PIT304"):
     def check(self, obs, th):
         if not obs.capability or obs.capability[0] < 8:
             return
-        fp32 = obs.kernels.get("matmul", {}).get("float32", 0) + obs.kernels.get("conv", {}).get("float32", 0)
-        if not fp32 or obs.settings.get("float32_matmul_precision") != "highest" or obs.settings.get("tf32_matmul"):
+        fp32 = obs.kernels.by_dtype.get("float32", 0)
+        if not fp32 or obs.settings.float32_matmul_precision != "highest" or obs.settings.tf32_matmul:
             return
         yield self.finding(
             th, title="fp32 matmuls without TF32 on an Ampere+ GPU",

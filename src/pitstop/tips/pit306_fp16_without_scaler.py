@@ -150,7 +150,7 @@ class Fp16WithoutScalerCheck(Check, tip="PIT306"):
     looks_at = "fp16 autocast in training forwards without GradScaler.scale"
 
     def check(self, obs, th):
-        fp16 = obs.forwards.get("autocast", {}).get("float16", 0)
+        fp16 = obs.forwards.autocast.get("float16", 0)
         if not fp16 or obs.scaler_calls:
             return
         yield self.finding(

@@ -83,17 +83,18 @@ class ActivationCheckpointing(Tip):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check, mib, pct  # noqa: E402
+from pitstop.doctor.records import MemoryRecord  # noqa: E402
 
 
 class ActivationMemoryCheck(Check, tip="PIT401"):
     looks_at = "activation share of memory when the peak is near capacity"
 
     def check(self, obs, th):
-        m = obs.memory
-        peak, cap, acts = m.get("peak"), m.get("capacity"), m.get("activations")
+        m = obs.memory or MemoryRecord()
+        peak, cap, acts = m.peak, m.capacity, m.activations
         if not peak or not cap or not acts or peak / cap <= th.memory_share:
             return
-        accounted = sum(m.get(k) or 0 for k in ("params", "grads", "optimizer_state", "activations"))
+        accounted = m.accounted
         if not accounted or acts / accounted <= th.activation_share:
             return
         yield self.finding(

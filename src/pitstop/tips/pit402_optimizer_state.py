@@ -139,6 +139,7 @@ class OptimizerStateBench(Benchmark, tip="PIT402"):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check, mib, pct  # noqa: E402
+from pitstop.doctor.records import MemoryRecord, OptimizerRecord  # noqa: E402
 
 
 #: The rule of thumb: optimizer state bytes per parameter byte, by class name, and the
@@ -166,8 +167,8 @@ def rule_for(name: str, options: dict) -> tuple[float | None, str]:
     return ratio, text
 
 
-def _rule_text(o: dict) -> str:
-    ratio, text = rule_for(o["class"], o.get("options") or {})
+def _rule_text(o: OptimizerRecord) -> str:
+    ratio, text = rule_for(o.cls, o.options)
     return f"rule of thumb {ratio if ratio is not None else '?'}x: {text}"
 
 
@@ -175,20 +176,20 @@ class OptimizerStateCheck(Check, tip="PIT402"):
     looks_at = "optimizer state bytes, measured from optimizer.state, against the rule of thumb"
 
     def check(self, obs, th):
-        m = obs.memory
-        accounted = sum(m.get(k) or 0 for k in ("params", "grads", "optimizer_state", "activations"))
-        state = m.get("optimizer_state") or 0
+        m = obs.memory or MemoryRecord()
+        accounted = m.accounted
+        state = m.optimizer_state or 0
         if not accounted or state / accounted < th.optimizer_state_share:
             return
         rows = "; ".join(
-            f"{o['class']}: {mib(o['state_bytes'])} = {o['state_ratio']:.1f}x its parameters "
+            f"{o.cls}: {mib(o.state_bytes)} = {o.state_ratio:.1f}x its parameters "
             f"({_rule_text(o)})"
-            for o in obs.optimizers if o.get("state_ratio") is not None)
-        pressure = bool(m.get("peak") and m.get("capacity") and m["peak"] / m["capacity"] > th.memory_share)
+            for o in obs.optimizers if o.state_ratio is not None)
+        pressure = bool(m.pressure and m.pressure > th.memory_share)
         yield self.finding(
             th, title="Optimizer state is a large share of memory",
             evidence=f"optimizer state {mib(state)} is {pct(state / accounted)} of params+grads+state+activations; {rows}.",
             fix="drop options that add state (amsgrad, centered, momentum you do not need), or shard it "
                 "(ZeroRedundancyOptimizer / FSDP)" + ("" if pressure else "; memory is not near capacity, so this is for information"),
-            kind="memory", share=state / m["peak"] if m.get("peak") else None, nbytes=state,
+            kind="memory", share=state / m.peak if m.peak else None, nbytes=state,
             severity="medium" if pressure else "low")

@@ -105,28 +105,31 @@ class PeakMemoryApiRule(LintRule, tip="PIT405"):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check, mib, pct  # noqa: E402
+from pitstop.doctor.records import MemoryRecord  # noqa: E402
 
 
 class PeakMemoryCheck(Check, tip="PIT405"):
     looks_at = "peak memory against device capacity; deprecated peak-reset calls"
 
     def check(self, obs, th):
-        m = obs.memory
-        peak, cap = m.get("peak"), m.get("capacity")
+        m = obs.memory or MemoryRecord()
+        peak, cap = m.peak, m.capacity
         if peak and cap and peak / cap > th.memory_share:
-            parts = ", ".join(f"{k} {mib(m[k])}" for k in ("params", "grads", "optimizer_state", "activations") if m.get(k))
-            phases = m.get("phase_peaks") or {}
+            sizes = (("params", m.params), ("grads", m.grads), ("optimizer_state", m.optimizer_state),
+                     ("activations", m.activations))
+            parts = ", ".join(f"{k} {mib(v)}" for k, v in sizes if v)
+            phases = m.phase_peaks
             by_phase = ("; peak per phase: " + ", ".join(f"{k} {mib(v)}" for k, v in phases.items())) if phases else ""
             yield self.finding(
                 th, title="Peak memory is near the device's capacity",
-                evidence=f"peak {mib(peak)} ({m.get('peak_source')}) is {pct(peak / cap)} of {mib(cap)}: {parts}{by_phase}.",
+                evidence=f"peak {mib(peak)} ({m.peak_source}) is {pct(peak / cap)} of {mib(cap)}: {parts}{by_phase}.",
                 fix="attack the largest part: activations (PIT401, smaller batch + accumulation PIT406), "
                     "optimizer state (PIT402), precision (PIT301)",
                 kind="memory", share=peak / cap, nbytes=peak, severity="high")
-        deprecated = [s for s in obs.cuda_calls if s["kind"] == "cuda.reset_max_memory_allocated"]
+        deprecated = [s for s in obs.cuda_calls if s.kind == "cuda.reset_max_memory_allocated"]
         if deprecated:
             yield self.finding(
                 th, title="Deprecated torch.cuda.reset_max_memory_allocated()",
-                evidence=f"called {sum(s['calls'] for s in deprecated)} times during the observed steps.",
+                evidence=f"called {sum(s.calls for s in deprecated)} times during the observed steps.",
                 fix="torch.cuda.reset_peak_memory_stats()", kind="correctness", severity="low",
-                where=[s["where"] for s in deprecated])
+                where=[s.where for s in deprecated])

@@ -249,28 +249,28 @@ class FusedOptimizerCheck(Check, tip="PIT501"):
 
     def framework_fix(self, framework, finding, obs):
         if framework == "transformers":
-            cls = next((o["class"] for o in obs.optimizers), "")
+            cls = obs.optimizer.cls if obs.optimizer else ""
             return 'TrainingArguments(optim="adamw_torch_fused")' if cls == "AdamW" else None
         return super().framework_fix(framework, finding, obs)
 
     def check(self, obs, th):
         opt_share = obs.share("optimizer")
         for i, o in enumerate(obs.optimizers):
-            probe = obs.probes.get(f"optimizer{i if i else ''}") or {}
+            probe = obs.probe(OptimizerModeProbe.key(i))
             g = probe_gain(probe)
-            if g is None or probe.get("baseline") != o["mode"] or g["low"] < th.probe_speedup:
+            if g is None or probe.baseline != o.mode or g.low < th.probe_speedup:
                 continue
-            best, seconds = g["candidate"], probe["seconds"]
+            best, seconds = g.candidate, probe.seconds or {}
             # conservative: the interval's lower bound, on the optimizer's share only
-            share = opt_share * (1 - 1 / g["low"]) if i == 0 else None
-            fix = f"torch.optim.{o['class']}(..., fused=True)" if best == "fused" else \
-                f"torch.optim.{o['class']}(..., foreach=True)"
+            share = opt_share * (1 - 1 / g.low) if i == 0 else None
+            fix = f"torch.optim.{o.cls}(..., fused=True)" if best == "fused" else \
+                f"torch.optim.{o.cls}(..., foreach=True)"
             yield self.finding(
-                th, title=f"{o['class']} runs in {o['mode']} mode; {best} measured faster here",
-                evidence=f"probe: {probe['what']}: {o['mode']} {seconds[o['mode']] * 1e3:.2f} ms, {best} "
+                th, title=f"{o.cls} runs in {o.mode} mode; {best} measured faster here",
+                evidence=f"probe: {probe.what}: {o.mode} {seconds[o.mode] * 1e3:.2f} ms, {best} "
                          f"{seconds[best] * 1e3:.2f} ms (median; {gain_text(g)}); optimizer.step() is "
                          f"{pct(opt_share)} of the step; {ESTIMATE_NOTE}.",
-                fix=fix, share=share, seconds=share * obs.step_time["mean"] if share is not None else None)
+                fix=fix, share=share, seconds=share * obs.mean_step if share is not None else None)
 
 
 # --- knob face ---
@@ -335,6 +335,7 @@ class OptimizerImplKnob(Knob, tip="PIT501"):
 
 # --- doctor probe face ---
 from pitstop.doctor.probe import ESTIMATE_NOTE, Probe, ProbeSkip, gain_text, probe_gain  # noqa: E402
+from pitstop.doctor.records import ProbeResult  # noqa: E402
 
 
 class OptimizerModeProbe(Probe, tip="PIT501"):
@@ -352,14 +353,14 @@ class OptimizerModeProbe(Probe, tip="PIT501"):
 
     def run(self, ctx):
         for i, (opt, info) in enumerate(zip(ctx.optimizers, ctx.obs.optimizers)):
-            key = f"{self.name}{i if i else ''}"
-            if info["mode"] == "fused":
-                yield key, {"skipped": f"{info['class']} already runs fused"}
+            key = self.key(i)
+            if info.mode == "fused":
+                yield key, ProbeResult.skip(f"{info.cls} already runs fused")
                 continue
             try:
-                yield key, self._probe(ctx, opt, info["mode"])
+                yield key, self._probe(ctx, opt, info.mode)
             except ProbeSkip as exc:
-                yield key, {"skipped": str(exc)}
+                yield key, ProbeResult.skip(str(exc))
 
     @staticmethod
     def _probe(ctx, optimizer, current):

@@ -109,10 +109,10 @@ class DecayOnBiasNormCheck(Check, tip="PIT502"):
 
     def check(self, obs, th):
         for o in obs.optimizers:
-            if o.get("decay_1d_params"):
+            if o.decay_1d_params:
                 yield self.finding(
                     th, title="Weight decay on biases and normalization weights",
-                    evidence=f"{o['class']} applies weight_decay={o['weight_decay']:g} to {o['decay_1d_params']} "
-                             f"1-D parameters ({o['decay_1d_numel']:,} elements: biases, norm weights).",
+                    evidence=f"{o.cls} applies weight_decay={o.weight_decay:g} to {o.decay_1d_params} "
+                             f"1-D parameters ({o.decay_1d_numel:,} elements: biases, norm weights).",
                     fix="optimizer = torch.optim.AdamW(pitstop.param_groups(model, weight_decay=...))",
                     kind="correctness", severity="low")

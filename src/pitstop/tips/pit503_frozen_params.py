@@ -84,10 +84,10 @@ class FrozenParamsCheck(Check, tip="PIT503"):
 
     def check(self, obs, th):
         for o in obs.optimizers:
-            if o.get("frozen_params"):
+            if o.frozen_params:
                 yield self.finding(
                     th, title="Frozen parameters handed to the optimizer",
-                    evidence=f"{o['class']} holds {o['frozen_params']} parameters ({o['frozen_numel']:,} elements) "
+                    evidence=f"{o.cls} holds {o.frozen_params} parameters ({o.frozen_numel:,} elements) "
                              "with requires_grad=False: it visits them every step for nothing, and they start "
                              "training silently if unfrozen later.",
                     fix="torch.optim.X(p for p in model.parameters() if p.requires_grad)",

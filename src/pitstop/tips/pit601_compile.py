@@ -143,13 +143,13 @@ class CompileCheck(Check, tip="PIT601"):
     looks_at = "torch.compile'd models and their graph breaks"
 
     def skip_reason(self, obs):
-        if not obs.compile.get("compiled"):
+        if not (obs.compile and obs.compile.compiled):
             return ("the model is not compiled; compiling takes tens of seconds on a small CPU, so the doctor "
                     "does not try it: `pitstop tune` measures torch.compile on your training")
         return super().skip_reason(obs)
 
     def check(self, obs, th):
-        breaks = obs.compile.get("graph_breaks")
+        breaks = obs.compile.graph_breaks if obs.compile else None
         if breaks:
             yield self.finding(
                 th, title="torch.compile graph breaks",

@@ -76,14 +76,14 @@ class CudnnBenchmarkCheck(Check, tip="PIT602"):
     looks_at = "convolutions with static input shapes and cudnn.benchmark off"
 
     def check(self, obs, th):
-        if not obs.kernels.get("conv") or obs.settings.get("cudnn_benchmark"):
+        if not obs.kernels.conv or obs.settings.cudnn_benchmark:
             return
-        shapes = obs.kernels.get("conv_input_shapes") or {}
+        shapes = obs.kernels.conv_input_shapes
         if len(shapes) != 1:
             return
         yield self.finding(
             th, title="cudnn.benchmark is off for convolutions with a fixed input shape",
-            evidence=f"{sum(obs.kernels['conv'].values())} convolutions per step; every observed step's input had "
+            evidence=f"{sum(obs.kernels.conv.values())} convolutions per step; every observed step's input had "
                      f"the shape {next(iter(shapes))}.",
             fix="torch.backends.cudnn.benchmark = True at start-up (not with varying shapes, not with PIT902)",
             severity="low")

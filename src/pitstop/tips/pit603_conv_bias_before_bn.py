@@ -160,7 +160,7 @@ class ConvBiasBeforeBNCheck(Check, tip="PIT603"):
     looks_at = "convolutions with a bias whose output goes straight into BatchNorm"
 
     def check(self, obs, th):
-        pairs = [p for m in obs.models for p in m.get("conv_bias_bn", [])]
+        pairs = [p for m in obs.models for p in m.conv_bias_bn]
         if pairs:
             listing = ", ".join(f"{a} -> {b}" for a, b in pairs[:6])
             yield self.finding(

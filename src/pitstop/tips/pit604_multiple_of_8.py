@@ -161,6 +161,7 @@ class MultipleOf8Bench(Benchmark, tip="PIT604"):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.records import OddSize  # noqa: E402
 
 
 class MultipleOf8Check(Check, tip="PIT604"):
@@ -168,17 +169,16 @@ class MultipleOf8Check(Check, tip="PIT604"):
     looks_at = "layer and batch sizes that are not multiples of 8 (64 for vocabularies) under fp16/bf16/TF32"
 
     def check(self, obs, th):
-        kinds = obs.kernels.get("matmul", {}) | obs.kernels.get("conv", {})
-        tensor_cores = any(k in ("float16", "bfloat16") for k in kinds) or obs.settings.get("float32_matmul_precision") != "highest"
+        kinds = obs.kernels.by_dtype
+        tensor_cores = any(k in ("float16", "bfloat16") for k in kinds) or obs.settings.float32_matmul_precision != "highest"
         if not tensor_cores:
             return
-        odd = [s for m in obs.models for s in m.get("odd_sizes", [])]
+        odd = [s for m in obs.models for s in m.odd_sizes]
         bs = obs.batch_size
         if bs and bs % 8:
-            odd.append({"module": "batch", "batch_size": bs, "multiple": 8})
+            odd.append(OddSize(module="batch", sizes={"batch_size": bs}, multiple=8))
         if odd:
-            listing = "; ".join(f"{s['module']} " + ", ".join(f"{k}={v}" for k, v in s.items()
-                                                            if k not in ("module", "type", "multiple")) for s in odd[:6])
+            listing = "; ".join(f"{s.module} " + ", ".join(f"{k}={v}" for k, v in s.sizes.items()) for s in odd[:6])
             yield self.finding(
                 th, title="Sizes that are not multiples of 8 (tensor-core alignment)",
                 evidence=f"{len(odd)} sizes: {listing}.", fix="pad sizes to a multiple of 8 (vocabularies to 64)",

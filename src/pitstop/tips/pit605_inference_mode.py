@@ -158,21 +158,21 @@ class InferenceModeCheck(Check, tip="PIT605"):
 
     def check(self, obs, th):
         f = obs.forwards
-        where = f.get("where", {})
-        if f.get("eval_with_grad"):
+        where = f.where
+        if f.eval_with_grad:
             share = obs.share("eval")
             spent = f" ({pct(share)} of each step is evaluation)" if share else ""
             yield self.finding(
                 th, title="Evaluation forwards record autograd graphs",
-                evidence=f"{f['eval_with_grad']} forwards ran with gradients enabled but their graph never reached "
+                evidence=f"{f.eval_with_grad} forwards ran with gradients enabled but their graph never reached "
                          f"a backward (first at {where.get('eval_with_grad', '?')}): evaluation that builds a graph "
                          f"and keeps its activations{spent}.",
                 fix="with torch.inference_mode(): around the evaluation loop", severity="medium",
                 where=[where.get("eval_with_grad", "?")])
-        if f.get("eval_no_grad"):
+        if f.eval_no_grad:
             yield self.finding(
                 th, title="Evaluation under no_grad instead of inference_mode",
-                evidence=f"{f['eval_no_grad']} forwards ran under torch.no_grad() (first at {where.get('eval_no_grad', '?')}); "
+                evidence=f"{f.eval_no_grad} forwards ran under torch.no_grad() (first at {where.get('eval_no_grad', '?')}); "
                          "inference_mode also skips version counters and view tracking.",
                 fix="with torch.inference_mode(): (use no_grad only when the outputs must enter autograd later)",
                 severity="low", where=[where.get("eval_no_grad", "?")])

@@ -177,9 +177,9 @@ class AdjacentLinearCheck(Check, tip="PIT606"):
     looks_at = "Linear layers feeding another Linear with nothing between (data flow of one training forward)"
 
     def check(self, obs, th):
-        pairs = [p for m in obs.models for p in m.get("linear_linear", [])]
+        pairs = [p for m in obs.models for p in m.linear_linear]
         if pairs:
-            listing = ", ".join(f"{p['pair'][0]} -> {p['pair'][1]} ({p['saved_macs']:,} of {p['macs']:,} "
+            listing = ", ".join(f"{p.pair[0]} -> {p.pair[1]} ({p.saved_macs:,} of {p.macs:,} "
                                 "multiply-adds per row)" for p in pairs[:4])
             yield self.finding(
                 th, title="Two Linear layers with no non-linearity between them",

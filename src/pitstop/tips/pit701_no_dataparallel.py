@@ -126,9 +126,9 @@ class DataParallelCheck(Check, tip="PIT701"):
 
     def check(self, obs, th):
         for m in obs.models:
-            if m.get("dataparallel"):
+            if m.dataparallel:
                 yield self.finding(
                     th, title="nn.DataParallel drives the GPUs from one process",
-                    evidence=f"the trained model is {m['class']} (nn.DataParallel): one Python process scatters "
+                    evidence=f"the trained model is {m.cls} (nn.DataParallel): one Python process scatters "
                              "inputs and gathers outputs every step, bound by the GIL.",
                     fix="DistributedDataParallel, one process per GPU, launched with torchrun", severity="medium")

@@ -135,13 +135,13 @@ class DistributedSamplerCheck(Check, tip="PIT703"):
     looks_at = "DistributedDataParallel training without a DistributedSampler"
 
     def check(self, obs, th):
-        if not any(m.get("ddp") for m in obs.models) and (obs.settings.get("world_size") or 1) <= 1:
+        if not any(m.ddp for m in obs.models) and (obs.settings.world_size or 1) <= 1:
             return
-        plain = [d for d in obs.train_loaders() if not d.get("distributed_sampler")]
+        plain = [d for d in obs.train_loaders() if not d.distributed_sampler]
         if plain:
             yield self.finding(
                 th, title="DDP without a DistributedSampler: every rank trains on the same data",
-                evidence=f"training runs on {obs.settings.get('world_size') or 'several'} ranks (DistributedDataParallel) "
-                         f"but the training DataLoader uses {plain[0]['sampler']}.",
+                evidence=f"training runs on {obs.settings.world_size or 'several'} ranks (DistributedDataParallel) "
+                         f"but the training DataLoader uses {plain[0].sampler}.",
                 fix="DataLoader(ds, sampler=DistributedSampler(ds), ...) and sampler.set_epoch(epoch) every epoch",
-                kind="correctness", severity="high", where=[d["where"] for d in plain if d.get("where")])
+                kind="correctness", severity="high", where=[d.where for d in plain if d.where])

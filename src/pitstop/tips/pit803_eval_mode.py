@@ -161,19 +161,19 @@ class EvalModeCheck(Check, tip="PIT803"):
     looks_at = "evaluation forwards (no gradients, or a graph that never reached a backward) in training mode"
 
     def check(self, obs, th):
-        where_map = obs.forwards.get("where", {})
+        where_map = obs.forwards.where
         for m in obs.models:
-            fw = m.get("forwards", {})
-            n = fw.get("train_mode_eval", fw.get("nograd_train_mode", 0))
-            if n and m.get("mode_dependent"):
+            fw = m.forwards
+            n = fw.train_mode_eval or fw.nograd_train_mode
+            if n and m.mode_dependent:
                 key = "train_mode_eval" if "train_mode_eval" in where_map else "nograd_train_mode"
                 where = where_map.get(key, "?")
-                nograd = fw.get("nograd_train_mode", 0)
+                nograd = fw.nograd_train_mode
                 how = (f"{nograd} without gradients, {n - nograd} with gradients but no backward" if nograd < n
                        else "without gradients")
                 yield self.finding(
                     th, title="Evaluation with the model in training mode",
-                    evidence=f"{n} evaluation forwards of {m['class']} ran while model.training was True ({how}; "
+                    evidence=f"{n} evaluation forwards of {m.cls} ran while model.training was True ({how}; "
                              f"first at {where}); it has dropout/batch-norm layers, so the results differ from eval "
                              "mode and batch-norm statistics are updated by validation data.",
                     fix="model.eval() before evaluating, model.train() after", kind="correctness",

@@ -113,7 +113,7 @@ class DeterministicBenchmarkCheck(Check, tip="PIT902"):
 
     def check(self, obs, th):
         s = obs.settings
-        if s.get("cudnn_deterministic") and s.get("cudnn_benchmark"):
+        if s.cudnn_deterministic and s.cudnn_benchmark:
             yield self.finding(
                 th, title="cudnn.deterministic and cudnn.benchmark are both on",
                 evidence="the two flags were both True while training ran: benchmark picks algorithms by timing, "

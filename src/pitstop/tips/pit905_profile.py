@@ -95,6 +95,7 @@ class Profile(Tip):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.doctor.records import Flops  # noqa: E402
 
 
 class ProfileCheck(Check, tip="PIT905"):
@@ -103,20 +104,21 @@ class ProfileCheck(Check, tip="PIT905"):
     def check(self, obs, th):
         other = obs.share("other")
         if other > th.unexplained_share:
-            sites = [s for s in obs.other_sites or [] if s.get("share", 0) >= 0.1][:3]
-            lines = ", ".join(f"{s['where']} ({pct(s['share'])} of samples)" for s in sites)
+            sites = [s for s in obs.other_sites if s.share >= 0.1][:3]
+            lines = ", ".join(f"{s.where} ({pct(s.share)} of samples)" for s in sites)
             yield self.finding(
                 th, title="A large part of the step is outside the measured phases",
                 evidence=f"{pct(other)} of the step is not data wait, host work before the forward, forward, "
                          "backward, optimizer or evaluation (logging, checkpointing, Python work between the phases)"
                          + (f"; sampled stacks put the main thread at {lines}" if lines else "") + ".",
                 fix="look at those lines, or at a trace: pitstop doctor SCRIPT --trace DIR (open it in Perfetto)",
-                share=other, severity="low", where=[s["where"] for s in sites])
-        mfu = obs.flops.get("mfu")
+                share=other, severity="low", where=[s.where for s in sites])
+        flops = obs.flops or Flops()
+        mfu = flops.mfu
         if mfu is not None and mfu < th.utilisation:
             yield self.finding(
                 th, title="Low model FLOP utilisation",
-                evidence=f"MFU {pct(mfu)} ({obs.flops['achieved_per_s'] / 1e12:.1f} TFLOP/s achieved vs "
-                         f"{obs.flops['peak_per_s'] / 1e12:.0f} peak, {obs.flops['peak_source']}).",
+                evidence=f"MFU {pct(mfu)} ({flops.achieved_per_s / 1e12:.1f} TFLOP/s achieved vs "
+                         f"{flops.peak_per_s / 1e12:.0f} peak, {flops.peak_source}).",
                 fix="see the breakdown: data wait (PIT101), precision (PIT301), syncs (PIT201); then a trace (--trace DIR)",
                 severity="low")
