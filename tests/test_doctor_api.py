@@ -16,6 +16,7 @@ import pitstop
 from pitstop.doctor import Observations, RunResult, RunSpec, Setup, Thresholds, diagnose, run_script
 from pitstop.doctor.check import Check
 from pitstop.doctor.probe import Probe
+from pitstop.doctor.records import Breakdown, StepTime
 from pitstop.doctor.spec import StepRecord
 from pitstop.registry import implementations
 
@@ -160,7 +161,7 @@ def test_probes_are_a_registered_face_the_mechanism_never_names():
     for mod in ("probe.py", "probes.py", "collect.py", "memory.py", "diagnosis.py"):
         assert not _names_a_tip((src / mod).read_text(encoding="utf-8")), mod
     # a probe decides from the plain observations whether it applies, before touching torch
-    obs = Observations(steps_observed=1, step_time={"mean": 1.0, "median": 1.0}, breakdown={"other": 1.0})
+    obs = Observations(steps_observed=1, step_time=StepTime(mean=1.0, median=1.0), breakdown=Breakdown(other=1.0))
     assert all(c().skip_reason(obs) for c in by_tip.values())
 
 
@@ -280,7 +281,7 @@ def test_optimizer_state_rule_of_thumb_lives_in_its_tip():
 
 
 def test_every_doctor_check_is_torch_free_and_runs_on_empty_observations():
-    obs = Observations(steps_observed=1, step_time={"mean": 1.0, "median": 1.0}, breakdown={"other": 1.0})
+    obs = Observations(steps_observed=1, step_time=StepTime(mean=1.0, median=1.0), breakdown=Breakdown(other=1.0))
     for cls in implementations("D"):
         if not issubclass(cls, Check):
             continue  # the probes (same face) are tested below

@@ -35,8 +35,8 @@ def test_forward_with_grad_that_never_reaches_backward_is_evaluation():
 
     r = _run(step)
     fw = r.observations.forwards
-    assert fw["eval_with_grad"] >= 3 and fw["train_mode_eval"] >= 3
-    assert fw["train"] >= 3
+    assert fw.eval_with_grad >= 3 and fw.train_mode_eval >= 3
+    assert fw.train >= 3
     assert r.observations.share("eval") > 0
     assert r.observations.batch_size == 4  # the validation batch (64) is not the training batch
     codes = [f.code for f in r.findings]
@@ -57,7 +57,7 @@ def test_eval_mode_forward_that_is_trained_is_not_evaluation():
         opt.step()
 
     r = _run(step)
-    assert r.observations.forwards.get("eval_with_grad", 0) == 0
+    assert r.observations.forwards.eval_with_grad == 0
     assert "PIT605" not in {f.code for f in r.findings}
 
 
@@ -99,13 +99,13 @@ def test_sequence_first_batches_use_the_lstm_batch_dimension_and_count_tokens():
 
     r = _run(step, probes=True)
     b = r.observations.batch
-    assert (b["size"], b["dim"], b["tokens"]) == (20, 1, 700)
-    assert "LSTM" in b["how"] and "batch_first=False" in b["how"]
+    assert (b.size, b.dim, b.tokens) == (20, 1, 700)
+    assert "LSTM" in b.how and "batch_first=False" in b.how
     assert r.summary()["tokens_per_s"] > 0
     probe = r.observations.probes["precision"]
-    assert "error" not in probe
-    if "what" in probe:  # the probe cut the batch dimension, not the time dimension
-        assert "35x" in probe["what"]
+    assert probe.error is None
+    if probe.what is not None:  # the probe cut the batch dimension, not the time dimension
+        assert "35x" in probe.what
 
 
 def test_keyword_batches_give_batch_size_tokens_and_probes():
@@ -129,10 +129,10 @@ def test_keyword_batches_give_batch_size_tokens_and_probes():
 
     r = _run(step, probes=True)
     b = r.observations.batch
-    assert (b["size"], b["input"], b["tokens"]) == (5, "input_ids", 60)
+    assert (b.size, b.input, b.tokens) == (5, "input_ids", 60)
     assert r.summary()["samples_per_s"] and r.summary()["tokens_per_s"]
     probe = r.observations.probes["precision"]
-    assert "speedup" in probe and "input_ids=" in probe["what"]
+    assert probe.speedup is not None and "input_ids=" in probe.what
 
 
 def test_manual_parameter_updates_make_backward_calls_the_steps():
@@ -250,10 +250,11 @@ def test_workers_knob_patch_lowers_worker_counts_and_drops_worker_only_options()
 
 def test_busy_machine_note():
     from pitstop.doctor.cores import busy_note
+    from pitstop.doctor.records import CpuRecord
 
-    assert busy_note({"machine_cores": 2, "load_avg": 6.0, "own_threads": 2}) is not None
-    assert busy_note({"machine_cores": 8, "load_avg": 2.0, "own_threads": 2}) is None
-    assert "stolen" in busy_note({"machine_cores": 8, "load_avg": 0.0, "steal_share": 0.2})
+    assert busy_note(CpuRecord(machine_cores=2, load_avg=6.0, own_threads=2)) is not None
+    assert busy_note(CpuRecord(machine_cores=8, load_avg=2.0, own_threads=2)) is None
+    assert "stolen" in busy_note(CpuRecord(machine_cores=8, load_avg=0.0, steal_share=0.2))
 
 
 def test_html_text_has_no_raw_backticks_or_exponents():
@@ -265,14 +266,16 @@ def test_html_text_has_no_raw_backticks_or_exponents():
 
 
 def test_probe_row_explains_the_lower_bound_rule():
+    from pitstop.doctor.records import ProbeResult, Speedup
     from pitstop.report.doctor_probes import gate_note
 
-    p = {"candidate": "bfloat16", "speedups": {"bfloat16": {"ratio": 1.54, "low": 0.98, "high": 2.1}},
-         "confidence": 0.9}
-    note = gate_note(p, 1.10)
+    def probe(low: float) -> ProbeResult:
+        return ProbeResult(candidate="bfloat16", speedups={"bfloat16": Speedup(ratio=1.54, low=low, high=2.1)},
+                           confidence=0.9)
+
+    note = gate_note(probe(0.98), 1.10)
     assert "lower bound 0.98x" in note and "1.10x" in note
-    p["speedups"]["bfloat16"]["low"] = 1.3
-    assert gate_note(p, 1.10) == ""
+    assert gate_note(probe(1.3), 1.10) == ""
 
 
 @pytest.mark.slow  # torch.compile's first import takes seconds

@@ -18,6 +18,8 @@ from conftest import ROOT
 from pitstop.doctor.check import Finding, Thresholds, in_framework_terms
 from pitstop.doctor.frameworks import FrameworkInfo, detect, unwrap
 from pitstop.doctor.observations import Observations
+from pitstop.doctor.records import FrameworkRecord, ProbeResult, StepTime
+from pitstop.jsoncodec import from_json
 from pitstop.engine.export import export, read_back
 from pitstop.engine.recipe import Recipe
 
@@ -57,9 +59,9 @@ def test_forward_and_backward_inside_a_closure_are_not_optimizer_time(optimizer,
     # forward+backward ran inside optimizer.step(): counted once, as themselves (not 185% of a step)
     measured = sum(v["share"] for k, v in b.items() if k != "other")
     assert measured <= 1.02, b
-    assert report.observations.forwards["train"] >= forwards_per_step * 4
+    assert report.observations.forwards.train >= forwards_per_step * 4
     assert all(r.loss is not None for r in report.result.observed)
-    assert report.observations.framework["name"] is None
+    assert report.observations.framework_name is None
 
 
 def test_unwrap_reaches_the_user_module_without_touching_wrapper_getattr():
@@ -105,8 +107,8 @@ def test_doctor_names_the_users_module_under_fabric_and_what_wraps_it():
 
     report = pitstop.doctor(step, steps=3, warmup=1, probes=False)
     models = report.observations.models
-    assert [(m["class"], m["wrapped_by"]) for m in models] == [("_Tiny", ["_FabricModule"])]
-    assert models[0]["params"] == 8 * 2 + 2
+    assert [(m.cls, m.wrapped_by) for m in models] == [("_Tiny", ["_FabricModule"])]
+    assert models[0].params == 8 * 2 + 2
 
 
 def test_detect_without_a_framework_on_the_stack_is_plain_pytorch():
@@ -115,8 +117,8 @@ def test_detect_without_a_framework_on_the_stack_is_plain_pytorch():
 
 
 def _obs(framework: str | None, **kw) -> Observations:
-    fw = FrameworkInfo(name=framework, driver="x.Y").to_dict() if framework else {}
-    return Observations(framework=fw, step_time={"mean": 0.1, "median": 0.1}, **kw)
+    fw = from_json(FrameworkRecord, FrameworkInfo(name=framework, driver="x.Y").to_dict()) if framework else None
+    return Observations(framework=fw, step_time=StepTime(mean=0.1, median=0.1), **kw)
 
 
 @pytest.mark.parametrize("framework, expected", [
@@ -133,7 +135,7 @@ def test_precision_fix_is_phrased_in_the_framework_option(framework, expected):
 
     raw = Finding(code="PIT301", title="t", evidence="e", fix="with torch.autocast(...) (`pitstop explain PIT301`)",
                   severity="high")
-    obs = _obs(framework, probes={"precision": {"dtype": "bfloat16"}})
+    obs = _obs(framework, probes={"precision": ProbeResult(dtype="bfloat16")})
     got = in_framework_terms(MixedPrecisionCheck(), raw, obs)
     assert got.fix.startswith(expected)
     assert "in plain PyTorch: with torch.autocast" in got.fix  # the raw fix stays, second
@@ -343,7 +345,7 @@ def test_lightning_callback_runs_the_doctor_over_a_window(tmp_path):
     assert trainer.global_step == 10  # training went on after the window
     report = cb.report
     assert report.outcome == "diagnosed" and len(report.result.observed) == 3
-    assert report.observations.framework["name"] == "lightning"
+    assert report.observations.framework_name == "lightning"
     assert sum(v["share"] for k, v in report.breakdown().items() if k != "other") <= 1.02
     assert (tmp_path / "d.json").exists()
     with pytest.raises(ValueError, match="json or .html"):
@@ -374,7 +376,7 @@ def test_transformers_callback_runs_the_doctor_over_a_window():
         transformers.Trainer(model=model, args=args, train_dataset=Tokens(), callbacks=[cb]).train()
     report = cb.report
     assert report.outcome == "diagnosed" and len(report.result.observed) == 2
-    assert report.observations.framework["name"] == "transformers"
+    assert report.observations.framework_name == "transformers"
 
 
 def test_recipe_cli_prints_a_framework_form(cli, tmp_path):
