@@ -18,12 +18,12 @@ from pitstop.doctor import frameworks
 from pitstop.doctor import memory as mem
 from pitstop.doctor.instrument import Instrumentation
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CompileRecord, CpuRecord, Flops, ForwardCounts, Forwards,
-                                    FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord, MemoryRecord,
-                                    ModelRecord, OddSize, OptimizerRecord, ProbeResult, SampledSite, Settings, Site,
-                                    StepTime)
-from pitstop.jsoncodec import from_json
 from pitstop.doctor.profiled import peak_for
+from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CompileRecord, CpuRecord, Flops, ForwardCounts,
+                                    Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,
+                                    MemoryRecord, ModelRecord, OddSize, OptimizerRecord, ProbeResult, SampledSite,
+                                    Settings, Site, StepTime)
+from pitstop.jsoncodec import from_json
 from pitstop.stats import summarize
 
 __all__ = ["observations", "device_of"]

@@ -2,9 +2,12 @@
 
 The instrumentation (``instrument.py`` and friends, in the child process) fills one
 :class:`Observations`; the checks (face D, one per tip, in ``tips/pitNNN_*.py``) read it
-and turn it into findings. It holds only JSON types, so it crosses the process boundary
-as JSON and a check never needs torch. Every field is documented here; ``None`` / empty
-means "not measured" (light mode, or the script stopped before the measurement).
+and turn it into findings. Each record kind is a named dataclass (``doctor/records.py``);
+``to_dict`` / ``from_dict`` (:mod:`pitstop.jsoncodec`) carry it across the process boundary
+as JSON, so a check never needs torch. Read records by attribute, and ask the accessors
+below (``model``, ``train_loader``, ``autocast_dtype``, ``usable_cores``, ``probe(key)``)
+the questions the doctor's checks and tune share. Every field is documented here; ``None``
+/ empty means "not measured" (light mode, or the script stopped before the measurement).
 """
 
 from __future__ import annotations

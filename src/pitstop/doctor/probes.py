@@ -283,7 +283,8 @@ class ProbeContext:
         best = max(speedups, key=lambda k: (speedups[k].low, speedups[k].ratio))
         top = speedups[best]
         dtype = extra.pop("dtype", None)
-        return ProbeResult(what=what, baseline=baseline, seconds={k: _median([x.wall for x in v]) for k, v in t.items()},
+        seconds = {k: _median([x.wall for x in v]) for k, v in t.items()}
+        return ProbeResult(what=what, baseline=baseline, seconds=seconds,
                            measure=top.measure, measure_why=top.measure_why, runs=len(t[baseline]),
                            speedups=speedups, candidate=best, speedup=top.ratio, interval=(top.low, top.high),
                            confidence=CONFIDENCE, compute_only=True, dtype=dtype, extra=extra)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pitstop.jsoncodec import FLATTEN, KEY, OMIT_NONE, OMIT_ZERO, record_from_json, record_to_json
+from pitstop.jsoncodec import FLATTEN, KEY, OMIT_NONE, OMIT_ZERO
 
 __all__ = ["StepTime", "Breakdown", "Site", "SampledSite", "BatchRecord", "CpuRecord", "MemoryRecord",
            "OptimizerRecord", "OddSize", "LinearPair", "ForwardCounts", "Forwards", "ModelRecord", "LoaderRecord",
@@ -396,10 +396,3 @@ class ProbeResult:
         if s is None:
             return None
         return Gain(candidate=name, ratio=s.ratio, low=s.low, high=s.high, confidence=self.confidence, runs=self.runs)
-
-    def to_dict(self) -> dict[str, Any]:
-        return record_to_json(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> ProbeResult:
-        return record_from_json(cls, data)

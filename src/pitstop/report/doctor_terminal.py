@@ -47,7 +47,8 @@ def throughput_text(tp: dict[str, Any]) -> str:
 def site_lines(obs: Observations) -> list[str]:
     """Where the main thread was during host and other time (sampled stacks), one line each."""
     out = []
-    for found, label in ((obs.host_sites, "host (before the forward)"), (obs.other_sites, "other (between the phases)")):
+    for found, label in ((obs.host_sites, "host (before the forward)"),
+                         (obs.other_sites, "other (between the phases)")):
         sites = [s for s in found if s.share >= 0.1][:3]
         if sites:
             out.append(f"{label}: " + ", ".join(f"{s.where} ({100 * s.share:.0f}% of samples)" for s in sites))
