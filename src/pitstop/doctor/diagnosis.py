@@ -17,7 +17,7 @@ from pitstop.doctor.records import FrameworkRecord
 from pitstop.doctor.spec import RunResult
 from pitstop.jsoncodec import to_json
 
-__all__ = ["Diagnosis", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
+__all__ = ["Diagnosis", "SkippedCheck", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -31,12 +31,21 @@ EXIT_CODES = {
 }
 
 
+@dataclass(frozen=True)
+class SkippedCheck:
+    """A check that did not apply to this run (its tip ``code``, class name and why)."""
+
+    code: str
+    check: str
+    reason: str
+
+
 @dataclass
 class Diagnosis:
     result: RunResult
     observations: Observations
     findings: list[Finding] = field(default_factory=list)
-    skipped: list[dict[str, str]] = field(default_factory=list)
+    skipped: list[SkippedCheck] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     thresholds: Thresholds = field(default_factory=Thresholds)
 
@@ -143,7 +152,7 @@ class Diagnosis:
             "flops": to_json(o.flops) or {},
             "probes": to_json(o.probes),
             "findings": [f.to_dict() for f in self.findings],
-            "skipped_checks": self.skipped,
+            "skipped_checks": to_json(self.skipped),
             "check_errors": self.errors,
             "notes": o.notes,
             "trace": r.trace_path,
@@ -170,7 +179,7 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnos
         check = cls()
         reason = check.skip_reason(obs)
         if reason:
-            diag.skipped.append({"code": cls.tip, "check": cls.__name__, "reason": reason})
+            diag.skipped.append(SkippedCheck(code=cls.tip, check=cls.__name__, reason=reason))
             continue
         try:
             diag.findings.extend(in_framework_terms(check, f, obs) for f in check.check(obs, th))

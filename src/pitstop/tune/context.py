@@ -37,7 +37,7 @@ def context_from_observations(obs: Observations | dict[str, Any], *, notes: tupl
         device=obs.device or "cpu",
         device_name=obs.device_name or "",
         capability=tuple(obs.capability) if obs.capability else None,
-        cpu_count=usable_cores(),
+        cpu_count=obs.usable_cores or usable_cores(),  # the survey's affinity mask, else this process's
         conv2d=sum(m.conv2d for m in obs.models),
         input_dims=_input_dims(obs),
         autocast=obs.autocast_dtype,
