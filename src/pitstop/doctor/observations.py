@@ -57,7 +57,7 @@ class Observations:
     #: calls (manual updates); None when neither was seen.
     step_boundary: str | None = None
     #: source lines the main thread ran during ``host`` time (sampled stacks, innermost
-    #: user frame, sampled every ~1 ms): dicts with ``where`` ("file:line"), ``share`` of the
+    #: user frame, sampled every ~1 ms): records with ``where`` ("file:line"), ``share`` of the
     #: samples and ``samples`` (their number).
     host_sites: list[SampledSite] = field(default_factory=list)
     #: the same for the rest of the step's unmeasured time (``other``: Python between the
@@ -76,7 +76,7 @@ class Observations:
     step_time: StepTime | None = None
     #: mean seconds per observed step for each of :data:`PHASES`.
     breakdown: Breakdown | None = None
-    #: call sites of host-device syncs during observed steps: dicts with ``where``
+    #: call sites of host-device syncs during observed steps: records with ``where``
     #: ("file:line"), ``kind`` ("item", "cpu", "numpy", "tolist", "float", "int", "bool",
     #: "cuda.synchronize", "sync-debug"), ``calls``, ``steps_with_calls``, ``seconds``.
     syncs: list[Site] = field(default_factory=list)
@@ -88,14 +88,14 @@ class Observations:
     #: "cuda max_memory_allocated" or "process peak RSS"), ``capacity``,
     #: ``growth_per_step`` (slope of per-step memory in use), ``samples`` (per step).
     memory: MemoryRecord | None = None
-    #: one dict per optimizer that stepped: ``class``, ``mode`` ("for-loop", "foreach",
+    #: one record per optimizer that stepped: ``cls`` (JSON ``class``), ``mode`` ("for-loop", "foreach",
     #: "fused"), ``fused_available``, ``params``, ``param_bytes``, ``state_bytes``,
     #: ``state_ratio`` (measured state / param bytes), ``options`` (the first param group's
     #: JSON-able options: ``lr``, ``momentum``, ``amsgrad``, ...), ``frozen_params``,
     #: ``frozen_numel``, ``decay_1d_params``, ``decay_1d_numel``, ``weight_decay`` (max over
     #: groups holding 1-D params).
     optimizers: list[OptimizerRecord] = field(default_factory=list)
-    #: one dict per top-level module whose forward ran: ``class`` (the user's module, looked
+    #: one record per top-level module whose forward ran: ``cls`` (JSON ``class``; the user's module, looked
     #: up through wrappers), ``wrapped_by`` (the wrappers' class names, outermost first:
     #: ``["_FabricModule"]`` under Fabric, ``["DataParallel", "OptimizedModule"]``, see
     #: ``doctor/frameworks.py`` ``wrapper_chain``), ``params``,
@@ -105,7 +105,7 @@ class Observations:
     #: (pairs with ``saved_macs`` per sample), ``odd_sizes`` (layers whose sizes are not
     #: multiples of 8, or 64 for embeddings/vocabularies).
     models: list[ModelRecord] = field(default_factory=list)
-    #: one dict per DataLoader iterated: ``role`` ("train" when iterated with gradients
+    #: one record per DataLoader iterated: ``role`` ("train" when iterated with gradients
     #: enabled, else "eval"), ``num_workers``, ``pin_memory``, ``persistent_workers``,
     #: ``prefetch_factor``, ``batch_size``, ``sampler``, ``distributed_sampler``.
     loaders: list[LoaderRecord] = field(default_factory=list)
@@ -113,8 +113,8 @@ class Observations:
     #: ``eval_no_grad``, ``eval_inference_mode``, ``eval_with_grad`` (gradients enabled but
     #: the graph never reached a backward, whatever model.training says),
     #: ``nograd_train_mode`` (grad disabled but model.training True), ``train_mode_eval``
-    #: (every evaluation forward, with or without grad, while model.training was True); ``where`` maps a kind
-    #: to its first call site; ``autocast`` maps the autocast dtype of training forwards
+    #: (every evaluation forward, with or without grad, while model.training was True);
+    #: ``where`` maps a kind to its first call site; ``autocast`` maps the autocast dtype of training forwards
     #: ("none", "bfloat16", "float16") to a count.
     forwards: Forwards = field(default_factory=Forwards)
     backward_calls: int = 0
