@@ -124,7 +124,7 @@ def _result(**obs) -> RunResult:
     base = {"step_time": {"median": 0.1, "mean": 0.1, "p90": 0.1, "min": 0.1, "max": 0.1},
             "breakdown": {"data": 0.0, "forward": 0.04, "backward": 0.05, "optimizer": 0.01, "eval": 0.0, "other": 0.0},
             "steps_observed": 2}
-    return RunResult(spec=spec, status="stopped", steps=steps, observations={**base, **obs})
+    return RunResult(spec=spec, status="stopped", steps=steps, observations=Observations.from_dict({**base, **obs}))
 
 
 def test_cuda_only_checks_are_skipped_on_cpu_and_run_on_cuda():

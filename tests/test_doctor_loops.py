@@ -12,6 +12,7 @@ from torch import nn
 
 import pitstop
 from pitstop.doctor.diagnosis import diagnose
+from pitstop.doctor.observations import Observations
 from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
 
 
@@ -175,7 +176,7 @@ def _result(**obs) -> RunResult:
             "breakdown": {"data": 0.05, "forward": 0.02, "backward": 0.02, "optimizer": 0.01, "eval": 0.0,
                           "other": 0.0}, "steps_observed": 2, "device": "cpu",
             "settings": {"cpu_cores": 2, "num_threads": 2}}
-    return RunResult(spec=spec, status="stopped", steps=steps, observations={**base, **obs})
+    return RunResult(spec=spec, status="stopped", steps=steps, observations=Observations.from_dict({**base, **obs}))
 
 
 def _pit101(**obs):

@@ -115,7 +115,7 @@ class DoctorSession:
         obs = observations(inst, probes=self.probes and status == "finished")
         result = RunResult(spec=self.spec, status=status, steps=list(inst.records), traceback=traceback,
                            message=message, elapsed=time.perf_counter() - (self.started or time.perf_counter()),
-                           device=obs.device, observations=obs.to_dict(), trace_path=inst.trace_path)
+                           device=obs.device, observations=obs, trace_path=inst.trace_path)
         d = diagnose(result)
         return DoctorReport(result=d.result, observations=d.observations, findings=d.findings,
                             skipped=d.skipped, errors=d.errors, thresholds=d.thresholds)

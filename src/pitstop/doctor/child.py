@@ -93,14 +93,14 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
 
                 try:
                     obs = observations(inst, probes=spec.probes)
-                    result.observations = obs.to_dict()
+                    result.observations = obs
                 except Exception as exc:  # never lose the steps because a probe failed
                     result.message += f" (observations failed: {type(exc).__name__}: {exc})"
             elif inst.full:
                 from pitstop.doctor.collect import observations
 
                 try:
-                    result.observations = observations(inst, probes=False).to_dict()
+                    result.observations = observations(inst, probes=False)
                 except Exception:
                     pass
         result.elapsed = time.perf_counter() - started

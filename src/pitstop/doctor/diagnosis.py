@@ -8,7 +8,7 @@ schema (documented in the README).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pitstop.doctor.check import Check, Finding, Thresholds, in_framework_terms
@@ -169,7 +169,7 @@ def _checks() -> list[type[Check]]:
 
 def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnosis:
     th = thresholds or Thresholds()
-    obs = Observations.from_dict(result.observations)
+    obs = replace(result.observations) if result.observations is not None else Observations()
     if not obs.device_name:
         obs.device = result.device
     diag = Diagnosis(result=result, observations=obs, thresholds=th)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pitstop.doctor.observations import Observations
+
 __all__ = ["Setup", "RunSpec", "StepRecord", "RunResult", "STATUSES", "MODES", "MAX_TIMEOUT"]
 
 #: How a run ended. ``stopped``: the doctor stopped the script after the planned steps
@@ -172,7 +174,7 @@ class RunResult:
     elapsed: float = 0.0              # seconds, child start to report
     peak_memory: int | None = None    # bytes: CUDA max allocated, else peak RSS
     device: str = "cpu"
-    observations: dict[str, Any] | None = None  # full mode only (see observations.py)
+    observations: Observations | None = None  # full mode only (see observations.py)
     trace_path: str | None = None
     returncode: int | None = None     # the child process's exit status
 
@@ -201,7 +203,7 @@ class RunResult:
             "elapsed": self.elapsed,
             "peak_memory": self.peak_memory,
             "device": self.device,
-            "observations": self.observations,
+            "observations": self.observations.to_dict() if self.observations is not None else None,
             "trace_path": self.trace_path,
             "returncode": self.returncode,
         }
@@ -218,7 +220,7 @@ class RunResult:
             elapsed=d.get("elapsed", 0.0),
             peak_memory=d.get("peak_memory"),
             device=d.get("device", "cpu"),
-            observations=d.get("observations"),
+            observations=Observations.from_dict(d["observations"]) if d.get("observations") is not None else None,
             trace_path=d.get("trace_path"),
             returncode=d.get("returncode"),
         )
