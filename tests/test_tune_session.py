@@ -109,3 +109,32 @@ def test_steps_per_s_follows_the_speedup_and_compile_pays_off_only_when_kept():
     render_text(r, file=buf, width=250)
     text = buf.getvalue()
     assert text.count("pays off after") == 1 and "KEPT" in text and "best: fastc" in text
+
+
+def test_cheap_candidates_share_reference_runs_and_the_faster_one_is_re_measured_on_top():
+    """a starts; b and c are measured together on top of a (shared a-runs); b is added first
+    (faster), then c is measured again on top of a + b, where it adds nothing: not added."""
+    a = _knob("a", "PIT971", 0.5, "channels_last")
+    b = _knob("b", "PIT972", 0.6, "cudnn_benchmark")
+    c = _knob("c", "PIT973", 0.7, "pin_memory")
+    interactions = {frozenset({"a", "b", "c"}): 0.1 * 0.5 * 0.6}  # c adds nothing on top of a + b
+    r, backend = _search([a, b, c], interactions=interactions, repeats=3, max_pairs=4)
+    first_combo = next(i for i, call in enumerate(backend.calls) if len(call) == 2)
+    round1 = [call for call in backend.calls[first_combo - 1:] if len(call) <= 2]
+    refs = [call for call in round1 if call == ("a",)]
+    cands = [call for call in round1 if len(call) == 2]
+    assert {frozenset(x) for x in cands} == {frozenset("ab"), frozenset("ac")}
+    assert len(refs) < len(cands)  # one comparison per candidate would need a reference run per candidate run
+    assert [(s.added, s.status) for s in r.combination][:3] == [("a", "added"), ("b", "added"), ("c", "no_gain")]
+    assert "a + b" in r.combination[2].reason  # c was judged on top of the new combination
+    assert {s.knob for s in r.best.settings} == {"a", "b"} and r.combination[-1].status == "confirmed"
+
+
+def test_an_expensive_candidate_is_tried_once_against_the_final_cheap_combination():
+    a = _knob("a", "PIT974", 0.5, "channels_last")
+    comp = _knob("comp", "PIT975", 0.55, "non_blocking", expensive=True)
+    b = _knob("b", "PIT976", 0.8, "cudnn_benchmark")
+    r, backend = _search([a, comp, b], repeats=3, max_pairs=4)
+    with_comp = [call for call in backend.calls if "comp" in call and len(call) > 1]
+    assert with_comp and all(set(call) == {"a", "b", "comp"} for call in with_comp)  # never on top of a alone
+    assert [s.added for s in r.combination if s.status == "added"] == ["a", "b", "comp"]

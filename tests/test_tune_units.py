@@ -183,7 +183,10 @@ def test_cpu_only_training_marks_the_cuda_knobs_not_applicable_with_a_reason():
         assert knobs[code].applies(CPU), code
     mlp = Context(device="cpu", cpu_count=2, conv2d=0, input_dims=2)
     assert "no Conv2d" in knobs["PIT104"].applies(mlp).reason
-    assert knobs["PIT101"].values(CPU) == [1, 2]
+    # training on the CPU: its compute uses every core, so workers go up to half of them; on a GPU, to all
+    assert knobs["PIT101"].values(CPU) == [1]
+    assert knobs["PIT101"].values(Context(device="cpu", cpu_count=16, loader_workers=0)) == [2, 8]
+    assert knobs["PIT101"].values(Context(device="cuda", cpu_count=2, loader_workers=0)) == [1, 2]
     assert knobs["PIT501"].values(CPU) == ["fused", "foreach"]
     assert knobs["PIT301"].values(CPU) == ["bf16"]  # script mode: bf16 only (fp16 needs a GradScaler)
     assert "already" in knobs["PIT301"].applies(Context(autocast="bfloat16")).reason
