@@ -85,6 +85,17 @@ def test_a_likely_slowdown_is_not_called_no_gain_before_it_decides():
     assert decide(_pairs([0.8, 0.92, 0.85, 0.82, 0.84, 0.83])).status == "slower"
 
 
+def test_an_effect_on_the_bar_stops_as_close_not_after_every_pair():
+    """A busy-machine search spent 8 pairs each on fused/foreach at 1.05x [1.04, 1.06]: an
+    interval that straddles the bar but cannot exceed it by half a margin is decided."""
+    d = decide(_pairs([1.04, 1.055, 1.05, 1.06, 1.045]))
+    assert d.low < 1.05 < d.high < 1.05 ** 1.5 and d.status == "close"
+    status, reason = verdict(d)
+    assert status == "no_gain" and "on the 1.05x bar" in reason
+    assert decide(_pairs([0.95, 1.15, 1.05])).status == "undecided"   # wide: could still be a real gain
+    assert decide(_pairs([1.06, 1.07, 1.065, 1.062])).status == "faster"  # above the bar stays kept
+
+
 def test_no_verdict_from_one_pair_and_undecided_until_the_interval_decides():
     assert decide(_pairs([3.0])).status == "undecided"        # one pair decides nothing
     assert decide(_pairs([0.2])).status == "undecided"        # not even a 5x slowdown
