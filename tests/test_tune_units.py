@@ -260,6 +260,9 @@ def test_autocast_knob_wraps_the_top_level_forward_and_returns_fp32(patches):
     assert seen == [torch.float32, torch.bfloat16]
     assert out.dtype == torch.float32 and "forward" in vars(model)
     loss_mod(out, torch.zeros(2, 4)).backward()
+    with torch.no_grad():  # evaluation after training: left as written, as the pasted snippet leaves it
+        model(torch.randn(2, 8))
+    assert seen[-1] == torch.float32
     assert nn.Module.__call__ is not None and "call" not in patches._installed  # the finder is gone
 
 
