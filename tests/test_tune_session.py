@@ -138,3 +138,19 @@ def test_an_expensive_candidate_is_tried_once_against_the_final_cheap_combinatio
     with_comp = [call for call in backend.calls if "comp" in call and len(call) > 1]
     assert with_comp and all(set(call) == {"a", "b", "comp"} for call in with_comp)  # never on top of a alone
     assert [s.added for s in r.combination if s.status == "added"] == ["a", "b", "comp"]
+
+
+def test_a_value_whose_phases_cannot_reach_the_bar_is_not_measured():
+    """Amdahl on the survey: a knob that only changes the optimizer step cannot give 1.05x
+    when the optimizer is 0.4% of the step; at 20% it is measured."""
+    opt = _knob("opt", "PIT977", 0.5, "channels_last", phases=lambda self, value, ctx: ("optimizer",))
+    whole = _knob("whole", "PIT978", 0.5, "cudnn_benchmark")
+    for share, measured in ((0.004, False), (0.2, True)):
+        backend = FakeBackend([opt, whole])
+        backend.context = lambda s=share: Context(mode="api", phase_shares=(("forward", 0.5), ("optimizer", s)))
+        r = search(backend, [opt, whole], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=4))
+        assert any(call == ("opt",) for call in backend.calls) is measured
+        assert r.trial("whole").status == "kept"  # a knob without phases is always measured
+        if not measured:
+            t = r.trial("opt")
+            assert t.status == "not_applicable" and "optimizer 0.4% of the step" in t.reason and "1.05x" in t.reason

@@ -288,3 +288,14 @@ def test_channels_last_and_optimizer_and_loader_patches(patches):
     patches.reset()
     assert DataLoader(list(range(8))).num_workers == 0
     assert torch.optim.SGD(model.parameters(), lr=0.1).param_groups[0]["fused"] is None
+
+
+def test_the_survey_breakdown_becomes_phase_shares_of_the_context():
+    from pitstop.tune.context import context_from_observations
+
+    ctx = context_from_observations({"device": "cpu", "breakdown": {"data": 0.03, "forward": 0.05, "optimizer": 0.02}})
+    assert ctx.share(("optimizer",)) == pytest.approx(0.2) and ctx.share(("data", "optimizer")) == pytest.approx(0.5)
+    assert context_from_observations({"device": "cpu"}).share(("optimizer",)) is None  # not surveyed: no pruning
+    knobs = {k.tip: k for k in all_knobs()}
+    assert knobs["PIT501"].phases("fused", ctx) == ("optimizer",)
+    assert knobs["PIT101"].phases(1, Context(loader_workers=0)) and not knobs["PIT101"].phases(0, Context(loader_workers=4))

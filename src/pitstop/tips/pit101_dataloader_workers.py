@@ -338,6 +338,11 @@ class WorkersKnob(Knob, tip="PIT101"):
     def label(self, value):
         return f"num_workers={value}"
 
+    def phases(self, value, ctx):
+        # adding workers to a loader that has none only hides batch loading (training and
+        # evaluation loaders alike); fewer workers may also give cores back to the compute
+        return ("data", "eval") if not ctx.loader_workers else ()
+
     def recipe_fields(self, value, ctx):
         return {"num_workers": int(value), "persistent_workers": int(value) > 0}
 

@@ -31,6 +31,12 @@ def _autocast(obs: dict[str, Any]) -> str | None:
     return max(used, key=used.get) if used else None
 
 
+def _phase_shares(obs: dict[str, Any]) -> tuple[tuple[str, float], ...]:
+    parts = {k: float(v) for k, v in (obs.get("breakdown") or {}).items() if isinstance(v, (int, float)) and v >= 0}
+    total = sum(parts.values())
+    return tuple((k, v / total) for k, v in parts.items()) if total > 0 else ()
+
+
 def context_from_observations(obs: dict[str, Any], *, notes: tuple[str, ...] = ()) -> Context:
     models = obs.get("models") or []
     opts = obs.get("optimizers") or []
@@ -59,6 +65,7 @@ def context_from_observations(obs: dict[str, Any], *, notes: tuple[str, ...] = (
         cudnn_benchmark=bool(settings.get("cudnn_benchmark")),
         float32_matmul_precision=settings.get("float32_matmul_precision") or "highest",
         framework=(obs.get("framework") or {}).get("name"),
+        phase_shares=_phase_shares(obs),
         notes=notes,
     )
 

@@ -94,7 +94,13 @@ class TuneSession:
                 self.not_applicable.append(na)
                 continue
             for value in knob.values(self.ctx):
-                self.trials.append(self.new_trial((knob.setting(value),))[0])
+                setting = knob.setting(value)
+                small = _too_small(knob, value, self.ctx, self.options.margin)
+                if small is not None:
+                    self.not_applicable.append(Trial(name=setting.label, settings=(setting,), status="not_applicable",
+                                                     reason=small))
+                    continue
+                self.trials.append(self.new_trial((setting,))[0])
 
     # -- runs ----------------------------------------------------------------------------
     def _estimate(self, trial: Trial) -> float:
@@ -260,6 +266,25 @@ def _compile_cost(trial: Trial, baseline: Trial) -> None:
         saved = base - mine
     trial.compile = CompileCost(overheads[0], min(overheads[1:]) if overheads[1:] else None,
                                 math.ceil(overheads[0] / saved) if saved and saved > 0 else None)
+
+
+#: the survey's phase shares come from a couple of steps: a value is left unmeasured only when
+#: this many times its phases' share, removed entirely, could not reach the bar
+SHARE_SAFETY = 2.0
+
+
+def _too_small(knob: Knob, value: object, ctx: Context, margin: float) -> str | None:
+    """Why ``value`` is not worth measuring (Amdahl: the phases it can speed up are too small
+    a share of the step to reach ``1 + margin`` even if they took no time), or None."""
+    phases = knob.phases(value, ctx)
+    share = ctx.share(phases) if phases else None
+    if share is None:
+        return None
+    best = 1 / max(1e-9, 1 - min(0.999, SHARE_SAFETY * share))
+    if best >= 1 + margin:
+        return None
+    return (f"{' + '.join(phases)} {share:.1%} of the step (survey): even {SHARE_SAFETY:g}x that, removed "
+            f"entirely, gives at most {best:.3f}x, under the {1 + margin:.2f}x bar: not measured")
 
 
 def _not_applicable(knob: Knob, ctx: Context, mode: str) -> Trial | None:
