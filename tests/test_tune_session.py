@@ -154,3 +154,22 @@ def test_a_value_whose_phases_cannot_reach_the_bar_is_not_measured():
         if not measured:
             t = r.trial("opt")
             assert t.status == "not_applicable" and "optimizer 0.4% of the step" in t.reason and "1.05x" in t.reason
+
+
+def test_an_undecided_expensive_trial_gets_two_pairs_more_than_the_minimum_not_max_pairs():
+    comp = _knob("comp", "PIT979", 1.0, "non_blocking", expensive=True)
+    cheap = _knob("cheap", "PIT980", 1.0, "channels_last")
+
+    class Noisy(FakeBackend):
+        def run(self, settings, knobs, **kw):
+            run = super().run(settings, knobs, **kw)
+            if settings:  # the trials swing between 1.4x and 0.8x: never decided
+                f = 0.7 if len(self.calls) % 2 else 1.25
+                run.step_times = [t * f for t in run.step_times]
+            return run
+
+    backend = Noisy([comp, cheap])
+    r = search(backend, [comp, cheap], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=8))
+    assert r.trial("comp").speed.status == "undecided" and r.trial("comp").speed.pairs == 5
+    assert "an expensive trial gets 5 pairs" in r.trial("comp").reason
+    assert r.trial("cheap").speed.pairs == 8

@@ -33,6 +33,10 @@ _WHAT = {"crashed": "crashed", "timeout": "timed out", "oom": "ran out of memory
          "setup_error": "could not be applied (setup failed)", "too_few_steps": "stopped too early"}
 
 
+#: pairs beyond ``--repeats`` an undecided expensive trial may get
+EXPENSIVE_EXTRA_PAIRS = 2
+
+
 def failure_reason(run: Run) -> str:
     return f"{_WHAT.get(run.status, run.status)}: {run.message}".strip()
 
@@ -65,6 +69,13 @@ class TuneSession:
         self.survey_s = 0.0
         self.all_runs: list[Run] = []
         self._last: tuple[Trial, Sample] | None = None   # the most recent run, when it was a reference
+
+    @property
+    def expensive_pairs(self) -> int:
+        """Pairs at most for an expensive (compiling) trial still undecided: more than the
+        minimum, so that a 1.1x compile win is not decided by three pairs' luck, fewer than
+        ``--max-pairs`` (each of its runs compiles)."""
+        return min(self.options.most_pairs, self.options.min_pairs + EXPENSIVE_EXTRA_PAIRS)
 
     # -- configurations ------------------------------------------------------------------
     def knob(self, setting: Setting) -> Knob:
@@ -185,7 +196,7 @@ class TuneSession:
                 before, waiting = after, None
             self.passes += 1
             live = [c for c in live if not self._settled(ref, c, pairs[id(c)])
-                    and not (c.expensive and len(pairs[id(c)]) >= opts.min_pairs)]  # compiling costs: min pairs
+                    and not (c.expensive and len(pairs[id(c)]) >= self.expensive_pairs)]  # compiling costs
             if self.budget.exhausted:
                 break
         return pairs
@@ -228,7 +239,8 @@ class TuneSession:
         trial.status, trial.reason = verdict(trial.speed, opts.margin)
         if trial.speed is not None and trial.speed.status == "undecided":
             why = ("time budget" if self.budget.exhausted else
-                   f"an expensive trial gets {opts.min_pairs} pairs" if trial.expensive else f"--max-pairs {opts.most_pairs}")
+                   f"an expensive trial gets {self.expensive_pairs} pairs" if trial.expensive
+                   else f"--max-pairs {opts.most_pairs}")
             trial.reason += f" ({why})"
         if check.status == "unchecked":
             trial.reason += "; loss not captured, equivalence unchecked"
