@@ -173,3 +173,18 @@ def test_an_undecided_expensive_trial_gets_two_pairs_more_than_the_minimum_not_m
     assert r.trial("comp").speed.status == "undecided" and r.trial("comp").speed.pairs == 5
     assert "an expensive trial gets 5 pairs" in r.trial("comp").reason
     assert r.trial("cheap").speed.pairs == 8
+
+
+def test_the_result_says_what_feeding_batches_leaves_when_no_kept_trick_changes_it():
+    compute = _knob("compute", "PIT969", 0.5, "channels_last", phases=lambda self, v, ctx: ("forward", "backward"))
+    feed = _knob("feed", "PIT968", 0.5, "cudnn_benchmark", phases=lambda self, v, ctx: ("data",))
+    shares = (("data", 0.25), ("host", 0.05), ("forward", 0.3), ("backward", 0.4))
+    for knobs, said in (([compute], True), ([compute, feed], False)):
+        backend = FakeBackend(knobs)
+        backend.context = lambda: Context(mode="api", phase_shares=shares)
+        r = search(backend, knobs, TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=4))
+        note = [n for n in r.notes if n.startswith("what is left")]
+        assert bool(note) is said
+        if said:  # 30% of the baseline step; the 2x trick makes it ~60%; nothing can beat 1/0.3
+            assert "took 30% of the baseline step" in note[0] and "about 60% of the step" in note[0]
+            assert "more than 3.3x" in note[0]

@@ -230,6 +230,10 @@ class AutocastKnob(Knob, tip="PIT301"):
     def label(self, value):
         return "bf16 autocast" if value == "bf16" else "fp16 autocast + GradScaler"
 
+    def phases(self, value, ctx):
+        # the training forwards it wraps and their backwards (fp16: the GradScaler's unscale too)
+        return ("forward", "backward") if value == "bf16" else ("forward", "backward", "optimizer")
+
     def recipe_fields(self, value, ctx):
         return {"precision": "bf16-mixed" if value == "bf16" else "fp16-mixed"}
 
