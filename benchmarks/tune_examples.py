@@ -1,7 +1,7 @@
 """pitstop tune on the bundled naive scripts: search time, kept set, the winner re-measured in
 fresh pairs, and the kept trick's snippet pasted into the script, measured against the tuner.
 
-    python benchmarks/tune_examples.py [--examples cnn,gpt] [--pairs 6] [--only CODES] [--threads N]
+    python benchmarks/tune_examples.py [--examples cnn,gpt] [--pairs 6] [--only CODES] [--threads N] [--busy N]
 
 For each bundled naive script (``python -m pitstop.examples.X``, run unmodified with its own
 default arguments):
@@ -17,7 +17,9 @@ default arguments):
    the trick (what the tuner measures is what the user gets).
 
 Printed per example: search seconds, the time split, the machine's load, the kept set, the
-search's estimate, the fresh re-measurement and the pasted check. Timings from a shared
+search's estimate, the fresh re-measurement and the pasted check. ``--busy N`` starts N
+pure-Python spin processes before the search and stops them at the end (a controlled
+competing load: on a 2-core machine, two of them take both cores' worth of time slices). Timings from a shared
 machine are noisy: re-measure on a quiet one.
 """
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -150,12 +153,21 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=None, help="seconds per example's search")
     p.add_argument("--only", type=lambda s: [c for c in s.split(",") if c], default=[],
                    help="knobs to search (default: all)")
+    p.add_argument("--busy", type=int, default=0, help="pure-Python spin processes competing while measuring")
     args = p.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="pitstop-bench-tune-") as tmp:
-        for name in args.examples.split(","):
-            print(f"[{name}] searching ...", file=sys.stderr, flush=True)
-            rows.append(measure(name, args, Path(tmp)))
+    spin = "import time\nend = time.monotonic() + 3600\nwhile time.monotonic() < end:\n    pass\n"
+    busy = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(args.busy)]
+    try:
+        with tempfile.TemporaryDirectory(prefix="pitstop-bench-tune-") as tmp:
+            for name in args.examples.split(","):
+                print(f"[{name}] searching{f' with {args.busy} busy processes' if busy else ''} ...", file=sys.stderr,
+                      flush=True)
+                rows.append(measure(name, args, Path(tmp)))
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
     for r in rows:
         t = r["time"]
         print(f"{r['example']}: search {r['search_s']:.0f} s wall, {r['search_cpu']:.0f} CPU s (survey {t.survey:.0f} s; {t.runs} runs: set-up/shutdown "

@@ -99,9 +99,16 @@ def test_cnn_channels_last_is_kept_or_an_honest_no_gain(cnn):
 
 def test_cnn_keeps_workers_only_when_they_beat_the_noise(cnn):
     d, _ = cnn
+    from pitstop.tune.context import usable_cores
+
     workers = _trials(d, "PIT101")
-    assert [t["knobs"][0]["value"] for t in workers] == [1, 2]  # 2 cores: 1 and 2 workers
+    # training on the CPU: up to half the cores (the step's compute uses all of them)
+    values = [t["knobs"][0]["value"] for t in workers]
+    assert values and all(1 <= v <= max(1, usable_cores() // 2) for v in values)
     for t in workers:
+        if t["status"] == "not_applicable":  # the survey's data share cannot reach the bar (Amdahl)
+            assert "not measured" in t["reason"] and "of the step" in t["reason"]
+            continue
         assert t["loss_check"]["status"] == "ok"
         if t["status"] == "kept":
             assert t["speedup"]["low"] > _bar(d) and t["speedup"]["rounds"] >= 2

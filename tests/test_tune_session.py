@@ -109,3 +109,82 @@ def test_steps_per_s_follows_the_speedup_and_compile_pays_off_only_when_kept():
     render_text(r, file=buf, width=250)
     text = buf.getvalue()
     assert text.count("pays off after") == 1 and "KEPT" in text and "best: fastc" in text
+
+
+def test_cheap_candidates_share_reference_runs_and_the_faster_one_is_re_measured_on_top():
+    """a starts; b and c are measured together on top of a (shared a-runs); b is added first
+    (faster), then c is measured again on top of a + b, where it adds nothing: not added."""
+    a = _knob("a", "PIT971", 0.5, "channels_last")
+    b = _knob("b", "PIT972", 0.6, "cudnn_benchmark")
+    c = _knob("c", "PIT973", 0.7, "pin_memory")
+    interactions = {frozenset({"a", "b", "c"}): 0.1 * 0.5 * 0.6}  # c adds nothing on top of a + b
+    r, backend = _search([a, b, c], interactions=interactions, repeats=3, max_pairs=4)
+    first_combo = next(i for i, call in enumerate(backend.calls) if len(call) == 2)
+    round1 = [call for call in backend.calls[first_combo - 1:] if len(call) <= 2]
+    refs = [call for call in round1 if call == ("a",)]
+    cands = [call for call in round1 if len(call) == 2]
+    assert {frozenset(x) for x in cands} == {frozenset("ab"), frozenset("ac")}
+    assert len(refs) < len(cands)  # one comparison per candidate would need a reference run per candidate run
+    assert [(s.added, s.status) for s in r.combination][:3] == [("a", "added"), ("b", "added"), ("c", "no_gain")]
+    assert "a + b" in r.combination[2].reason  # c was judged on top of the new combination
+    assert {s.knob for s in r.best.settings} == {"a", "b"} and r.combination[-1].status == "confirmed"
+
+
+def test_an_expensive_candidate_is_tried_once_against_the_final_cheap_combination():
+    a = _knob("a", "PIT974", 0.5, "channels_last")
+    comp = _knob("comp", "PIT975", 0.55, "non_blocking", expensive=True)
+    b = _knob("b", "PIT976", 0.8, "cudnn_benchmark")
+    r, backend = _search([a, comp, b], repeats=3, max_pairs=4)
+    with_comp = [call for call in backend.calls if "comp" in call and len(call) > 1]
+    assert with_comp and all(set(call) == {"a", "b", "comp"} for call in with_comp)  # never on top of a alone
+    assert [s.added for s in r.combination if s.status == "added"] == ["a", "b", "comp"]
+
+
+def test_a_value_whose_phases_cannot_reach_the_bar_is_not_measured():
+    """Amdahl on the survey: a knob that only changes the optimizer step cannot give 1.05x
+    when the optimizer is 0.4% of the step; at 20% it is measured."""
+    opt = _knob("opt", "PIT977", 0.5, "channels_last", phases=lambda self, value, ctx: ("optimizer",))
+    whole = _knob("whole", "PIT978", 0.5, "cudnn_benchmark")
+    for share, measured in ((0.004, False), (0.2, True)):
+        backend = FakeBackend([opt, whole])
+        backend.context = lambda s=share: Context(mode="api", phase_shares=(("forward", 0.5), ("optimizer", s)))
+        r = search(backend, [opt, whole], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=4))
+        assert any(call == ("opt",) for call in backend.calls) is measured
+        assert r.trial("whole").status == "kept"  # a knob without phases is always measured
+        if not measured:
+            t = r.trial("opt")
+            assert t.status == "not_applicable" and "optimizer 0.4% of the step" in t.reason and "1.05x" in t.reason
+
+
+def test_an_undecided_expensive_trial_gets_two_pairs_more_than_the_minimum_not_max_pairs():
+    comp = _knob("comp", "PIT979", 1.0, "non_blocking", expensive=True)
+    cheap = _knob("cheap", "PIT980", 1.0, "channels_last")
+
+    class Noisy(FakeBackend):
+        def run(self, settings, knobs, **kw):
+            run = super().run(settings, knobs, **kw)
+            if settings:  # the trials swing between 1.4x and 0.8x: never decided
+                f = 0.7 if len(self.calls) % 2 else 1.25
+                run.step_times = [t * f for t in run.step_times]
+            return run
+
+    backend = Noisy([comp, cheap])
+    r = search(backend, [comp, cheap], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=8))
+    assert r.trial("comp").speed.status == "undecided" and r.trial("comp").speed.pairs == 5
+    assert "an expensive trial gets 5 pairs" in r.trial("comp").reason
+    assert r.trial("cheap").speed.pairs == 8
+
+
+def test_the_result_says_what_feeding_batches_leaves_when_no_kept_trick_changes_it():
+    compute = _knob("compute", "PIT969", 0.5, "channels_last", phases=lambda self, v, ctx: ("forward", "backward"))
+    feed = _knob("feed", "PIT968", 0.5, "cudnn_benchmark", phases=lambda self, v, ctx: ("data",))
+    shares = (("data", 0.25), ("host", 0.05), ("forward", 0.3), ("backward", 0.4))
+    for knobs, said in (([compute], True), ([compute, feed], False)):
+        backend = FakeBackend(knobs)
+        backend.context = lambda: Context(mode="api", phase_shares=shares)
+        r = search(backend, knobs, TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=4))
+        note = [n for n in r.notes if n.startswith("what is left")]
+        assert bool(note) is said
+        if said:  # 30% of the baseline step; the 2x trick makes it ~60%; nothing can beat 1/0.3
+            assert "took 30% of the baseline step" in note[0] and "about 60% of the step" in note[0]
+            assert "more than 3.3x" in note[0]

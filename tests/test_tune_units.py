@@ -85,6 +85,17 @@ def test_a_likely_slowdown_is_not_called_no_gain_before_it_decides():
     assert decide(_pairs([0.8, 0.92, 0.85, 0.82, 0.84, 0.83])).status == "slower"
 
 
+def test_an_effect_on_the_bar_stops_as_close_not_after_every_pair():
+    """A busy-machine search spent 8 pairs each on fused/foreach at 1.05x [1.04, 1.06]: an
+    interval that straddles the bar but cannot exceed it by half a margin is decided."""
+    d = decide(_pairs([1.04, 1.055, 1.05, 1.06, 1.045]))
+    assert d.low < 1.05 < d.high < 1.05 ** 1.5 and d.status == "close"
+    status, reason = verdict(d)
+    assert status == "no_gain" and "on the 1.05x bar" in reason
+    assert decide(_pairs([0.95, 1.15, 1.05])).status == "undecided"   # wide: could still be a real gain
+    assert decide(_pairs([1.06, 1.07, 1.065, 1.062])).status == "faster"  # above the bar stays kept
+
+
 def test_no_verdict_from_one_pair_and_undecided_until_the_interval_decides():
     assert decide(_pairs([3.0])).status == "undecided"        # one pair decides nothing
     assert decide(_pairs([0.2])).status == "undecided"        # not even a 5x slowdown
@@ -183,7 +194,10 @@ def test_cpu_only_training_marks_the_cuda_knobs_not_applicable_with_a_reason():
         assert knobs[code].applies(CPU), code
     mlp = Context(device="cpu", cpu_count=2, conv2d=0, input_dims=2)
     assert "no Conv2d" in knobs["PIT104"].applies(mlp).reason
-    assert knobs["PIT101"].values(CPU) == [1, 2]
+    # training on the CPU: its compute uses every core, so workers go up to half of them; on a GPU, to all
+    assert knobs["PIT101"].values(CPU) == [1]
+    assert knobs["PIT101"].values(Context(device="cpu", cpu_count=16, loader_workers=0)) == [2, 8]
+    assert knobs["PIT101"].values(Context(device="cuda", cpu_count=2, loader_workers=0)) == [1, 2]
     assert knobs["PIT501"].values(CPU) == ["fused", "foreach"]
     assert knobs["PIT301"].values(CPU) == ["bf16"]  # script mode: bf16 only (fp16 needs a GradScaler)
     assert "already" in knobs["PIT301"].applies(Context(autocast="bfloat16")).reason
@@ -246,6 +260,9 @@ def test_autocast_knob_wraps_the_top_level_forward_and_returns_fp32(patches):
     assert seen == [torch.float32, torch.bfloat16]
     assert out.dtype == torch.float32 and "forward" in vars(model)
     loss_mod(out, torch.zeros(2, 4)).backward()
+    with torch.no_grad():  # evaluation after training: left as written, as the pasted snippet leaves it
+        model(torch.randn(2, 8))
+    assert seen[-1] == torch.float32
     assert nn.Module.__call__ is not None and "call" not in patches._installed  # the finder is gone
 
 
@@ -271,3 +288,14 @@ def test_channels_last_and_optimizer_and_loader_patches(patches):
     patches.reset()
     assert DataLoader(list(range(8))).num_workers == 0
     assert torch.optim.SGD(model.parameters(), lr=0.1).param_groups[0]["fused"] is None
+
+
+def test_the_survey_breakdown_becomes_phase_shares_of_the_context():
+    from pitstop.tune.context import context_from_observations
+
+    ctx = context_from_observations({"device": "cpu", "breakdown": {"data": 0.03, "forward": 0.05, "optimizer": 0.02}})
+    assert ctx.share(("optimizer",)) == pytest.approx(0.2) and ctx.share(("data", "optimizer")) == pytest.approx(0.5)
+    assert context_from_observations({"device": "cpu"}).share(("optimizer",)) is None  # not surveyed: no pruning
+    knobs = {k.tip: k for k in all_knobs()}
+    assert knobs["PIT501"].phases("fused", ctx) == ("optimizer",)
+    assert knobs["PIT101"].phases(1, Context(loader_workers=0)) and not knobs["PIT101"].phases(0, Context(loader_workers=4))

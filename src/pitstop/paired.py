@@ -16,8 +16,11 @@ other in time.
   *wait-dominated* (its main thread slept: CPU time misses such waits) or when the candidate
   changes how many cores work (DataLoader workers: CPU time cannot credit parallelism).
 - :func:`decide` gives the interval over pairs (:func:`pitstop.stats.paired_ratio_interval`)
-  and a status: ``faster`` / ``slower`` / ``same`` once the interval decides, ``undecided``
-  otherwise (measure more pairs). No verdict from one pair; no second bar on top of the
+  and a status: ``faster`` / ``slower`` / ``same`` once the interval decides, ``close`` when
+  it straddles the bar but cannot exceed it by more than half the margin (more pairs could
+  only decide a gain too small to matter: an indifference zone, so that a trick whose effect
+  sits on the bar stops early and gets the same verdict every time), ``undecided`` otherwise
+  (measure more pairs). No verdict from one pair; no second bar on top of the
   interval (the pairs already hold the noise).
 """
 
@@ -141,7 +144,7 @@ def choose_measure(pairs: Sequence[Pair]) -> Measure:
 class Decision:
     """The paired verdict on a candidate vs a baseline."""
 
-    status: str          # "faster" | "slower" | "same" | "undecided"
+    status: str          # "faster" | "slower" | "same" | "close" | "undecided"
     ratio: float         # typical baseline / candidate on ``measure`` (> 1: candidate faster)
     low: float
     high: float
@@ -163,7 +166,9 @@ def decide(pairs: Sequence[Pair], *, margin: float = 0.05, confidence: float = 0
     above ``1 + margin``; ``slower``: below ``1 / (1 + margin)``; ``same``: it cannot reach
     ``1 + margin`` any more (upper bound below it) and its point estimate is not below
     ``1 / (1 + margin)`` (such a trial is measured on until it is called slower or runs out of
-    pairs); ``undecided``: measure more pairs."""
+    pairs); ``close``: the interval straddles ``1 + margin`` but lies within
+    ``[1 / (1 + margin), (1 + margin) ** 1.5]`` (a gain of at most half a margin above the
+    bar: not worth more pairs); ``undecided``: measure more pairs."""
     measure = measure or choose_measure(pairs)
     ratios = [r for p in pairs if (r := p.ratio(measure.name)) is not None]
     if not ratios:
@@ -178,6 +183,8 @@ def decide(pairs: Sequence[Pair], *, margin: float = 0.05, confidence: float = 0
         status = "slower"
     elif n >= min_pairs and iv.high < bar and iv.ratio >= 1 / bar:
         status = "same"  # cannot reach 1 + margin; a point estimate below 1 / bar measures on (likely slower)
+    elif n >= min_pairs and iv.low >= 1 / bar and iv.high < bar * math.sqrt(bar):
+        status = "close"  # on the bar: at most half a margin above it, never below 1 / bar
     other = {}
     for name in ("wall", "cpu", "gpu"):
         if name != measure.name:

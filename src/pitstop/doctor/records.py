@@ -8,6 +8,7 @@ name is its JSON key (``cls`` is written ``class``). ``None`` means "not measure
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,12 @@ class Breakdown:
 
     def seconds(self, phase: str) -> float:
         return float(getattr(self, phase, 0.0))
+
+    def shares(self) -> dict[str, float]:
+        """Each phase's share of the step (empty when nothing was timed)."""
+        parts = {f.name: max(0.0, float(getattr(self, f.name))) for f in dataclasses.fields(self)}
+        total = sum(parts.values())
+        return {k: v / total for k, v in parts.items()} if total > 0 else {}
 
 
 @dataclass(frozen=True)

@@ -304,9 +304,10 @@ from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 
 
 class WorkersKnob(Knob, tip="PIT101"):
-    """DataLoader workers (persistent): a few counts up to the number of cores, or, when
-    the loader already has workers, fewer of them (down to none: workers that oversubscribe
-    the cores slow the training compute down).
+    """DataLoader workers (persistent): a few counts up to the number of cores (up to half of
+    them when the training itself runs on the CPU), or, when the loader already has workers,
+    fewer of them (down to none: workers that oversubscribe the cores slow the training
+    compute down).
 
     Script mode patches ``DataLoader.__init__`` in the child so that every loader the
     script builds with ``num_workers=0`` gets ``value`` workers and ``persistent_workers=True``
@@ -329,10 +330,19 @@ class WorkersKnob(Knob, tip="PIT101"):
         c, w = ctx.cpu_count, ctx.loader_workers or 0
         if w > 0:  # the loader already has workers: try fewer (oversubscribed cores), and none
             return sorted({v for v in (0, w // 2, max(0, c // 2)) if 0 <= v < w})
-        return sorted({v for v in (1 if c <= 2 else 2, max(1, c // 2), c) if 1 <= v <= c})
+        # training on the CPU: the step's compute already uses every core (intra-op threads),
+        # so workers beyond half the cores only take cores from it; on a GPU the main process
+        # mostly waits and up to every core is worth trying
+        most = c if ctx.on_cuda else max(1, c // 2)
+        return sorted({v for v in (1 if c <= 2 else 2, max(1, c // 2), c) if 1 <= v <= most})
 
     def label(self, value):
         return f"num_workers={value}"
+
+    def phases(self, value, ctx):
+        # adding workers to a loader that has none only hides batch loading (training and
+        # evaluation loaders alike); fewer workers may also give cores back to the compute
+        return ("data", "eval") if not ctx.loader_workers else ()
 
     def recipe_fields(self, value, ctx):
         return {"num_workers": int(value), "persistent_workers": int(value) > 0}

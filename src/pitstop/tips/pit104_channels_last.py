@@ -195,6 +195,9 @@ class ChannelsLastKnob(Knob, tip="PIT104"):
     def label(self, value):
         return "channels_last"
 
+    def phases(self, value, ctx):
+        return ("forward", "backward", "eval")  # the model's convolutions, wherever they run
+
     def recipe_fields(self, value, ctx):
         return {"channels_last": True}
 

@@ -200,9 +200,12 @@ class AutocastKnob(Knob, tip="PIT301"):
     """bf16 autocast around the top-level model's forward (script and API); fp16 with a
     GradScaler through the engine API only.
 
-    Script mode wraps the model's forward in ``torch.autocast(device, bfloat16)`` and turns
-    its low-precision floating outputs back to fp32, so the script's own loss runs in fp32
-    (what Lightning Fabric's precision plugins do). The backward stays outside autocast.
+    Script mode wraps the model's *training* forwards (gradients enabled) in
+    ``torch.autocast(device, bfloat16)`` and turns their low-precision floating outputs back
+    to fp32, so the script's own loss runs in fp32 (what Lightning Fabric's precision plugins
+    do). The backward stays outside autocast. Forwards under ``no_grad`` / ``inference_mode``
+    (evaluation) stay as the script wrote them: the snippet changes the training forward
+    only, and what the tuner measures is what pasting the snippet gives.
     """
 
     name = "autocast"
@@ -228,6 +231,10 @@ class AutocastKnob(Knob, tip="PIT301"):
     def label(self, value):
         return "bf16 autocast" if value == "bf16" else "fp16 autocast + GradScaler"
 
+    def phases(self, value, ctx):
+        # the training forwards it wraps and their backwards (fp16: the GradScaler's unscale too)
+        return ("forward", "backward") if value == "bf16" else ("forward", "backward", "optimizer")
+
     def recipe_fields(self, value, ctx):
         return {"precision": "bf16-mixed" if value == "bf16" else "fp16-mixed"}
 
@@ -243,6 +250,8 @@ class AutocastKnob(Knob, tip="PIT301"):
 
         def wrapper(forward):
             def autocast_forward(*args, **kwargs):
+                if not torch.is_grad_enabled():  # evaluation: the snippet leaves it alone
+                    return forward(*args, **kwargs)
                 with torch.autocast(device_type=device, dtype=torch.bfloat16):
                     out = forward(*args, **kwargs)
                 return to_float(out)

@@ -303,6 +303,9 @@ class OptimizerImplKnob(Knob, tip="PIT501"):
     def label(self, value):
         return f"{value} optimizer"
 
+    def phases(self, value, ctx):
+        return ("optimizer",)  # only optimizer.step() changes
+
     def recipe_fields(self, value, ctx):
         return {"optimizer_impl": value}
 

@@ -205,6 +205,9 @@ class CompileKnob(Knob, tip="PIT601"):
     def label(self, value):
         return "torch.compile" if value == "default" else f"torch.compile(mode={value!r})"
 
+    def phases(self, value, ctx):
+        return ("forward", "backward", "eval")  # the compiled model's forwards and their backwards
+
     def recipe_fields(self, value, ctx):
         return {"compile": value}
 

@@ -1,14 +1,23 @@
 """The greedy combination step of a :class:`pitstop.tune.session.TuneSession` (torch-free).
 
-Starts from the fastest kept trick, then tries to add the best value of each other kept
-knob, fastest first, then the *promising* ones (no gain alone but a point estimate above
-1, loss-equivalent, not expensive: effects interact, e.g. on oneDNN channels_last pays most
-under bf16), at most ``max_combine`` candidates. Each candidate is measured paired against
-the current combination (:meth:`TuneSession.measure`, adaptive) and is added only when the
-combination gets faster and stays loss-equivalent. Knobs whose Recipe fields conflict are
-skipped. A combination of two or more tricks is then **re-measured against the baseline in
-fresh pairs until it decides**: that speed-up is the one reported; when it does not hold,
-the best single trick is the result. The caller's trials are never changed.
+Starts from the fastest kept trick. The candidates are the best value of each other kept
+knob, then the *promising* ones (no gain alone but a point estimate above 1,
+loss-equivalent: effects interact, e.g. on oneDNN channels_last pays most under bf16, and a
+fused optimizer matters more once the forward is faster), at most ``max_combine``.
+
+1. **Cheap candidates, in rounds**: every candidate is added to the current combination and
+   all of them are measured *together* against it (one :meth:`TuneSession.measure`: the
+   reference runs are shared, ``R C1 C2 R C3 ...``, so a round costs about a third less than
+   one comparison per candidate). The fastest one that is decided faster (and stays
+   loss-equivalent) is added; those not faster on top of the combination are dropped; the
+   other faster ones are measured again, on top of the new combination, in the next round.
+2. **Expensive candidates** (compilation) last, each once, against the final cheap
+   combination: the comparison that matters, and no compile run is spent twice.
+3. A combination of two or more tricks is **re-measured against the baseline in fresh pairs
+   until it decides**: that speed-up is the one reported; when it does not hold, the best
+   single trick is the result.
+
+Knobs whose Recipe fields conflict are skipped. The caller's trials are never changed.
 """
 
 from __future__ import annotations
@@ -37,6 +46,77 @@ def best_per_knob(trials: Sequence[Trial], status: str) -> list[Trial]:
     return sorted(best.values(), key=lambda t: -t.speed.ratio)
 
 
+class _Greedy:
+    """The combination so far and the steps that explain it."""
+
+    def __init__(self, session: TuneSession, first: Trial) -> None:
+        self.session = session
+        self.combo = session.new_trial(first.settings)[0]  # its runs as the reference stay apart from the trial's
+        self.steps = [CombineStep(first.name, "added", "fastest kept trick: starts the combination", first.speed)]
+        self.stopped = False  # the budget ran out
+
+    def _with(self, cands: Sequence[Trial]) -> list[tuple[Trial, Trial]]:
+        """(candidate, combination + candidate) for each candidate that does not conflict."""
+        out = []
+        for cand in cands:
+            new, conflict = self.session.new_trial(self.combo.settings + cand.settings)
+            if conflict:
+                self.steps.append(CombineStep(cand.name, "skipped", f"conflicts with {self.combo.name}: {conflict}"))
+            else:
+                out.append((cand, new))
+        return out
+
+    def round(self, cands: Sequence[Trial]) -> list[Trial]:
+        """Measure ``cands`` on top of the combination together; add the fastest faster one;
+        return the other faster ones (to try again on top of the new combination)."""
+        tried = self._with(cands)
+        if not tried:
+            return []
+        pairs = self.session.measure(self.combo, [new for _, new in tried])
+        faster: list[tuple[Trial, Trial]] = []
+        for cand, new in tried:
+            self.session.judge(new, pairs[id(new)], against=self.combo.name)
+            if new.status in ("failed", "rejected", "skipped"):
+                self.steps.append(CombineStep(cand.name, new.status, new.reason))
+                self.stopped |= new.status == "skipped"
+                continue
+            status, reason = verdict(new.speed, self.session.options.margin)
+            if status == "kept":
+                faster.append((cand, new))
+            else:
+                self.steps.append(CombineStep(cand.name, status, f"not added: vs {self.combo.name}: {reason}",
+                                              new.speed))
+        if not faster:
+            return []
+        faster.sort(key=lambda cn: -cn[1].speed.ratio)
+        cand, new = faster[0]
+        _, reason = verdict(new.speed, self.session.options.margin)
+        self.steps.append(CombineStep(cand.name, "added", f"vs {self.combo.name}: {reason}", new.speed))
+        self.combo = new
+        return [c for c, _ in faster[1:]]
+
+    def confirm(self, first: Trial) -> Trial:
+        """The combination re-measured against the baseline in fresh pairs (the result), or
+        ``first`` when it is a single trick or does not hold."""
+        if len(self.combo.settings) < 2:
+            return first
+        session = self.session
+        final, _ = session.new_trial(self.combo.settings)
+        final.runs = list(self.combo.runs)
+        pairs = session.measure(session.baseline, [final])[id(final)]
+        final.runs = final.runs[len(self.combo.runs):]  # fresh pairs only
+        session.judge(final, pairs)
+        if final.status == "kept":
+            self.steps.append(CombineStep(final.name, "confirmed", f"re-measured against the baseline in "
+                                                                   f"{final.speed.pairs} fresh pairs: {final.reason}",
+                                          final.speed))
+            return final
+        self.steps.append(CombineStep(final.name, "not_confirmed",
+                                      f"re-measured against the baseline: {final.reason}; the best single trick "
+                                      f"({first.name}) is the result", final.speed))
+        return first
+
+
 def combine(session: TuneSession) -> None:
     """Fill ``session.combination`` and ``session.best``."""
     kept = best_per_knob(session.trials, "kept")
@@ -45,47 +125,13 @@ def combine(session: TuneSession) -> None:
     taken = {(t.settings[0].code, t.settings[0].knob) for t in kept}
     promising = [t for t in best_per_knob(session.trials, "no_gain")
                  if (t.settings[0].code, t.settings[0].knob) not in taken]
-    first = kept[0]
-    combo = session.new_trial(first.settings)[0]  # its runs as the reference here stay apart from the trial's
-    steps = [CombineStep(first.name, "added", "fastest kept trick: starts the combination", first.speed)]
-    for cand in (kept[1:] + promising)[: session.options.max_combine]:
-        new, conflict = session.new_trial(combo.settings + cand.settings)
-        if conflict:
-            steps.append(CombineStep(cand.name, "skipped", f"conflicts with {combo.name}: {conflict}"))
-            continue
-        pairs = session.measure(combo, [new])[id(new)]
-        session.judge(new, pairs, against=combo.name)
-        if new.status in ("failed", "rejected", "skipped"):
-            steps.append(CombineStep(cand.name, new.status, new.reason))
-            if new.status == "skipped":
-                break
-            continue
-        status, reason = verdict(new.speed, session.options.margin)
-        if status == "kept":
-            combo = new
-            steps.append(CombineStep(cand.name, "added", f"vs {_prev(steps)}: {reason}",
-                                     new.speed))
-        else:
-            steps.append(CombineStep(cand.name, status, f"not added: vs the combination so far: {reason}", new.speed))
-    best = first
-    if len(combo.settings) > 1:
-        final, _ = session.new_trial(combo.settings)
-        final.runs = list(combo.runs)
-        pairs = session.measure(session.baseline, [final])[id(final)]
-        final.runs = final.runs[len(combo.runs):]  # fresh pairs only
-        session.judge(final, pairs)
-        if final.status == "kept":
-            best = final
-            steps.append(CombineStep(final.name, "confirmed", f"re-measured against the baseline in "
-                                                              f"{final.speed.pairs} fresh pairs: {final.reason}",
-                                     final.speed))
-        else:
-            steps.append(CombineStep(final.name, "not_confirmed",
-                                     f"re-measured against the baseline: {final.reason}; the best single trick "
-                                     f"({first.name}) is the result", final.speed))
-    session.combination, session.best = steps, best
-
-
-def _prev(steps: Sequence[CombineStep]) -> str:
-    added = [s.added for s in steps if s.status == "added"]
-    return " + ".join(added)
+    first, greedy = kept[0], _Greedy(session, kept[0])
+    cands = (kept[1:] + promising)[: session.options.max_combine]
+    cheap = [c for c in cands if not c.expensive]
+    while cheap and not greedy.stopped:
+        cheap = greedy.round(cheap)
+    for cand in (c for c in cands if c.expensive):
+        if greedy.stopped:
+            break
+        greedy.round([cand])
+    session.combination, session.best = greedy.steps, greedy.confirm(first)

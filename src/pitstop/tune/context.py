@@ -52,6 +52,7 @@ def context_from_observations(obs: Observations | dict[str, Any], *, notes: tupl
         cudnn_benchmark=obs.settings.cudnn_benchmark,
         float32_matmul_precision=obs.settings.float32_matmul_precision or "highest",
         framework=obs.framework_name,
+        phase_shares=tuple(obs.breakdown.shares().items()) if obs.breakdown else (),
         notes=notes,
     )
 

@@ -58,7 +58,14 @@ class Context:
     float32_matmul_precision: str = "highest"
     blocks: tuple[str, ...] = ()             # API: submodule patterns activation checkpointing may wrap
     framework: str | None = None             # "lightning" | "fabric" | "transformers" | "accelerate" (detected)
+    #: share of the step time of each doctor phase in the survey (``("optimizer", 0.004)``, ...)
+    phase_shares: tuple[tuple[str, float], ...] = ()
     notes: tuple[str, ...] = field(default=())
+
+    def share(self, phases: tuple[str, ...]) -> float | None:
+        """Share of the step spent in ``phases`` (None: not surveyed)."""
+        shares = dict(self.phase_shares)
+        return sum(shares.get(p, 0.0) for p in phases) if shares else None
 
     @property
     def on_cuda(self) -> bool:
@@ -70,6 +77,7 @@ class Context:
         d = dataclasses.asdict(self)
         d["capability"] = list(self.capability) if self.capability else None
         d["blocks"], d["notes"] = list(self.blocks), list(self.notes)
+        d["phase_shares"] = dict(self.phase_shares)
         return d
 
 
@@ -147,6 +155,13 @@ class Knob(Face, face="K"):
 
     def label(self, value: Any) -> str:
         return self.name if value is True else f"{self.name}={value}"
+
+    def phases(self, value: Any, ctx: Context) -> tuple[str, ...]:
+        """The step phases (:data:`pitstop.doctor.observations.PHASES`) that ``value`` can
+        make faster, when it can touch nothing else; empty: any part of the step. The tuner
+        does not measure a value whose phases are too small a share of the step to reach
+        the bar even if they vanished (Amdahl)."""
+        return ()
 
     def setting(self, value: Any) -> Setting:
         return Setting(self.tip, self.name, value, self.label(value))

@@ -25,11 +25,11 @@ from typing import Any
 from pitstop.tune.combine import combine
 from pitstop.tune.knob import Context, Knob
 from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
-from pitstop.tune.result import TimeSplit, TuneResult
+from pitstop.tune.result import TimeSplit, Trial, TuneResult
 from pitstop.tune.session import TuneSession, script_warnings
 
 __all__ = ["TuneOptions", "Backend", "TuneError", "Budget", "search", "select_knobs", "merge_recipe_fields",
-           "TuneSession"]
+           "TuneSession", "what_is_left"]
 
 
 def search(backend: Backend, knobs: Sequence[Knob], options: TuneOptions, *, progress: Any = None,
@@ -45,6 +45,35 @@ def search(backend: Backend, knobs: Sequence[Knob], options: TuneOptions, *, pro
         combine(session)
     loads.append(machine_load())
     return _result(session, loads)
+
+
+#: phases no compute trick shortens: waiting for a DataLoader, preparing batches outside one
+FEEDING = ("data", "host")
+
+
+def what_is_left(session: TuneSession, best: Trial | None, *, least: float = 0.15) -> str | None:
+    """The ceiling the script's batch feeding puts on any compute trick, when the survey saw
+    it take at least ``least`` of the step and no trick of the best recipe changes it (the
+    recipe's knobs say which phases they change): its share of the baseline step, its
+    estimated share with the best recipe, and the speed-up the rest could give at most."""
+    ctx = session.ctx
+    share = ctx.share(FEEDING) if ctx is not None else None
+    if share is None or share < least:
+        return None
+    touched: set[str] = set()
+    for s in best.settings if best is not None else ():
+        phases = session.knob(s).phases(s.value, ctx)
+        if not phases:
+            return None  # a trick that may change any phase: no estimate
+        touched.update(phases)
+    if touched & set(FEEDING):
+        return None
+    ratio = best.speed.ratio if best is not None and best.speed is not None else 1.0
+    now = f"about {min(0.99, share * ratio):.0%} of the step with the best recipe, " if best is not None else ""
+    return (f"what is left: feeding batches (DataLoader waits and batch preparation) took {share:.0%} of the "
+            f"baseline step in the survey and no kept trick changes it: {now}so no compute trick can give more "
+            f"than {1 / share:.1f}x here; speed up the batch pipeline itself (cheaper transforms, pre-processed "
+            "data, DataLoader workers where spare cores exist)")
 
 
 def _result(session: TuneSession, loads: list) -> TuneResult:
@@ -67,6 +96,9 @@ def _result(session: TuneSession, loads: list) -> TuneResult:
     if best is None:
         notes.append("no trick was measurably faster and loss-equivalent on this training: keep the baseline "
                      "(an honest result, not a failure)")
+    left = what_is_left(session, best)
+    if left:
+        notes.append(left)
     base = session.baseline
     meds = [r.median_step for r in base.ok_runs if r.median_step]
     noise = max(meds) / min(meds) - 1 if len(meds) >= 2 else None

@@ -33,6 +33,10 @@ _WHAT = {"crashed": "crashed", "timeout": "timed out", "oom": "ran out of memory
          "setup_error": "could not be applied (setup failed)", "too_few_steps": "stopped too early"}
 
 
+#: pairs beyond ``--repeats`` an undecided expensive trial may get
+EXPENSIVE_EXTRA_PAIRS = 2
+
+
 def failure_reason(run: Run) -> str:
     return f"{_WHAT.get(run.status, run.status)}: {run.message}".strip()
 
@@ -66,6 +70,13 @@ class TuneSession:
         self.all_runs: list[Run] = []
         self._last: tuple[Trial, Sample] | None = None   # the most recent run, when it was a reference
 
+    @property
+    def expensive_pairs(self) -> int:
+        """Pairs at most for an expensive (compiling) trial still undecided: more than the
+        minimum, so that a 1.1x compile win is not decided by three pairs' luck, fewer than
+        ``--max-pairs`` (each of its runs compiles)."""
+        return min(self.options.most_pairs, self.options.min_pairs + EXPENSIVE_EXTRA_PAIRS)
+
     # -- configurations ------------------------------------------------------------------
     def knob(self, setting: Setting) -> Knob:
         return self.knobs[(setting.code, setting.knob)]
@@ -94,7 +105,13 @@ class TuneSession:
                 self.not_applicable.append(na)
                 continue
             for value in knob.values(self.ctx):
-                self.trials.append(self.new_trial((knob.setting(value),))[0])
+                setting = knob.setting(value)
+                small = _too_small(knob, value, self.ctx, self.options.margin)
+                if small is not None:
+                    self.not_applicable.append(Trial(name=setting.label, settings=(setting,), status="not_applicable",
+                                                     reason=small))
+                    continue
+                self.trials.append(self.new_trial((setting,))[0])
 
     # -- runs ----------------------------------------------------------------------------
     def _estimate(self, trial: Trial) -> float:
@@ -179,7 +196,7 @@ class TuneSession:
                 before, waiting = after, None
             self.passes += 1
             live = [c for c in live if not self._settled(ref, c, pairs[id(c)])
-                    and not (c.expensive and len(pairs[id(c)]) >= opts.min_pairs)]  # compiling costs: min pairs
+                    and not (c.expensive and len(pairs[id(c)]) >= self.expensive_pairs)]  # compiling costs
             if self.budget.exhausted:
                 break
         return pairs
@@ -222,7 +239,8 @@ class TuneSession:
         trial.status, trial.reason = verdict(trial.speed, opts.margin)
         if trial.speed is not None and trial.speed.status == "undecided":
             why = ("time budget" if self.budget.exhausted else
-                   f"an expensive trial gets {opts.min_pairs} pairs" if trial.expensive else f"--max-pairs {opts.most_pairs}")
+                   f"an expensive trial gets {self.expensive_pairs} pairs" if trial.expensive
+                   else f"--max-pairs {opts.most_pairs}")
             trial.reason += f" ({why})"
         if check.status == "unchecked":
             trial.reason += "; loss not captured, equivalence unchecked"
@@ -260,6 +278,25 @@ def _compile_cost(trial: Trial, baseline: Trial) -> None:
         saved = base - mine
     trial.compile = CompileCost(overheads[0], min(overheads[1:]) if overheads[1:] else None,
                                 math.ceil(overheads[0] / saved) if saved and saved > 0 else None)
+
+
+#: the survey's phase shares come from a couple of steps: a value is left unmeasured only when
+#: this many times its phases' share, removed entirely, could not reach the bar
+SHARE_SAFETY = 2.0
+
+
+def _too_small(knob: Knob, value: object, ctx: Context, margin: float) -> str | None:
+    """Why ``value`` is not worth measuring (Amdahl: the phases it can speed up are too small
+    a share of the step to reach ``1 + margin`` even if they took no time), or None."""
+    phases = knob.phases(value, ctx)
+    share = ctx.share(phases) if phases else None
+    if share is None:
+        return None
+    best = 1 / max(1e-9, 1 - min(0.999, SHARE_SAFETY * share))
+    if best >= 1 + margin:
+        return None
+    return (f"{' + '.join(phases)} {share:.1%} of the step (survey): even {SHARE_SAFETY:g}x that, removed "
+            f"entirely, gives at most {best:.3f}x, under the {1 + margin:.2f}x bar: not measured")
 
 
 def _not_applicable(knob: Knob, ctx: Context, mode: str) -> Trial | None:

@@ -36,6 +36,9 @@ def verdict(decision: Any, margin: float = DEFAULT_MARGIN) -> tuple[str, str]:
         return "slower", f"interval below 1/{bar:.2f}; {counts}"
     if decision.status == "same":
         return "no_gain", f"interval cannot reach {bar:.2f}x; {counts}"
+    if decision.status == "close":
+        return "no_gain", (f"on the {bar:.2f}x bar: at most {decision.high:.2f}x, too close to it to be worth keeping; "
+                           f"{counts}")
     return "no_gain", f"undecided after {decision.pairs} pairs (interval spans {bar:.2f}x); {counts}"
 
 
