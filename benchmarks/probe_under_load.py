@@ -25,13 +25,13 @@ SPIN = "import time\nend = time.monotonic() + 900\nwhile time.monotonic() < end:
 def one() -> str:
     result = run_script(RunSpec(module="pitstop.examples.cnn", steps=5, warmup=2, mode="full", probes=True,
                                 stdout="devnull"))
-    p = (result.observations or {}).get("probes", {}).get("precision") or {}
+    p = result.observations.probe("precision") if result.observations is not None else None
     codes = {f.code for f in diagnose(result).findings}
-    if "speedup" not in p:
+    if p is None or p.speedup is None:
         return f"probe: {p}; PIT301 recommended: {'PIT301' in codes}"
-    single = " single-threaded" if p.get("single_threaded") else ""
-    return (f"bf16 {p['speedup']:.2f}x [{p['interval'][0]:.2f}, {p['interval'][1]:.2f}] on {p.get('measure')} time"
-            f"{single}, {p['runs']} rounds; PIT301 recommended: {'PIT301' in codes}")
+    single = " single-threaded" if p.extra.get("single_threaded") else ""
+    return (f"bf16 {p.speedup:.2f}x [{p.interval[0]:.2f}, {p.interval[1]:.2f}] on {p.measure} time"
+            f"{single}, {p.runs} rounds; PIT301 recommended: {'PIT301' in codes}")
 
 
 def main() -> None:
