@@ -206,7 +206,7 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     if models:
         from pitstop.doctor.wrappers import sequential_conv_bias_bn
 
-        flow = inst._flow
+        flow = inst.profiled.flow
         o.models[0]["conv_bias_bn"] = flow.conv_bias_bn if flow else []
         o.models[0]["linear_linear"] = flow.linear_linear if flow else []
         if o.models[0]["compiled"] and not o.models[0]["conv_bias_bn"]:  # module hooks do not fire in graphs
