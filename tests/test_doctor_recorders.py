@@ -198,3 +198,45 @@ def test_profiled_step_counts_flops_of_its_step_only():
     compiled = SimpleNamespace(live_models=lambda: [model], any_compiled=lambda: True)
     ProfiledStep(notes, None).transition("observed", "profiled", compiled)
     assert notes == ["FLOPs and kernel dtypes not counted: the model is torch.compile'd"]
+
+
+def test_instrumentation_routes_each_step_to_its_recorders():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from pitstop.doctor.instrument import Instrumentation
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    loader = DataLoader(TensorDataset(torch.randn(64, 4)), batch_size=8)
+    inst = Instrumentation(3, 1, mode="full", stop=False).install()
+    try:
+        for (x,) in loader:
+            with torch.no_grad():
+                model(x)  # an evaluation forward
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            loss.item()  # one sync per step, on this line
+            if inst.finished:
+                break
+    finally:
+        inst.uninstall()
+    assert [r.kind for r in inst.records] == ["warmup", "observed", "observed", "observed", "profiled"]
+    assert all(r.batch_size == 8 and r.phases["forward"] > 0 and r.phases["data"] > 0 for r in inst.records)
+    [((site, kind), (calls, steps, _))] = inst.sync_sites.items()
+    assert kind == "item" and site.endswith(f"test_doctor_recorders.py:{_line('loss.item()  # one sync')}")
+    assert (calls, steps) == (3, 3)
+    assert inst.forwards["train"] == 5 and inst.forwards["eval_no_grad"] == 5 and inst.batch_size == 8
+    assert [d["role"] for d in inst.loaders.values()] == ["train"]
+    assert len(inst.activations) == 3 and inst.graph["steps"] == [2, 3, 4] and inst.grad_bytes > 0
+    assert inst.boundary == "optimizer.step" and inst.primary is opt and inst.backward_total == 5
+    assert inst.profile_result["flops"] > 0 and inst.profiled.flow is not None
+    assert len(inst.data_cpu) == 3
+
+
+def _line(needle: str) -> int:
+    from pathlib import Path
+
+    lines = Path(__file__).read_text(encoding="utf-8").splitlines()
+    return next(i for i, t in enumerate(lines, 1) if needle in t and "_line(" not in t)
