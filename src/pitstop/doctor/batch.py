@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["BatchInfo", "Layout", "primary_input", "seq_layout", "batch_info"]
+__all__ = ["BatchInfo", "Layout", "first_tensor", "primary_input", "seq_layout", "batch_info"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,22 @@ class BatchInfo:
     name: str
     how: str
     tokens: int | None = None
+
+
+def first_tensor(obj: Any, depth: int = 0) -> torch.Tensor | None:
+    """The first tensor in a (nested) batch or argument tuple."""
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if depth > 3:
+        return None
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        for o in obj:
+            t = first_tensor(o, depth + 1)
+            if t is not None:
+                return t
+    return None
 
 
 def primary_input(args: tuple, kwargs: dict[str, Any] | None) -> tuple[str, torch.Tensor] | None:

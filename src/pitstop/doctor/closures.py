@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any
+from typing import Any, Callable
 
 from pitstop.doctor import frameworks
 
@@ -26,8 +26,10 @@ __all__ = ["wrap_closure", "on_first_step"]
 perf = time.perf_counter
 
 
-def wrap_closure(inst: Any, opt: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-    """New ``(args, kwargs)`` with the closure timed, or None when the step has no closure."""
+def wrap_closure(opt: Any, args: tuple, kwargs: dict, enter: Callable[[], None],
+                 leave: Callable[[int, float], None]) -> tuple[tuple, dict] | None:
+    """New ``(args, kwargs)`` with the closure timed, or None when the step has no closure.
+    ``enter()`` runs as the closure starts, ``leave(id(opt), seconds)`` as it ends."""
     if "closure" in kwargs and callable(kwargs["closure"]):
         closure, where = kwargs["closure"], "kw"
     elif len(args) > 1 and args[0] is opt and callable(args[1]):  # (self, closure): the hook sees self
@@ -35,16 +37,14 @@ def wrap_closure(inst: Any, opt: Any, args: tuple, kwargs: dict) -> tuple[tuple,
     else:
         return None
     key = id(opt)
-    inst._closure_s[key] = 0.0
 
     def timed_closure(*a: Any, **k: Any) -> Any:
-        inst._in_opt -= 1  # the user's code: its syncs count again
+        enter()
         t0 = perf()
         try:
             return closure(*a, **k)
         finally:
-            inst._closure_s[key] = inst._closure_s.get(key, 0.0) + perf() - t0
-            inst._in_opt += 1
+            leave(key, perf() - t0)
 
     timed_closure.__wrapped__ = closure  # type: ignore[attr-defined]
     if where == "kw":
@@ -52,15 +52,16 @@ def wrap_closure(inst: Any, opt: Any, args: tuple, kwargs: dict) -> tuple[tuple,
     return (args[0], timed_closure, *args[2:]), kwargs
 
 
-def on_first_step(inst: Any, opt: Any) -> Any:
-    """Detect the framework driving the script (and prepare framework-specific attribution)."""
+def on_first_step(opt: Any, *, notes: list[str], patches: Any, full: bool) -> Any:
+    """Detect the framework driving the script (and prepare framework-specific attribution).
+    Called from the optimizer step pre-hook: the frame two up is the optimizer's caller."""
     try:
         info = frameworks.detect(sys._getframe(2), optimizer=opt)
     except Exception as exc:  # never break the user's step over a report detail
-        inst.notes.append(f"framework detection failed: {type(exc).__name__}: {exc}")
+        notes.append(f"framework detection failed: {type(exc).__name__}: {exc}")
         return None
-    if info.name == "lightning" and inst.full:
+    if info.name == "lightning" and full:
         from pitstop.doctor.patching import user_site
 
-        frameworks.track_lightning_logs(inst._patches, lambda depth: user_site(depth + 1))
+        frameworks.track_lightning_logs(patches, lambda depth: user_site(depth + 1))
     return info

@@ -217,7 +217,7 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.syncs = _sites(inst.sync_sites)
     o.cuda_calls = _sites(inst.cuda_sites)
     o.optimizers = [_optimizer_info(opt) for opt in inst.optimizers.values()]
-    flow = inst._flow  # the data flow of the primary model's training forward
+    flow = inst.profiled.flow  # the data flow of the primary model's training forward
     o.models = [_model_info(m, info, flow if i == 0 else None) for i, (m, info) in enumerate(models)]
     o.loaders = [from_json(LoaderRecord, dict(d)) for d in inst.loaders.values()]
     o.forwards = from_json(Forwards, {**dict(inst.forwards), "where": dict(inst.forward_where),

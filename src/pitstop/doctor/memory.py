@@ -1,5 +1,8 @@
 """Memory measurements: parameters, gradients, optimizer state, activations, peak, leaks.
 
+:class:`MemoryRecorder` is the recorder of :class:`~pitstop.doctor.instrument.Instrumentation`
+that takes them while the script runs (the functions here measure; collect.py sums up).
+
 Device-agnostic where possible: activations are the bytes of the tensors autograd saves for
 backward (``torch.autograd.graph.saved_tensors_hooks``), counted once per storage and
 without the parameters themselves; retained graphs are found by counting the autograd
@@ -12,12 +15,13 @@ from __future__ import annotations
 import gc
 import os
 import resource
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
     "storage_key", "unique_bytes", "param_bytes", "grad_bytes", "state_bytes", "rss_bytes",
-    "peak_rss_bytes", "capacity_bytes", "graph_nodes",
+    "peak_rss_bytes", "capacity_bytes", "graph_nodes", "MemoryRecorder",
 ]
 
 
@@ -110,3 +114,110 @@ def graph_nodes(limit: int = 500_000) -> int:
         except Exception:
             continue
     return len(seen)
+
+
+class MemoryRecorder:
+    """Memory while the script runs (full mode).
+
+    - activations: the saved-tensor pack hook adds up the bytes autograd saves per step
+      (each storage once, parameters excluded); ``activations`` has one total per observed step;
+    - ``grad_bytes``: gradient bytes of the primary optimizer's parameters at its last observed step;
+    - on CUDA, ``phase_peaks``: the allocator's peak within each phase (reset at its start;
+      no sync), and ``run_peak`` the highest seen;
+    - ``graph``: live autograd nodes counted after the first, middle and last observed
+      step, and how many of the losses of earlier steps are still alive at the last one.
+
+    ``log`` is the step clock; ``backward`` (set at :meth:`install`) says whether a
+    backward runs now (autograd packs with grad mode off then: not the forward's saves)."""
+
+    def __init__(self, log: Any, *, cuda: bool) -> None:
+        self.log, self.cuda = log, cuda
+        self.activations: list[int] = []
+        self.grad_bytes: int | None = None
+        self.phase_peaks: dict[str, int] = {}
+        self.run_peak = 0
+        self.graph: dict[str, Any] = {}
+        self.loss_refs: list[weakref.ref] = []
+        #: observed steps after which the live autograd graph is counted (first, middle, last)
+        self.census_at = {1, (log.steps + 1) // 2, log.steps}
+        self._acts: dict[tuple[int, int], int] = {}
+        self._param_keys: set[tuple[int, int]] = set()
+        self._saved_hooks: Any = None
+        self.backward: Any = None
+
+    def install(self, backward: Any) -> None:
+        import torch
+
+        self.backward = backward
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        self._saved_hooks.__enter__()
+
+    def uninstall(self) -> None:
+        if self._saved_hooks is not None:
+            try:
+                self._saved_hooks.__exit__(None, None, None)
+            except Exception:
+                pass
+            self._saved_hooks = None
+
+    def _pack(self, t):
+        """Count the bytes autograd saves; return a detached alias (same storage, no copy).
+        Returning ``t`` itself would make a saved *output* reference its own ``grad_fn``: a
+        cycle that leaks every graph that is never back-propagated (eval with grad on)."""
+        if not self.log.passive and not self.backward.in_backward:
+            key = storage_key(t)
+            if key is not None and key not in self._param_keys and key not in self._acts:
+                try:
+                    self._acts[key] = t.untyped_storage().nbytes()
+                except Exception:
+                    pass
+        return t.detach()
+
+    def add_params(self, module) -> None:
+        """A model's parameters are not activations."""
+        self._param_keys.update(k for p in module.parameters() if (k := storage_key(p)) is not None)
+
+    def watch_loss(self, t) -> None:
+        self.loss_refs.append(weakref.ref(t))
+
+    def take_grad_bytes(self, opt) -> None:
+        self.grad_bytes = grad_bytes(p for g in opt.param_groups for p in g["params"])
+
+    def phase(self, phase: str, start: bool) -> None:
+        """On CUDA, at the start and end of a phase of an observed step: its peak."""
+        import torch
+
+        if not (self.cuda and torch.cuda.is_initialized()) or self.log.kind() != "observed":
+            return
+        if start:
+            self.run_peak = max(self.run_peak, torch.cuda.max_memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            peak = torch.cuda.max_memory_allocated()
+            self.run_peak = max(self.run_peak, peak)
+            self.phase_peaks[phase] = max(self.phase_peaks.get(phase, 0), peak)
+
+    def now(self) -> int | None:
+        """Bytes in use now: CUDA allocated, or the process's RSS."""
+        import torch
+
+        if self.cuda and torch.cuda.is_initialized():
+            return int(torch.cuda.memory_allocated())
+        return rss_bytes()
+
+    def end_step(self, kind: str) -> None:
+        """The step ends: its activations (observed steps) and a fresh count for the next."""
+        if kind == "observed" and self._acts:
+            self.activations.append(sum(self._acts.values()))
+        self._acts = {}
+
+    def census(self, observed: int, index: int) -> None:
+        """After ``observed`` observed steps (``index`` records): count the live graph."""
+        if observed not in self.census_at:
+            return
+        self.graph.setdefault("nodes", []).append(graph_nodes())
+        self.graph.setdefault("steps", []).append(index)
+        if observed == self.log.steps:
+            prior = self.loss_refs[:-1]
+            self.graph["live_losses"] = sum(1 for r in prior if r() is not None)
+            self.graph["losses_tracked"] = len(prior)

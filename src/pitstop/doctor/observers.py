@@ -1,9 +1,12 @@
-"""Observers mixed into :class:`~pitstop.doctor.instrument.Instrumentation` (full mode).
+"""The forward observer (full mode): which model ran, in which grad/eval mode, under which
+autocast, with what batch layout, and the forward phase of each step.
 
-Forward hooks (which model ran, in which grad/eval mode, under which autocast, with what
-batch), DataLoader timing, sync and copy callbacks, per-phase CUDA peaks and the
-saved-tensor pack hook that measures activations. They read and write the state that
-``Instrumentation.__init__`` sets up; they hold no state of their own.
+A recorder of :class:`~pitstop.doctor.instrument.Instrumentation`: global module forward
+pre/post hooks see every module call; the outermost call (depth 1) is a model's forward.
+A forward with gradients enabled is handed to :class:`~pitstop.doctor.passes.Passes`,
+which decides later whether it was training or evaluation; forwards without gradients
+are counted here. Inner calls confirm the autocast state and find the batch layout
+(:func:`~pitstop.doctor.batch.seq_layout`), and feed the profiled step's data flow.
 """
 
 from __future__ import annotations
@@ -11,14 +14,21 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from pitstop.doctor import memory as mem
+from pitstop.doctor.batch import Layout, first_tensor, primary_input, seq_layout
 from pitstop.doctor.patching import user_site
 
-__all__ = ["Observers", "first_tensor"]
+if TYPE_CHECKING:
+    from pitstop.doctor.boundaries import StepBoundaries
+    from pitstop.doctor.memory import MemoryRecorder
+    from pitstop.doctor.passes import Passes
+    from pitstop.doctor.profiled import ProfiledStep
+    from pitstop.doctor.steps import StepLog
+
+__all__ = ["ModelObserver", "first_tensor"]
 
 perf = time.perf_counter
 
@@ -38,37 +48,53 @@ def _caller_kwargs() -> dict[str, Any]:
     return {}
 
 
-def first_tensor(obj: Any, depth: int = 0) -> torch.Tensor | None:
-    """The first tensor in a (nested) batch or argument tuple."""
-    if isinstance(obj, torch.Tensor):
-        return obj
-    if depth > 3:
-        return None
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        for o in obj:
-            t = first_tensor(o, depth + 1)
-            if t is not None:
-                return t
-    return None
+class ModelObserver:
+    """Forward hooks; see the module docstring. ``models``: id -> {"ref", "forwards": Counter,
+    "device", "compiled"}; ``forwards``: forwards by kind (``train``, ``eval_no_grad``, ...)
+    with the first call site of each kind in ``forward_where``."""
 
+    def __init__(self, log: StepLog, bounds: StepBoundaries, passes: Passes, memory: MemoryRecorder,
+                 profiled: ProfiledStep, *, sampler: Any, cuda: bool) -> None:
+        self.log, self.bounds, self.passes, self.memory, self.profiled = log, bounds, passes, memory, profiled
+        self.sampler, self.cuda = sampler, cuda
+        self.models: dict[int, dict[str, Any]] = {}
+        self.forwards: Counter[str] = Counter()
+        self.forward_where: dict[str, str] = {}
+        self.autocast: Counter[str] = Counter()
+        self.input_shapes: Counter[str] = Counter()
+        self.layouts: dict[int, Layout | None] = {}
+        self.depth = 0  # module calls in progress (1: a model's forward)
+        self._top: tuple[float, bool] = (0.0, True)
+        self._top_call: tuple = ((), {}, 0.0)
+        self._where = "?"
+        self._ac_pending: str | None = None  # device whose autocast state the first inner call confirms
+        self._layout_probe: tuple[int, torch.Tensor] | None = None
+        self._handles: list[Any] = []
 
-class Observers:
-    """Full-mode hooks; see the module docstring."""
+    def install(self) -> None:
+        from torch.nn.modules import module as module_mod
+
+        self._handles.append(module_mod.register_module_forward_pre_hook(self._fwd_pre))
+        self._handles.append(module_mod.register_module_forward_hook(self._fwd_post, always_call=True))
+
+    def uninstall(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
 
     # -- forward ----------------------------------------------------------------------
     def _fwd_pre(self, module, args) -> None:
-        if self.passive:
+        log = self.log
+        if log.passive:
             return
-        self._depth += 1
+        self.depth += 1
         grad = torch.is_grad_enabled()
-        if self._depth == 1:
-            if grad and self._cuda:
-                self._cuda_phase("forward", True)
-            if not self._in_backward:
+        if self.depth == 1:
+            if grad and self.cuda:
+                self.memory.phase("forward", True)
+            if not self.bounds.in_backward:
                 kwargs = _caller_kwargs()
-                self._top_call = (args, kwargs, self._unaccounted())
+                self._top_call = (args, kwargs, log.unaccounted())
                 if self.sampler is not None:
                     self.sampler.close()
                     if grad:
@@ -77,37 +103,36 @@ class Observers:
                 self._note_forward(module, args, grad)
             self._top = (perf(), grad)
         else:
-            if self._depth == 2 and self._ac_pending is not None:
+            if self.depth == 2 and self._ac_pending is not None:
                 self._confirm_autocast()
             if self._layout_probe is not None:
                 self._layout_watch(module, args)
-        if self._flow is not None and grad and self.kind() == "profiled":
-            self._flow.pre(module, args)
+        flow = self.profiled.flow
+        if flow is not None and grad and log.kind() == "profiled":
+            flow.pre(module, args)
 
     def _fwd_post(self, module, args, output) -> None:
-        if self.passive:
+        log = self.log
+        if log.passive:
             return
-        if self._flow is not None and self._top[1] and self.kind() == "profiled":
-            self._flow.post(module, output)
-        if self._depth == 1 and not self._in_backward:
+        flow = self.profiled.flow
+        if flow is not None and self._top[1] and log.kind() == "profiled":
+            flow.post(module, output)
+        if self.depth == 1 and not self.bounds.in_backward:
             seconds = perf() - self._top[0]
             self._layout_end(module)
             if self._top[1]:
-                self.cur.phases["forward"] += seconds
+                log.cur.phases["forward"] += seconds
                 a, kw, unaccounted = self._top_call
-                self._watch_forward(module, a, kw, output, seconds, self._where, unaccounted)
-                if self._cuda:
-                    self._cuda_phase("forward", False)
+                self.passes.watch(module, a, kw, output, seconds, self._where, unaccounted,
+                                  self.layouts.get(id(module)))
+                if self.cuda:
+                    self.memory.phase("forward", False)
             else:
-                self.cur.phases["eval"] += seconds
+                log.cur.phases["eval"] += seconds
             if self.sampler is not None:
                 self.sampler.open()
-        self._depth = max(0, self._depth - 1)
-
-    def _unaccounted(self) -> float:
-        """Seconds of the current step so far that no measured phase explains."""
-        measured = sum(v for k, v in self.cur.phases.items() if k != "sync")
-        return perf() - self.step_start - measured
+        self.depth = max(0, self.depth - 1)
 
     def _note_forward(self, module, args, grad: bool) -> None:
         info = self.models.get(id(module))
@@ -131,10 +156,10 @@ class Observers:
         # what counts is the state the model's layers run under (checked at the first inner call)
         self._ac_pending = dev if ac is None else None
         x = first_tensor(args)
-        if x is not None and self.kind() == "observed":
+        if x is not None and self.log.kind() == "observed":
             self.input_shapes["x".join(map(str, x.shape))] += 1
         if not info.get("keys_done"):
-            self._param_keys.update(k for p in module.parameters() if (k := mem.storage_key(p)) is not None)
+            self.memory.add_params(module)
             info["keys_done"] = True
 
     def _confirm_autocast(self) -> None:
@@ -148,6 +173,14 @@ class Observers:
         if kind not in self.forward_where:
             self.forward_where[kind] = user_site(3, through_torch=True) or "?"
 
+    def count(self, mid: int, kind: str, where: str) -> None:
+        """One forward of model ``mid`` of ``kind``, decided later (by :class:`Passes`)."""
+        self.forwards[kind] += 1
+        self.forward_where.setdefault(kind, where)
+        info = self.models.get(mid)
+        if info is not None:
+            info["forwards"][kind] += 1
+
     def _model_info(self, module) -> dict[str, Any]:
         p = next(module.parameters(), None)
         device = p.device.type if p is not None else "cpu"
@@ -156,88 +189,32 @@ class Observers:
         return {"ref": (lambda m=module: m), "forwards": Counter(), "device": device if device in ("cpu", "cuda") else "cpu",
                 "compiled": compiled}
 
-    # -- data ----------------------------------------------------------------------------
-    def _dl_iter(self, loader):
-        it = self._orig_dl_iter(loader)
-        if not self.passive:
-            info = self.loaders.get(id(loader))
-            if info is None:
-                from torch.utils.data.distributed import DistributedSampler
+    def live_models(self) -> list[Any]:
+        """The models seen so far (those still alive)."""
+        return [m for m in (info["ref"]() for info in self.models.values()) if m is not None]
 
-                sampler = getattr(loader, "sampler", None)
-                bs = getattr(loader, "batch_sampler", None)
-                info = self.loaders[id(loader)] = {
-                    "role": "eval", "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
-                    "persistent_workers": loader.persistent_workers, "prefetch_factor": loader.prefetch_factor,
-                    "batch_size": loader.batch_size, "sampler": type(sampler).__name__,
-                    "distributed_sampler": isinstance(sampler, DistributedSampler)
-                    or isinstance(getattr(bs, "sampler", None), DistributedSampler),
-                    "where": user_site(2, through_torch=True)}
-            if torch.is_grad_enabled():
-                info["role"] = "train"
-        return it
+    def any_compiled(self) -> bool:
+        return any(info.get("compiled") for info in self.models.values())
 
-    def _dl_next(self, it):
-        if self.passive:
-            return self._orig_next(it)
-        t0, c0 = perf(), time.process_time()
-        self._in_data += 1
-        try:
-            return self._orig_next(it)
-        finally:
-            self._in_data -= 1
-            train = torch.is_grad_enabled()
-            self.cur.phases["data" if train else "eval"] += perf() - t0
-            if train:
-                self.cur.data_cpu += time.process_time() - c0
-                workers = getattr(it, "_workers", None)
-                if workers and self.kind() in ("warmup", "observed"):
-                    self.worker_clock.add(getattr(w, "pid", None) for w in workers)
+    # -- layout of each model's batch ---------------------------------------------------
+    def _layout_watch(self, module, args) -> None:
+        """Inside the first forward of a model: the first recurrent/attention layer decides."""
+        mid, top = self._layout_probe
+        lay = seq_layout(module, args, top)
+        if lay is not None:
+            self.layouts[mid] = lay
+            self._layout_probe = None
 
-    # -- syncs, copies, activations -----------------------------------------------------------
-    def _on_sync(self, kind: str, site: str, seconds: float) -> None:
-        if self.passive or self._in_data or self._in_opt:
+    def _layout_start(self, module, args, kwargs) -> None:
+        if id(module) in self.layouts:
             return
-        self.cur.syncs[(site, kind)] += 1
-        self.cur.sync_s[(site, kind)] += seconds
-        self.cur.phases["sync"] += seconds
-
-    def _on_cuda_call(self, kind: str, site: str, seconds: float) -> None:
-        if self.passive or self._in_opt:
-            return
-        self.cur.cuda[(site, kind)] += 1
-        if kind == "cuda.synchronize":
-            self._on_sync(kind, site, seconds)
-
-    def _tensor_to(self, t, *args, **kwargs):
-        t0 = perf()
-        out = self._orig_to(t, *args, **kwargs)
-        if not self.passive and out is not t and t.device.type == "cpu" and out.device.type == "cuda":
-            self.cur.h2d["non_blocking" if kwargs.get("non_blocking") else "blocking"] += 1
-            self.cur.h2d["seconds"] += perf() - t0
-        return out
-
-    def _cuda_phase(self, phase: str, start: bool) -> None:
-        """On CUDA: the allocator's peak within each phase (reset at its start; no sync)."""
-        if not (self._cuda and self.full and torch.cuda.is_initialized()) or self.kind() != "observed":
-            return
-        if start:
-            self.run_peak = max(self.run_peak, torch.cuda.max_memory_allocated())
-            torch.cuda.reset_peak_memory_stats()
+        found = primary_input(args, kwargs)
+        if found is not None and found[1].dim() >= 2:
+            self._layout_probe = (id(module), found[1])
         else:
-            peak = torch.cuda.max_memory_allocated()
-            self.run_peak = max(self.run_peak, peak)
-            self.phase_peaks[phase] = max(self.phase_peaks.get(phase, 0), peak)
+            self.layouts[id(module)] = None
 
-    def _pack(self, t):
-        """Count the bytes autograd saves; return a detached alias (same storage, no copy).
-        Returning ``t`` itself would make a saved *output* reference its own ``grad_fn``: a
-        cycle that leaks every graph that is never back-propagated (eval with grad on)."""
-        if not self.passive and not self._in_backward:  # (autograd packs with grad mode off)
-            key = mem.storage_key(t)
-            if key is not None and key not in self._param_keys and key not in self._acts:
-                try:
-                    self._acts[key] = t.untyped_storage().nbytes()
-                except Exception:
-                    pass
-        return t.detach()
+    def _layout_end(self, module) -> None:
+        if self._layout_probe is not None and self._layout_probe[0] == id(module):
+            self.layouts.setdefault(id(module), None)
+            self._layout_probe = None

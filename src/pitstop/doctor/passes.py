@@ -1,6 +1,7 @@
 """Training forwards vs evaluation forwards, batch size and host time (full mode).
 
-Mixed into :class:`~pitstop.doctor.instrument.Instrumentation`. A forward with gradients
+A recorder of :class:`~pitstop.doctor.instrument.Instrumentation`, fed by the forward
+observer (:class:`~pitstop.doctor.observers.ModelObserver`). A forward with gradients
 enabled is *training* only when its graph reaches a backward: every such top-level
 forward leaves a :class:`Pending` with a gradient hook on its outputs. When the step ends,
 pendings whose hook fired are training forwards (their batch counts towards the step's
@@ -20,11 +21,11 @@ stack during that window to name the source lines that spend it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
-from pitstop.doctor.batch import BatchInfo, Layout, batch_info, seq_layout
+from pitstop.doctor.batch import BatchInfo, Layout, batch_info
 
 __all__ = ["Passes", "Pending", "MAX_HOOKED_OUTPUTS"]
 
@@ -70,35 +71,24 @@ def _mark(box: list[bool]):
 
 
 class Passes:
-    """See the module docstring; state lives in ``Instrumentation.__init__``."""
+    """See the module docstring. ``count(model_id, kind, where)`` counts a decided forward
+    (the forward observer's :meth:`~pitstop.doctor.observers.ModelObserver.count`)."""
 
-    # -- layout of each model's batch ---------------------------------------------------
-    def _layout_watch(self, module, args) -> None:
-        """Inside the first forward of a model: the first recurrent/attention layer decides."""
-        mid, top = self._layout_probe
-        lay = seq_layout(module, args, top)
-        if lay is not None:
-            self.layouts[mid] = lay
-            self._layout_probe = None
+    def __init__(self, count: Callable[[int, str, str], None]) -> None:
+        self.count = count
+        self.pending: list[Pending] = []  # forwards of the step in progress
+        self.carried: list[Pending] = []  # forwards of the last step still undecided
+        self.batches: dict[int, BatchInfo] = {}  # model id -> BatchInfo of its first training forward
+        #: record index -> model id -> [samples, tokens, forwards]
+        self.per_step: dict[int, dict[int, list[int]]] = {}
+        self.last_train_args: dict[int, tuple] = {}
+        self.last_train_kwargs: dict[int, dict] = {}
+        self.train_layout: dict[int, int] = {}
+        self.batch_size: int | None = None
 
-    def _layout_start(self, module, args, kwargs) -> None:
-        if id(module) in self.layouts:
-            return
-        from pitstop.doctor.batch import primary_input
-
-        found = primary_input(args, kwargs)
-        if found is not None and found[1].dim() >= 2:
-            self._layout_probe = (id(module), found[1])
-        else:
-            self.layouts[id(module)] = None
-
-    def _layout_end(self, module) -> None:
-        if self._layout_probe is not None and self._layout_probe[0] == id(module):
-            self.layouts.setdefault(id(module), None)
-            self._layout_probe = None
-
-    # -- forwards ------------------------------------------------------------------------
-    def _watch_forward(self, module, args, kwargs, output, seconds: float, where: str, unaccounted: float) -> None:
+    def watch(self, module, args, kwargs, output, seconds: float, where: str, unaccounted: float,
+              layout: Layout | None) -> None:
+        """A top-level forward with gradients enabled just ended."""
         outs = _grad_outputs(output, [])
         box = [not outs]  # no output needs a gradient: we cannot tell, count it as training
         for t in outs:
@@ -106,21 +96,25 @@ class Passes:
                 t.register_hook(_mark(box))
             except RuntimeError:
                 box[0] = True
-        layout: Layout | None = self.layouts.get(id(module))
-        self.cur.pending.append(Pending(box, id(module), seconds, bool(module.training), where, unaccounted,
-                                        batch_info(args, kwargs, layout), args, dict(kwargs or {})))
+        self.pending.append(Pending(box, id(module), seconds, bool(module.training), where, unaccounted,
+                                    batch_info(args, kwargs, layout), args, dict(kwargs or {})))
 
-    def _settle(self, rec) -> None:
-        """At the end of a step (``rec`` is its record, not yet appended)."""
-        for p in self._carried:
+    def drop_trained(self) -> None:
+        """The step restarts (manual updates found): forwards already trained belong to the
+        steps before it."""
+        self.pending = [q for q in self.pending if not q.reached[0]]
+
+    def settle(self, rec, records: list) -> None:
+        """At the end of a step (``rec`` is its record, not yet appended to ``records``)."""
+        for p in self.carried:
+            target = records[p.step] if p.step < len(records) else rec
             if p.reached[0]:
-                self._trained(p, self.records[p.step] if p.step < len(self.records) else rec)
+                self._trained(p, target)
             else:
-                target = self.records[p.step] if p.step < len(self.records) else rec
                 self._evaluated(p, target)
-        self._carried = []
+        self.carried = []
         first = True
-        for p in self.cur.pending:
+        for p in self.pending:
             if p.reached[0]:
                 self._trained(p, rec)
                 if first:
@@ -128,26 +122,27 @@ class Passes:
                     first = False
             else:
                 p.step = rec.index
-                self._carried.append(p)
+                self.carried.append(p)
+        self.pending = []
 
-    def settle_all(self) -> None:
+    def settle_all(self, records: list) -> None:
         """End of the run: forwards still waiting for a backward were evaluation."""
-        for p in self._carried:
-            if p.step < len(self.records):
-                rec = self.records[p.step]
+        for p in self.carried:
+            if p.step < len(records):
+                rec = records[p.step]
                 (self._trained if p.reached[0] else self._evaluated)(p, rec)
-        self._carried = []
-        for p in self.cur.pending:  # a step that never ended: count the kinds, no record to edit
-            self._count(p.model, "train" if p.reached[0] else "eval_with_grad", p.where)
+        self.carried = []
+        for p in self.pending:  # a step that never ended: count the kinds, no record to edit
+            self.count(p.model, "train" if p.reached[0] else "eval_with_grad", p.where)
             if not p.reached[0] and p.training:
-                self._count(p.model, "train_mode_eval", p.where)
-        self.cur.pending = []
+                self.count(p.model, "train_mode_eval", p.where)
+        self.pending = []
 
     def _trained(self, p: Pending, rec) -> None:
-        """A training forward: its batch counts for its model in its step (``per_step``:
-        record index -> model id -> [samples, tokens, forwards]; collect.py reads the
-        primary model's, so that a second model in the same step is not counted twice)."""
-        self._count(p.model, "train", p.where)
+        """A training forward: its batch counts for its model in its step (``per_step``;
+        collect.py reads the primary model's, so that a second model in the same step is not
+        counted twice)."""
+        self.count(p.model, "train", p.where)
         counts = self.per_step.setdefault(rec.index, {}).setdefault(p.model, [0, 0, 0])
         counts[2] += 1
         if p.batch is not None:
@@ -163,15 +158,8 @@ class Passes:
         self.train_layout[p.model] = p.batch.dim if p.batch is not None else 0
 
     def _evaluated(self, p: Pending, rec) -> None:
-        self._count(p.model, "eval_with_grad", p.where)
+        self.count(p.model, "eval_with_grad", p.where)
         if p.training:
-            self._count(p.model, "train_mode_eval", p.where)
+            self.count(p.model, "train_mode_eval", p.where)
         rec.phases["forward"] = max(0.0, rec.phases.get("forward", 0.0) - p.seconds)
         rec.phases["eval"] = rec.phases.get("eval", 0.0) + p.seconds
-
-    def _count(self, mid: int, kind: str, where: str) -> None:
-        self.forwards[kind] += 1
-        self.forward_where.setdefault(kind, where)
-        info = self.models.get(mid)
-        if info is not None:
-            info["forwards"][kind] += 1

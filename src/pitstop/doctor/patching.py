@@ -8,7 +8,7 @@ from typing import Any
 
 from pitstop.doctor.frameworks import framework_file, resolve_site
 
-__all__ = ["Patches", "user_site", "internal_dirs"]
+__all__ = ["Patches", "user_site", "internal_dirs", "as_method"]
 
 _DOCTOR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MISSING = object()
@@ -67,6 +67,14 @@ def user_site(depth: int = 2, *, through_torch: bool = False) -> str | None:
             continue
         return f"{fn}:{f.f_lineno}"
     return first_framework  # the whole stack was framework code (an installed entry point)
+
+
+def as_method(bound: Any) -> Any:
+    """A plain function around a bound method, so that it binds ``self`` when set on a class."""
+    def method(*args: Any, **kwargs: Any) -> Any:
+        return bound(*args, **kwargs)
+    method.__wrapped__ = bound  # type: ignore[attr-defined]
+    return method
 
 
 class Patches:

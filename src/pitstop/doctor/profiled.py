@@ -6,6 +6,8 @@ steps: ``torch.utils.flop_counter.FlopCounterMode`` counts the FLOPs, a small
 actually executed (after autocast), and forward hooks record which layer fed which
 (a ``Conv2d`` whose output goes straight into a ``BatchNorm2d``, two ``Linear`` layers
 with nothing between). ``--trace`` runs a few more steps under ``torch.profiler``.
+:class:`ProfiledStep` is the recorder of :class:`~pitstop.doctor.instrument.Instrumentation`
+that starts and stops them at the step boundaries.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["KernelCensus", "DataFlow", "StepProfiler", "Tracer", "PEAK_FLOPS"]
+__all__ = ["KernelCensus", "DataFlow", "StepProfiler", "Tracer", "ProfiledStep", "PEAK_FLOPS"]
 
 _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
            "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
@@ -156,6 +158,62 @@ class Tracer:
         self.prof.export_chrome_trace(str(path))
         self.path = str(path)
         return self.path
+
+
+class ProfiledStep:
+    """The profiled step and the traced steps: started when the next step is of their kind,
+    stopped when theirs ends. ``flow`` (the :class:`DataFlow` of the profiled step's
+    forwards, fed by the forward observer) stays after the run; ``result`` holds the
+    profiled step's ``flops`` and ``kernels``; ``trace_path`` the exported trace."""
+
+    def __init__(self, notes: list[str], trace_dir: str | None) -> None:
+        self.notes, self.trace_dir = notes, trace_dir
+        self.flow: DataFlow | None = None
+        self.result: dict[str, Any] = {}
+        self.trace_path: str | None = None
+        self._profiler: StepProfiler | None = None
+        self._tracer: Tracer | None = None
+
+    def transition(self, ended: str, nxt: str | None, seen: Any) -> None:
+        """Step ``ended`` is over and the next is of kind ``nxt``; ``seen`` (the forward
+        observer) has the models seen so far."""
+        if ended == "profiled" and self._profiler is not None:
+            prof, self._profiler = self._profiler, None
+            prof.stop()
+            self.result = {"flops": prof.total_flops, "kernels": prof.census.to_dict()}
+        if nxt == "profiled":
+            self._start(seen.live_models(), seen.any_compiled())
+        if nxt == "traced" and self._tracer is None:
+            self._tracer = Tracer(self.trace_dir)
+            self._tracer.start()
+        if ended == "traced" and nxt != "traced" and self._tracer is not None:
+            self.trace_path = self._tracer.stop()
+
+    def _start(self, models: list[Any], compiled: bool) -> None:
+        names: dict[int, str] = {}
+        for model in models:
+            names.update({id(m): n or type(m).__name__ for n, m in model.named_modules()})
+        self.flow = DataFlow(names)
+        if compiled:
+            self.notes.append("FLOPs and kernel dtypes not counted: the model is torch.compile'd")
+            return
+        try:
+            self._profiler = StepProfiler()
+            self._profiler.start()
+        except Exception as exc:
+            self.notes.append(f"FLOP counting unavailable: {exc}")
+            self._profiler = None
+
+    def stop(self) -> None:
+        """Uninstalling: stop what still runs (a failure is a note, the report matters more)."""
+        for obj in (self._profiler, self._tracer):
+            if obj is not None and obj.active:
+                try:
+                    obj.stop()
+                except Exception as exc:
+                    self.notes.append(f"profiler stop failed: {exc}")
+        if self._tracer is not None:
+            self.trace_path = self._tracer.path
 
 
 def peak_for(device_name: str, dtype: str) -> tuple[float | None, str]:

@@ -51,6 +51,7 @@ class StackSampler:
         self.samples: Counter[str] = Counter()  # label -> samples
         #: what the open window is called now (e.g. "host" before the first forward, "other" after)
         self.label = "host"
+        self._thread_id = thread_id  # None: the thread that calls start()
         self._main = thread_id if thread_id is not None else threading.get_ident()
         self._open = threading.Event()
         self._stop = False
@@ -59,6 +60,8 @@ class StackSampler:
         self.skip = lambda: False
 
     def start(self) -> None:
+        if self._thread_id is None:
+            self._main = threading.get_ident()
         self._thread = threading.Thread(target=self._run, name="pitstop-doctor-stacks", daemon=True)
         self._thread.start()
 

@@ -2,8 +2,9 @@
 
 ``Tensor.item/.cpu/.numpy/.tolist`` and ``float()/int()/bool()`` of a tensor make the host
 wait for the device; ``torch.cuda.synchronize`` waits for everything. Each wrapper times the
-call and reports the user's source line to the instrumentation, which decides whether the
-call counts (not inside data loading, an optimizer step, or torch's own code). On CUDA,
+call and reports the user's source line to :class:`SyncRecorder`, which decides whether the
+call counts (not inside data loading, an optimizer step, or torch's own code) and counts
+it per step and per call site. It also counts host-to-device copies (``Tensor.to``, CUDA only). On CUDA,
 ``torch.cuda.set_sync_debug_mode("warn")`` additionally reports syncs hidden inside ops
 (``nonzero``, boolean masks, ...), caught from the warnings it emits.
 """
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections import Counter
 from typing import Any, Callable
 
-from pitstop.doctor.patching import Patches, user_site
+from pitstop.doctor.patching import Patches, as_method, user_site
+from pitstop.doctor.steps import StepLog
 
-__all__ = ["install_sync_patches", "TENSOR_SYNCS"]
+__all__ = ["install_sync_patches", "SyncRecorder", "TENSOR_SYNCS"]
 
 #: Tensor methods that copy a value to the host (a sync on CUDA), by report name.
 TENSOR_SYNCS = {"item": "item", "cpu": "cpu", "numpy": "numpy", "tolist": "tolist",
@@ -104,3 +107,73 @@ def _install_sync_debug(report_sync: Callable[[str, str, float], None]) -> Calla
             pass
 
     return uninstall
+
+
+class SyncRecorder:
+    """Syncs, CUDA calls and host-to-device copies: per step, folded per call site over the
+    observed steps. ``sites``/``cuda_sites``: ``(site, kind) -> [calls, steps with calls,
+    seconds]``; ``h2d``: copies by ``blocking``/``non_blocking`` and their ``seconds``.
+    A sync is not the script's while ``loaders.busy`` (a DataLoader fetches) or
+    ``bounds.in_opt`` (inside an optimizer step, outside its closure)."""
+
+    def __init__(self, log: StepLog, loaders: Any, bounds: Any) -> None:
+        self.log, self.loaders, self.bounds = log, loaders, bounds
+        self.sites: dict[tuple[str, str], list[float]] = {}
+        self.cuda_sites: dict[tuple[str, str], list[float]] = {}
+        self.h2d: Counter[str] = Counter()
+        self.new_step()
+        self._debug_off: Callable[[], None] | None = None
+        self._orig_to: Any = None
+
+    def new_step(self) -> None:
+        self.step_syncs: Counter[tuple[str, str]] = Counter()
+        self.step_sync_s: Counter[tuple[str, str]] = Counter()
+        self.step_cuda: Counter[tuple[str, str]] = Counter()
+        self.step_h2d: Counter[str] = Counter()
+
+    def install(self, patches: Patches) -> None:
+        import torch
+
+        self._debug_off = install_sync_patches(patches, self.on_sync, self.on_cuda_call)
+        if torch.cuda.is_available():
+            self._orig_to = patches.set(torch.Tensor, "to", as_method(self._tensor_to))
+
+    def uninstall(self) -> None:
+        if self._debug_off is not None:
+            self._debug_off()
+            self._debug_off = None
+
+    def on_sync(self, kind: str, site: str, seconds: float) -> None:
+        if self.log.passive or self.loaders.busy or self.bounds.in_opt:
+            return
+        self.step_syncs[(site, kind)] += 1
+        self.step_sync_s[(site, kind)] += seconds
+        self.log.cur.phases["sync"] += seconds
+
+    def on_cuda_call(self, kind: str, site: str, seconds: float) -> None:
+        if self.log.passive or self.bounds.in_opt:
+            return
+        self.step_cuda[(site, kind)] += 1
+        if kind == "cuda.synchronize":
+            self.on_sync(kind, site, seconds)
+
+    def _tensor_to(self, t, *args, **kwargs):
+        t0 = perf()
+        out = self._orig_to(t, *args, **kwargs)
+        if not self.log.passive and out is not t and t.device.type == "cpu" and out.device.type == "cuda":
+            self.step_h2d["non_blocking" if kwargs.get("non_blocking") else "blocking"] += 1
+            self.step_h2d["seconds"] += perf() - t0
+        return out
+
+    def fold(self) -> None:
+        """An observed step ends: add its counts to the per-site tables."""
+        for key, n in self.step_syncs.items():
+            entry = self.sites.setdefault(key, [0, 0, 0.0])
+            entry[0] += n
+            entry[1] += 1
+            entry[2] += self.step_sync_s[key]
+        for key, n in self.step_cuda.items():
+            entry = self.cuda_sites.setdefault(key, [0, 0, 0.0])
+            entry[0] += n
+            entry[1] += 1
+        self.h2d.update(self.step_h2d)
