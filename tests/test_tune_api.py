@@ -191,7 +191,7 @@ def test_knobs_are_all_known_to_the_api():
 def test_text_report_shows_verdicts_reasons_and_the_recipe(result):
     import io
 
-    from pitstop.tune.report import render_text
+    from pitstop.report.tune_terminal import render_text
 
     buf = io.StringIO()
     render_text(result, file=buf)

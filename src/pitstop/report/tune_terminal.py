@@ -1,10 +1,11 @@
-"""Render a :class:`TuneResult`: the terminal report (rich) and JSON (``pitstop.report``)."""
+"""Render a :class:`~pitstop.tune.result.TuneResult`: the terminal report (rich) and JSON."""
 
 from __future__ import annotations
 
 from typing import IO, Any
 
-from pitstop.report import dumps, fmt_bytes, make_console
+from pitstop.report.jsonout import dumps
+from pitstop.report.terminal import fmt_bytes, make_console
 from pitstop.tune.result import TuneResult
 
 __all__ = ["render_text", "render_json", "VERDICT_TEXT"]
