@@ -58,7 +58,7 @@ class LintCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from pitstop import __version__
         from pitstop.lint import reporters
-        from pitstop.lint.api import LintOptions, Task, run_tasks
+        from pitstop.lint.parallel import LintOptions, Task, run_tasks
         from pitstop.lint.config import ConfigError, LintConfig, find_pyproject, ignored_for, load_pyproject, resolve_selection
         from pitstop.lint.discovery import Excludes, discover
         from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes

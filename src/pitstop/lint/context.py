@@ -384,7 +384,8 @@ class FileContext(Matchers, FileFacts):
     def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when) -> None:
         self.pending.append(Pending(code, node, message, fix, when))
 
-    def code(self, node: cst.CSTNode) -> str:
+    def source_of(self, node: cst.CSTNode) -> str:
+        """The source text of ``node`` (``code`` is a tip's code everywhere else)."""
         return self.module.code_for_node(node)
 
     @staticmethod

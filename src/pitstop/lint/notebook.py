@@ -18,14 +18,14 @@ import json
 from pathlib import Path
 
 from pitstop.atomic import write_atomic
-from pitstop.lint.findings import FileError, FileResult, Finding
+from pitstop.lint.findings import FileError, FileResult, LintFinding
 from pitstop.lint.ipynb import Notebook, cell_source, fixed_document, is_notebook, read_notebook
 from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, ParseError, fix_source, lint_source, read_source, rules_for
 
 __all__ = ["Notebook", "read_notebook", "lint_notebook_file", "is_notebook", "fixed_document"]
 
 
-def _in_cell(nb: Notebook, f: Finding) -> Finding:
+def _in_cell(nb: Notebook, f: LintFinding) -> LintFinding:
     cell, line = nb.locate(f.line)
     end_cell, end_line = nb.locate(f.end_line)
     fix = f.fix

@@ -16,7 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from pitstop.atomic import write_atomic
 from pitstop.lint.context import FileContext, FixSpec, Pending
-from pitstop.lint.findings import Edit, FileError, FileResult, Finding, Fix, ParseError
+from pitstop.lint.findings import Edit, FileError, FileResult, LintFinding, Fix, ParseError
 from pitstop.lint.nodes import strip_parens
 from pitstop.lint.rule import SAFE
 
@@ -141,7 +141,7 @@ def is_valid_python(source: str, filename: str = "<fixed>") -> bool:
     return True
 
 
-def lint_source(source: str, filename: str, rules: list[type], project=None, path: str | None = None) -> list[Finding]:
+def lint_source(source: str, filename: str, rules: list[type], project=None, path: str | None = None) -> list[LintFinding]:
     """Findings of ``rules`` in ``source`` (sorted, ``# noqa`` applied). Raises ParseError.
 
     ``project`` (a :class:`pitstop.lint.project.ProjectIndex`) lets rules look at the other
@@ -172,10 +172,10 @@ def lint_source(source: str, filename: str, rules: list[type], project=None, pat
             continue
         seen.add((f.code, f.line, f.column))
         out.append(f)
-    return sorted(out, key=Finding.sort_key)
+    return sorted(out, key=LintFinding.sort_key)
 
 
-def _noqa(lines: list[str], f: Finding) -> bool:
+def _noqa(lines: list[str], f: LintFinding) -> bool:
     if f.line > len(lines) or "noqa" not in lines[f.line - 1].lower():
         return False
     m = _NOQA.search(lines[f.line - 1])
@@ -184,12 +184,12 @@ def _noqa(lines: list[str], f: Finding) -> bool:
     return not m["codes"] or f.code in re.split(r"[\s,]+", m["codes"].upper())
 
 
-def _finding(p: Pending, filename, module, positions, starts) -> Finding | None:
+def _finding(p: Pending, filename, module, positions, starts) -> LintFinding | None:
     rng = positions.get(p.node)
     if rng is None:
         return None
     fix = _resolve_fix(p.fix, module, positions, starts) if p.fix else None
-    return Finding(p.code, slug(p.code), p.message, filename, rng.start.line, rng.start.column + 1,
+    return LintFinding(p.code, slug(p.code), p.message, filename, rng.start.line, rng.start.column + 1,
                    rng.end.line, rng.end.column + 1, fix)
 
 
@@ -224,7 +224,7 @@ def _apply(source: str, fixes: list[Fix]) -> tuple[str, int]:
 
 
 def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = False, project=None,
-               path: str | None = None) -> tuple[str, list[Finding], int, str]:
+               path: str | None = None) -> tuple[str, list[LintFinding], int, str]:
     """Apply fixes until none applies. Returns (text, remaining findings, fixes applied, note).
 
     Every round's result must parse and compile; a fix that breaks that is dropped (tried
@@ -260,7 +260,7 @@ def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = Fal
     return source, findings, applied, note
 
 
-def _key(f: Finding, source: str) -> tuple:
+def _key(f: LintFinding, source: str) -> tuple:
     e = f.fix.edits[0]
     return (f.code, source[e.start:e.end], e.content)
 

@@ -4,7 +4,7 @@ For each batch size (doubling from the loader's, or the sizes given) and each va
 (plain, and each memory knob that recomputes, e.g. activation checkpointing, PIT401):
 
 1. one untimed **memory probe** step measures the step's peak (see
-   :mod:`pitstop.tune.memory`); an out-of-memory error is caught, and a peak whose
+   :mod:`pitstop.tune.peak`); an out-of-memory error is caught, and a peak whose
    ``(1 + margin)`` multiple exceeds the cap counts as "does not fit" without ever
    allocating it for real;
 2. a batch that fits is **timed** (``warmup + steps`` optimizer steps): samples/s.
@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pitstop.tune.knob import Context, Knob, Setting
-from pitstop.tune.memory import MEASURE_CPU, MEASURE_CUDA, default_cap
+from pitstop.tune.peak import MEASURE_CPU, MEASURE_CUDA, default_cap
 from pitstop.tune.options import Budget, merge_recipe_fields
 
 __all__ = ["batch_size_sweep", "DEFAULT_MEMORY_MARGIN"]

@@ -31,13 +31,14 @@ from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
 from pitstop.doctor.clocks import StepClocks
+from pitstop.doctor.observers import first_tensor
 from pitstop.engine.data import adapt_loader, batch_size_of
 from pitstop.engine.distributed import DistInfo
 from pitstop.engine.prepare import optimizer_impl_of
 from pitstop.engine.recipe import Recipe
 from pitstop.engine.step import make_step
 from pitstop.tune.knob import Context, Knob, Setting
-from pitstop.tune.memory import is_oom, tracked_peak
+from pitstop.tune.peak import is_oom, tracked_peak
 from pitstop.tune.result import Run
 from pitstop.tune.options import merge_recipe_fields
 
@@ -58,17 +59,6 @@ def find_blocks(model: nn.Module) -> tuple[str, ...]:
             if sum(1 for m in module if _param_layers(m) >= 2) >= 2:
                 return (f"{name}.*",)
     return ()
-
-
-def _first_tensor(batch: Any) -> torch.Tensor | None:
-    if isinstance(batch, torch.Tensor):
-        return batch
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    for item in items:
-        t = _first_tensor(item)
-        if t is not None:
-            return t
-    return None
 
 
 class ApiBackend:
@@ -108,7 +98,7 @@ class ApiBackend:
         import inspect
 
         first = next(iter(self.loader))
-        x = _first_tensor(first)
+        x = first_tensor(first)
         self.batch_size = batch_size_of(first)
         is_dl = isinstance(self.loader, DataLoader)
         cap = torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None
