@@ -9,6 +9,8 @@ import io
 import re
 import sys
 import tokenize
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import libcst as cst
@@ -21,7 +23,8 @@ from pitstop.lint.nodes import strip_parens
 from pitstop.lint.rule import SAFE
 
 __all__ = ["lint_source", "fix_source", "lint_file", "rules_for", "all_rule_classes", "ParseError",
-           "DEFAULT_MAX_FILE_SIZE", "is_valid_python", "compiles_here"]
+           "DEFAULT_MAX_FILE_SIZE", "is_valid_python", "compiles_here", "read_source", "bad_input_reported",
+           "write_fixed"]
 
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
 MAX_FIX_ROUNDS = 10
@@ -296,7 +299,7 @@ def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = Fa
     """Lint (and with ``fix``/``diff`` fix) one file. Never raises for bad input."""
     result = FileResult(display)
     rules = rules_for(codes)
-    try:
+    with bad_input_reported(result):
         source, encoding = read_source(Path(path), max_size)
         if not (fix or diff):
             result.findings = lint_source(source, display, rules, project, path)
@@ -308,15 +311,31 @@ def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = Fa
                     source.splitlines(keepends=True), new.splitlines(keepends=True),
                     fromfile=f"a/{display}", tofile=f"b/{display}"))
             else:
-                try:  # symlinks followed (the file they point to is rewritten, links stay links), mode/owner kept
-                    write_atomic(path, new, encoding=encoding, follow_symlinks=True, keep_owner=True)
-                except OSError as exc:  # nothing was written: the findings stand, nothing counts as fixed
-                    result.findings, result.fixed, result.note = lint_source(source, display, rules), 0, ""
-                    result.error = FileError(display, f"cannot write the fixed file: {exc.strerror or exc}")
-                    return result
-                result.written = True
-    except ParseError as exc:
-        result.error = FileError(display, str(exc), exc.line, exc.column)
-    except OSError as exc:
-        result.error = FileError(display, f"cannot read: {exc.strerror or exc}")
+                write_fixed(result, path, new, encoding, relint=lambda: lint_source(source, display, rules, project, path))
     return result
+
+
+@contextmanager
+def bad_input_reported(result: FileResult) -> Iterator[None]:
+    """A file that cannot be read or parsed ends its lint with ``result.error``, not an exception."""
+    try:
+        yield
+    except ParseError as exc:
+        result.error = FileError(result.filename, str(exc), exc.line, exc.column)
+    except OSError as exc:
+        result.error = FileError(result.filename, f"cannot read: {exc.strerror or exc}")
+
+
+def write_fixed(result: FileResult, path: str, text: str, encoding: str,
+                relint: Callable[[], list[LintFinding]]) -> None:
+    """Write the fixed ``text`` over ``path`` atomically (symlinks followed: the file they point to
+    is rewritten and links stay links; mode and owner kept). When it cannot be written nothing was:
+    the findings are those of the unchanged file (``relint()``), nothing counts as fixed, and
+    ``result.error`` says why."""
+    try:
+        write_atomic(path, text, encoding=encoding, follow_symlinks=True, keep_owner=True)
+    except OSError as exc:
+        result.findings, result.fixed, result.note = relint(), 0, ""
+        result.error = FileError(result.filename, f"cannot write the fixed file: {exc.strerror or exc}")
+        return
+    result.written = True
