@@ -101,8 +101,8 @@ class FileError:
                 "end_column": column, "doc": None, "fix": None}
 
 
-#: Deprecated alias (``pitstop.lint.Finding`` before the doctor's ``Finding`` got a distinct
-#: lint twin): use :class:`LintFinding`.
+#: Deprecated alias of :class:`LintFinding`, its name before it was set apart from the doctor's
+#: ``pitstop.doctor.check.Finding``; kept so ``pitstop.lint.Finding`` still imports.
 Finding = LintFinding
 
 
