@@ -198,8 +198,8 @@ class ApiBackend:
             run.peak_memory = int(torch.cuda.max_memory_allocated(self.device))
         elif self.track_memory or memory_only:
             holder: list[int] = []
-            run.peak_memory = tracked_peak(lambda: holder.append(training.one_step()[1]),
-                                           [training.step.model, training.step.optimizer])
+            run.peak_memory = tracked_peak(lambda: holder.append(training.one_step()[1]), training.step.model,
+                                           training.step.optimizer)
             if holder:
                 run.batch_size = holder[0]
         if memory_only and training.cuda:
