@@ -161,7 +161,7 @@ def pitstop_serial(files):
 
 def pitstop_parallel(files, jobs):
     from pitstop.lint import project
-    from pitstop.lint.api import LintOptions, Task, run_tasks
+    from pitstop.lint.parallel import LintOptions, Task, run_tasks
     from pitstop.lint.runner import all_rule_classes
 
     # every repeat pays the project-index pass, as a fresh `pitstop lint` process does

@@ -38,7 +38,7 @@ from pitstop.examples import SCRIPTS
 from pitstop.paired import Pair, decide
 from pitstop.tune.knob import all_knobs
 from pitstop.tune.options import TuneOptions
-from pitstop.tune.report import render_text
+from pitstop.report.tune_terminal import render_text
 from pitstop.tune.script import ScriptBackend
 from pitstop.tune.search import search
 

@@ -40,7 +40,7 @@ def test_list_shows_every_claim_without_running(cli):
 
 def test_quick_json_and_html(cli, tmp_path):
     jsonschema = pytest.importorskip("jsonschema")
-    from pitstop.bench.render import json_schema
+    from pitstop.bench.runner import json_schema
 
     page = tmp_path / "sub" / "bench.html"
     saved = tmp_path / "bench.json"

@@ -9,7 +9,9 @@ import math
 import pytest
 
 from pitstop.bench import SKIPPED, VERDICTS, Benchmark, BenchSkip, Claim, Measurement, Outcome
-from pitstop.bench.render import json_schema, to_html, to_json, to_markdown
+from pitstop.bench.runner import json_schema
+from pitstop.report.bench_html import to_html
+from pitstop.report.bench_text import to_json, to_markdown
 from pitstop.bench.runner import BenchReport, available, run_one, select
 from pitstop.bench.timing import BenchConfig, BenchContext
 

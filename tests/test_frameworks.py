@@ -292,7 +292,7 @@ def test_tune_report_prints_the_framework_snippet():
 
     from pitstop.paired import Decision, Measure
     from pitstop.tune.knob import Setting
-    from pitstop.tune.report import render_text
+    from pitstop.report.tune_terminal import render_text
     from pitstop.tune.result import Run, Trial, TuneResult
 
     run = Run(status="ok", step_times=[0.1, 0.1], losses=[1.0, 0.9])

@@ -82,12 +82,12 @@ def test_fix_rewrites_only_the_changed_cells_and_keeps_valid_json(nb, capsys):
 
 
 def test_a_notebook_fix_that_cannot_be_written_is_reported_and_not_counted(nb, capsys, monkeypatch):
-    import pitstop.lint.notebook as notebook
+    import pitstop.lint.runner as runner  # notebooks are written by runner.write_fixed, as .py files
 
     def read_only(*a, **kw):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(notebook, "write_atomic", read_only)  # chmod does not stop root: fail the write itself
+    monkeypatch.setattr(runner, "write_atomic", read_only)  # chmod does not stop root: fail the write itself
     before = nb.read_bytes()
     code, out, err = lint(capsys, "--fix", "train.ipynb")
     assert code == 2 and "Fixed" not in out and "cannot write the fixed file: Permission denied" in err

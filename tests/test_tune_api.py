@@ -191,7 +191,7 @@ def test_knobs_are_all_known_to_the_api():
 def test_text_report_shows_verdicts_reasons_and_the_recipe(result):
     import io
 
-    from pitstop.tune.report import render_text
+    from pitstop.report.tune_terminal import render_text
 
     buf = io.StringIO()
     render_text(result, file=buf)
@@ -218,3 +218,25 @@ def test_budget_bounds_the_search_and_says_what_was_skipped():
     assert any("budget" in n for n in res.notes)
     one_run = max(r.elapsed for r in res.baseline.runs)
     assert spent < 1.0 + 4 * one_run + 5  # a run already started finishes; nothing new starts
+
+
+def test_cpu_peak_of_a_step_of_several_micro_batches_is_measured():
+    """The tune sweep's CPU peak (MemTracker) follows a step that calls the model k times
+    (gradient accumulation), where a bare MemTracker refuses the second call."""
+    from pitstop.tune.peak import tracked_peak
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    def step(k):
+        for _ in range(k):
+            model(torch.randn(8, 16)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    step(1)  # the optimizer state exists before the measured step
+    one, four = tracked_peak(lambda: step(1), model, opt), tracked_peak(lambda: step(4), model, opt)
+    assert one is not None and four is not None
+    assert four >= one > 3 * param_bytes  # parameters, gradients and Adam's two moments at least

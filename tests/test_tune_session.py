@@ -103,7 +103,7 @@ def test_steps_per_s_follows_the_speedup_and_compile_pays_off_only_when_kept():
         assert t.steps_per_s == pytest.approx(base * t.speed.ratio)  # the columns never disagree
     import io
 
-    from pitstop.tune.report import render_text
+    from pitstop.report.tune_terminal import render_text
 
     buf = io.StringIO()
     render_text(r, file=buf, width=250)

@@ -33,7 +33,7 @@ _LAZY: dict[str, str] = {
     "save_checkpoint": "pitstop.engine.checkpoint",
     "load_checkpoint": "pitstop.engine.checkpoint",
     "latest_checkpoint": "pitstop.engine.checkpoint",
-    "PhaseMemory": "pitstop.engine.memory",
+    "PhaseMemory": "pitstop.engine.phase_memory",
     # lint (face L; torch-free)
     "lint_source": "pitstop.lint.runner",
     "fix_source": "pitstop.lint.runner",

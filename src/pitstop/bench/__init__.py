@@ -4,7 +4,8 @@
   :class:`Measurement`, :class:`Outcome`, :class:`BenchSkip`: what tip modules import.
 - :mod:`pitstop.bench.verdict` (torch-free): the verdict rule.
 - :mod:`pitstop.bench.timing`: :class:`~pitstop.bench.timing.BenchContext` (Timer-based timing).
-- :mod:`pitstop.bench.runner`: selection, running, results; :mod:`pitstop.bench.render`: output.
+- :mod:`pitstop.bench.runner`: selection, running, results, the JSON schema. The output is rendered
+  by :mod:`pitstop.report.bench_text` (terminal, JSON, Markdown) and :mod:`pitstop.report.bench_html`.
 
 Only the torch-free names are imported here, so ``import pitstop.bench.base`` from a tip
 module never loads torch.

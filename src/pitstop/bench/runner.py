@@ -19,7 +19,7 @@ from pitstop import registry, stats
 from pitstop.bench.base import Benchmark, BenchSkip, Claim, Measurement, Outcome
 from pitstop.bench.verdict import CONFIDENCE, SKIPPED, Verdict, judge
 
-__all__ = ["BenchResult", "BenchReport", "UnknownBenchmarkError", "available", "select", "run_one", "run_all"]
+__all__ = ["BenchResult", "BenchReport", "UnknownBenchmarkError", "available", "select", "run_one", "run_all", "json_schema"]
 
 
 class UnknownBenchmarkError(LookupError):
@@ -245,3 +245,11 @@ def run_all(selected: Sequence[type[Benchmark]], config: Any,
             on_done(result)
     return BenchReport(mode=config.mode, device=device_info(device, ctx.threads), started=started, results=results,
                        seconds=time.perf_counter() - t0, load_average={"start": load_start, "end": load_average()})
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of ``pitstop bench --format json`` (shipped as ``bench/schema.json``)."""
+    import json
+    from importlib.resources import files
+
+    return json.loads(files("pitstop.bench").joinpath("schema.json").read_text(encoding="utf-8"))

@@ -59,22 +59,23 @@ class BenchCommand(Command):
         report = self._run(selected, config)
 
         from pitstop.atomic import write_atomic
-        from pitstop.bench import render
+        from pitstop.report.bench_html import to_html
+        from pitstop.report.bench_text import print_text, to_json, to_markdown
 
         if args.format == "json":
-            sys.stdout.write(render.to_json(report) + "\n")
+            sys.stdout.write(to_json(report) + "\n")
         elif args.format == "markdown":
             cmd = "pitstop bench" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["bench"] else ""
-            sys.stdout.write(render.to_markdown(report, command=cmd) + "\n")
+            sys.stdout.write(to_markdown(report, command=cmd) + "\n")
         else:
             from pitstop.report import make_console
 
-            render.print_text(report, make_console(width=140))
-        for opt, path, text in (("--html", args.html, render.to_html), ("--json", args.json_path, render.to_json)):
+            print_text(report, make_console(width=140))
+        for opt, path, text in (("--html", args.html, to_html), ("--json", args.json_path, to_json)):
             if path is None:
                 continue
             try:  # atomic: a reader never sees half a report
-                write_atomic(path, text(report) + ("" if text is render.to_html else "\n"))
+                write_atomic(path, text(report) + ("" if text is to_html else "\n"))
             except OSError as exc:
                 raise CliError(f"{opt} {path}: {exc.strerror or exc}") from None
             print(f"{opt[2:].upper()} report: {path}", file=sys.stderr)

@@ -46,20 +46,10 @@ class TipsCommand(Command):
         if args.format == "json":
             print(json.dumps([t.to_dict() for t in selected], indent=2))
             return EXIT_OK
-        from rich.table import Table
-
         from pitstop.report import make_console
-        from pitstop.report.tipdoc import faces_label
+        from pitstop.report.tipdoc import print_tips
 
-        table = Table(title=f"pitstop tips ({len(selected)})", title_justify="left")
-        for col in ("code", "slug", "faces", "title"):
-            table.add_column(col, overflow="fold")
-        for t in selected:
-            table.add_row(t.code, t.slug, faces_label(t), t.title)
-        console = make_console(width=140)
-        console.print(table)
-        console.print("faces: upper case implemented, lower case planned; "
-                      + ", ".join(f"{k}={v}" for k, v in FACES.items()))
+        print_tips(selected, make_console(width=140))
         return EXIT_OK
 
 

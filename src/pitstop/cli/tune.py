@@ -99,11 +99,11 @@ class TuneCommand(Command):
             print(f"pitstop tune: {exc}", file=sys.stderr)
             return EXIT_SCRIPT_FAILED
         if args.format == "json":
-            from pitstop.tune.report import render_json
+            from pitstop.report.tune_terminal import render_json
 
             sys.stdout.write(render_json(result) + "\n")
         else:
-            from pitstop.tune.report import render_text
+            from pitstop.report.tune_terminal import render_text
 
             render_text(result)
         if args.save_recipe is not None:  # after the results are out: a failed write loses nothing printed

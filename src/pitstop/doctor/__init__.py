@@ -10,7 +10,7 @@ Layout (each module small; this package imports nothing heavy until a name is us
 - ``check``: :class:`Check` (base of every tip's doctor face), :class:`Finding`, :class:`Thresholds`
 - ``probe``: :class:`Probe` (base of a tip's doctor probe, same face, torch-free), :class:`ProbeSkip`;
   ``probes`` runs every registered probe in the child
-- ``diagnose``: :func:`diagnose` -- run the registered checks, rank findings
+- ``diagnosis``: :func:`diagnose` -- run the registered checks, rank findings
 - ``api``: :func:`doctor` -- the same instrumentation around a step function
 
 Runner API (what ``pitstop tune`` builds on)

@@ -7,7 +7,7 @@ holds and exact resume), ``data`` (loaders, device moves, CUDA
 prefetcher, micro-batch groups), ``checkpoint`` (atomic, weights-only checkpoints),
 ``distributed`` (torch.distributed + DDP under torchrun), ``monitor`` (logging, evaluation),
 ``callbacks``, ``profile`` (:class:`ProfileSteps`, a profiler window over optimizer steps),
-``memory`` (:class:`PhaseMemory`, peak memory per phase of chosen steps).
+``phase_memory`` (:class:`PhaseMemory`, peak memory per phase of chosen steps).
 
 This package is imported by torch-free code (``pitstop.tune`` parses recipes), so it resolves
 its torch-backed names lazily, like the top-level ``pitstop`` package.
@@ -40,7 +40,7 @@ _LAZY: dict[str, str] = {
     "init_distributed": "pitstop.engine.distributed",
     "switch_optimizer_impl": "pitstop.engine.prepare",
     "ProfileSteps": "pitstop.engine.profile",
-    "PhaseMemory": "pitstop.engine.memory",
+    "PhaseMemory": "pitstop.engine.phase_memory",
 }
 
 __all__ = list(_LAZY)

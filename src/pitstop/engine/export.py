@@ -62,7 +62,7 @@ class FrameworkConfig:
                 "code": list(self.code), "unsupported": list(self.unsupported)}
 
 
-def _loader_line(changed: dict[str, Any], *, option_prefix: str | None = None) -> list[str]:
+def _loader_line(changed: dict[str, Any]) -> list[str]:
     opts = {_LOADER_FIELDS[k]: v for k, v in changed.items() if k in _LOADER_FIELDS}
     if not opts:
         return []

@@ -181,23 +181,15 @@ class Recipe:
         except UnicodeDecodeError as exc:
             raise RecipeError(f"{path}: not a UTF-8 text file (byte 0x{exc.object[exc.start]:02x} at offset "
                               f"{exc.start}): a recipe is .json or .toml text") from None
-        suffix = path.suffix.lower()
-        if suffix == ".json":
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise RecipeError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
-            except RecursionError:
-                raise RecipeError(f"{path}: invalid recipe: nested too deeply") from None
-        elif suffix == ".toml":
-            try:
-                data = tomllib.loads(text)
-            except tomllib.TOMLDecodeError as exc:
-                raise RecipeError(f"{path}: invalid TOML: {exc}") from None
-            except RecursionError:
-                raise RecipeError(f"{path}: invalid recipe: nested too deeply") from None
-        else:
-            raise RecipeError(f"{path}: unknown recipe format {suffix or '(no suffix)'!r}; use .json or .toml")
+        suffix = _format_of(path)
+        try:
+            data = json.loads(text) if suffix == ".json" else tomllib.loads(text)
+        except json.JSONDecodeError as exc:
+            raise RecipeError(f"{path}:{exc.lineno}:{exc.colno}: invalid JSON: {exc.msg}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise RecipeError(f"{path}: invalid TOML: {exc}") from None
+        except RecursionError:
+            raise RecipeError(f"{path}: invalid recipe: nested too deeply") from None
         if isinstance(data, dict) and set(data) == {"recipe"}:
             data = data["recipe"]
         return cls.from_dict(data, source=str(path))
@@ -205,13 +197,7 @@ class Recipe:
     def save(self, path: str | Path) -> Path:
         """Write ``.json`` (every field) or ``.toml`` (fields that are not None), atomically."""
         path = Path(path)
-        suffix = path.suffix.lower()
-        if suffix == ".json":
-            text = json.dumps(self.to_dict(), indent=2) + "\n"
-        elif suffix == ".toml":
-            text = self.to_toml()
-        else:
-            raise RecipeError(f"{path}: unknown recipe format {suffix or '(no suffix)'!r}; use .json or .toml")
+        text = json.dumps(self.to_dict(), indent=2) + "\n" if _format_of(path) == ".json" else self.to_toml()
         from pitstop.atomic import write_atomic
 
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -226,6 +212,14 @@ class Recipe:
             if value is not None:
                 lines.append(f"{key} = {_toml_value(value)}")
         return "\n".join(lines) + "\n"
+
+
+def _format_of(path: Path) -> str:
+    """``.json`` or ``.toml`` (the suffix, any case); RecipeError for anything else."""
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".toml"):
+        raise RecipeError(f"{path}: unknown recipe format {suffix or '(no suffix)'!r}; use .json or .toml")
+    return suffix
 
 
 def _toml_value(value: Any) -> str:

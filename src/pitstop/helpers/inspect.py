@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -37,12 +37,8 @@ def capture(model: nn.Module, layer_names: Sequence[str], detach: bool = True) -
             out[name] = output.detach() if detach and isinstance(output, torch.Tensor) else output
         return hook
 
-    handles = [m.register_forward_hook(hook_for(n)) for n, m in _modules(model, layer_names).items()]
-    try:
+    with _forward_hooks(model, layer_names, hook_for):
         yield out
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextmanager
@@ -65,9 +61,16 @@ def retain_grads(model: nn.Module, layer_names: Sequence[str]) -> Iterator[dict[
                 output.register_hook(lambda g: grads.__setitem__(name, g.detach()))
         return hook
 
+    with _forward_hooks(model, layer_names, hook_for):
+        yield grads
+
+
+@contextmanager
+def _forward_hooks(model: nn.Module, layer_names: Sequence[str], hook_for: Callable[[str], Callable]) -> Iterator[None]:
+    """A forward hook ``hook_for(name)`` on each named submodule, removed on exit (even on error)."""
     handles = [m.register_forward_hook(hook_for(n)) for n, m in _modules(model, layer_names).items()]
     try:
-        yield grads
+        yield
     finally:
         for h in handles:
             h.remove()

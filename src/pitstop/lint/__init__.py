@@ -10,7 +10,8 @@ from pitstop._lazy import lazy_exports
 from pitstop.lint.rule import SAFE, UNSAFE, LintRule
 
 _LAZY = {
-    "Finding": "pitstop.lint.findings",
+    "LintFinding": "pitstop.lint.findings",
+    "Finding": "pitstop.lint.findings",  # deprecated alias of LintFinding
     "Fix": "pitstop.lint.findings",
     "Edit": "pitstop.lint.findings",
     "FileError": "pitstop.lint.findings",
@@ -21,9 +22,9 @@ _LAZY = {
     "ParseError": "pitstop.lint.runner",
     "all_rule_classes": "pitstop.lint.runner",
     "rules_for": "pitstop.lint.runner",
-    "run_tasks": "pitstop.lint.api",
-    "Task": "pitstop.lint.api",
-    "LintOptions": "pitstop.lint.api",
+    "run_tasks": "pitstop.lint.parallel",
+    "Task": "pitstop.lint.parallel",
+    "LintOptions": "pitstop.lint.parallel",
 }
 
 __all__ = ["LintRule", "SAFE", "UNSAFE", *_LAZY]

@@ -194,14 +194,15 @@ class FileContext(Matchers, FileFacts):
         if node.returns is not None:
             self._walk(node.returns)
         self.scope.bind(node.name.value, node)
-        scope = Scope("function", node, self.scope)
-        for p in _params(node.params):
-            scope.bind(p)
-        self._in_scope(scope, node.body)
+        self._walk_callable_body("function", node)
 
     def _walk_lambda(self, node: cst.Lambda) -> None:
         self._walk(node.params)
-        scope = Scope("lambda", node, self.scope)
+        self._walk_callable_body("lambda", node)
+
+    def _walk_callable_body(self, kind: str, node: cst.FunctionDef | cst.Lambda) -> None:
+        """The body of a function or lambda in a new scope that binds its parameters."""
+        scope = Scope(kind, node, self.scope)
         for p in _params(node.params):
             scope.bind(p)
         self._in_scope(scope, node.body)
@@ -384,7 +385,8 @@ class FileContext(Matchers, FileFacts):
     def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when) -> None:
         self.pending.append(Pending(code, node, message, fix, when))
 
-    def code(self, node: cst.CSTNode) -> str:
+    def source_of(self, node: cst.CSTNode) -> str:
+        """The source text of ``node`` (``code`` is a tip's code everywhere else)."""
         return self.module.code_for_node(node)
 
     @staticmethod

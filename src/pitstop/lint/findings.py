@@ -1,4 +1,4 @@
-"""Plain, picklable results of linting: :class:`Finding`, :class:`Fix`, :class:`Edit`.
+"""Plain, picklable results of linting: :class:`LintFinding`, :class:`Fix`, :class:`Edit`.
 
 Positions follow ruff: lines are 1-based, columns 1-based, and ``end_column`` is the column
 just after the last character. Edits also carry 0-based character offsets into the source.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Edit", "Fix", "Finding", "FileError", "FileResult", "ParseError"]
+__all__ = ["Edit", "Fix", "LintFinding", "FileError", "FileResult", "ParseError"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Fix:
 
 
 @dataclass(frozen=True)
-class Finding:
+class LintFinding:
     code: str
     name: str
     message: str
@@ -101,10 +101,15 @@ class FileError:
                 "end_column": column, "doc": None, "fix": None}
 
 
+#: Deprecated alias of :class:`LintFinding`, its name before it was set apart from the doctor's
+#: ``pitstop.doctor.check.Finding``; kept so ``pitstop.lint.Finding`` still imports.
+Finding = LintFinding
+
+
 @dataclass
 class FileResult:
     filename: str
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[LintFinding] = field(default_factory=list)
     error: FileError | None = None
     fixed: int = 0  # findings removed by applied fixes
     diff: str = ""  # unified diff of the fixes (--diff), or "" when nothing changes

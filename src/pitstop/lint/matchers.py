@@ -8,7 +8,7 @@ import re
 
 import libcst as cst
 
-from pitstop.lint.frames import OPTIMIZER_NAME, Loop, WithBlock
+from pitstop.lint.frames import OPTIMIZER_NAME, WithBlock
 from pitstop.lint.nodes import dotted, last_name
 
 __all__ = ["Matchers", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "FRAMEWORK_ROOTS", "loss_names",
@@ -153,14 +153,6 @@ class Matchers:
         return "." not in rest and rest[:1].islower() and rest not in _NOT_TENSOR and not rest.startswith(("set_", "is_", "get_", "use_"))
 
     loss_names = staticmethod(lambda expr: loss_names(expr))
-
-    def loader_targets(self) -> frozenset[str]:
-        """Names bound by the enclosing ``for ... in <loader>`` loops of the current function."""
-        out: set[str] = set()
-        for f in self.function_frames():
-            if isinstance(f, Loop) and f.over_loader:
-                out |= f.targets
-        return frozenset(out)
 
     def with_calls(self) -> list[cst.Call]:
         """Calls of the items of the enclosing ``with`` blocks in the current function."""

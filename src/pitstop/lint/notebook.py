@@ -17,15 +17,15 @@ import difflib
 import json
 from pathlib import Path
 
-from pitstop.atomic import write_atomic
-from pitstop.lint.findings import FileError, FileResult, Finding
+from pitstop.lint.findings import FileResult, LintFinding
 from pitstop.lint.ipynb import Notebook, cell_source, fixed_document, is_notebook, read_notebook
-from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, ParseError, fix_source, lint_source, read_source, rules_for
+from pitstop.lint.runner import (DEFAULT_MAX_FILE_SIZE, bad_input_reported, fix_source, lint_source, read_source,
+                                 rules_for, write_fixed)
 
 __all__ = ["Notebook", "read_notebook", "lint_notebook_file", "is_notebook", "fixed_document"]
 
 
-def _in_cell(nb: Notebook, f: Finding) -> Finding:
+def _in_cell(nb: Notebook, f: LintFinding) -> LintFinding:
     cell, line = nb.locate(f.line)
     end_cell, end_line = nb.locate(f.end_line)
     fix = f.fix
@@ -51,7 +51,7 @@ def lint_notebook_file(path: str, display: str, codes: tuple[str, ...], *, fix: 
     result = FileResult(display)
     rules = rules_for(codes)
     context = () if project is None else (project, path)
-    try:
+    with bad_input_reported(result):
         text, encoding = read_source(Path(path), max_size)
         nb = read_notebook(text)
         if not (fix or diff):
@@ -67,18 +67,8 @@ def lint_notebook_file(path: str, display: str, codes: tuple[str, ...], *, fix: 
         if diff:
             result.diff = "".join(_cell_diff(nb, doc, i, display) for i in changed)
         else:
-            try:  # as runner.lint_file: a failed write fixes nothing and the findings stand
-                write_atomic(path, dump(doc, nb.indent), encoding=encoding, follow_symlinks=True, keep_owner=True)
-            except OSError as exc:
-                result.findings = [_in_cell(nb, f) for f in lint_source(nb.python, display, rules, *context)]
-                result.fixed, result.note = 0, ""
-                result.error = FileError(display, f"cannot write the fixed file: {exc.strerror or exc}")
-                return result
-            result.written = True
-    except ParseError as exc:
-        result.error = FileError(display, str(exc), exc.line, exc.column)
-    except OSError as exc:
-        result.error = FileError(display, f"cannot read: {exc.strerror or exc}")
+            write_fixed(result, path, dump(doc, nb.indent), encoding,
+                        relint=lambda: [_in_cell(nb, f) for f in lint_source(nb.python, display, rules, *context)])
     return result
 
 

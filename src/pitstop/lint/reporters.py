@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from pitstop.lint.findings import FileError, Finding
+from pitstop.lint.findings import FileError, LintFinding
 
 __all__ = ["text", "statistics", "json_report", "sarif", "github", "summary", "unlinted"]
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
-def _fixable(f: Finding, unsafe: bool) -> bool:
+def _fixable(f: LintFinding, unsafe: bool) -> bool:
     return f.fix is not None and (f.fix.applicability == "safe" or unsafe)
 
 
-def text(findings: list[Finding], unsafe: bool = False) -> str:
+def text(findings: list[LintFinding], unsafe: bool = False) -> str:
     """``path:line:col: CODE [*] message``; ``[*]``: fixable with the current options."""
     return "".join(f"{f.location}:{f.line}:{f.column}: {f.code} {'[*] ' if _fixable(f, unsafe) else ''}{f.message}\n"
                    for f in findings)
@@ -30,7 +30,7 @@ def unlinted(errors: int) -> str:
             "(the `cannot parse` lines on stderr say why).")
 
 
-def summary(findings: list[Finding], fixed: int, unsafe: bool, errors: int = 0) -> str:
+def summary(findings: list[LintFinding], fixed: int, unsafe: bool, errors: int = 0) -> str:
     """The closing lines: counts, fixable counts, files that could not be linted, and where
     to read more. "All checks passed!" only when every file was linted and nothing was found."""
     lines = []
@@ -63,7 +63,7 @@ def summary(findings: list[Finding], fixed: int, unsafe: bool, errors: int = 0) 
     return "\n".join(lines) + "\n"
 
 
-def statistics(findings: list[Finding], unsafe: bool = False) -> str:
+def statistics(findings: list[LintFinding], unsafe: bool = False) -> str:
     counts = Counter(f.code for f in findings)
     fixable = {f.code for f in findings if _fixable(f, unsafe)}
     names = {f.code: f.name for f in findings}
@@ -72,7 +72,7 @@ def statistics(findings: list[Finding], unsafe: bool = False) -> str:
                    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-def json_report(findings: list[Finding], errors: list[FileError] = ()) -> str:
+def json_report(findings: list[LintFinding], errors: list[FileError] = ()) -> str:
     """The findings, and one entry with ``"code": null`` per file that could not be linted."""
     entries = [f.to_dict() for f in findings] + [e.to_dict() for e in errors]
     entries.sort(key=lambda d: (d["filename"], d.get("cell") or 0, d["line"], d["column"], d["code"] or ""))
@@ -83,7 +83,7 @@ def _region(line, column, end_line, end_column) -> dict:
     return {"startLine": line, "startColumn": column, "endLine": end_line, "endColumn": end_column}
 
 
-def sarif(findings: list[Finding], errors: list[FileError], rules: list[tuple[str, str, str]], version: str) -> str:
+def sarif(findings: list[LintFinding], errors: list[FileError], rules: list[tuple[str, str, str]], version: str) -> str:
     """SARIF 2.1.0: one run, the enabled rules as reportingDescriptors, fixes as replacements.
     A rule's help is the ``pitstop explain CODE`` command; no helpUri (no published docs site)."""
     index = {code: i for i, (code, _, _) in enumerate(rules)}
@@ -133,7 +133,7 @@ def _escape(s: str, prop: bool = False) -> str:
     return s.replace(":", "%3A").replace(",", "%2C") if prop else s
 
 
-def github(findings: list[Finding], errors: list[FileError]) -> str:
+def github(findings: list[LintFinding], errors: list[FileError]) -> str:
     """GitHub Actions workflow commands: one ``::error`` annotation per finding."""
     out = []
     for f in findings:

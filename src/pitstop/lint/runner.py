@@ -9,6 +9,8 @@ import io
 import re
 import sys
 import tokenize
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import libcst as cst
@@ -16,12 +18,13 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from pitstop.atomic import write_atomic
 from pitstop.lint.context import FileContext, FixSpec, Pending
-from pitstop.lint.findings import Edit, FileError, FileResult, Finding, Fix, ParseError
+from pitstop.lint.findings import Edit, FileError, FileResult, LintFinding, Fix, ParseError
 from pitstop.lint.nodes import strip_parens
 from pitstop.lint.rule import SAFE
 
 __all__ = ["lint_source", "fix_source", "lint_file", "rules_for", "all_rule_classes", "ParseError",
-           "DEFAULT_MAX_FILE_SIZE", "is_valid_python", "compiles_here"]
+           "DEFAULT_MAX_FILE_SIZE", "is_valid_python", "compiles_here", "read_source", "bad_input_reported",
+           "write_fixed"]
 
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
 MAX_FIX_ROUNDS = 10
@@ -141,7 +144,7 @@ def is_valid_python(source: str, filename: str = "<fixed>") -> bool:
     return True
 
 
-def lint_source(source: str, filename: str, rules: list[type], project=None, path: str | None = None) -> list[Finding]:
+def lint_source(source: str, filename: str, rules: list[type], project=None, path: str | None = None) -> list[LintFinding]:
     """Findings of ``rules`` in ``source`` (sorted, ``# noqa`` applied). Raises ParseError.
 
     ``project`` (a :class:`pitstop.lint.project.ProjectIndex`) lets rules look at the other
@@ -172,10 +175,10 @@ def lint_source(source: str, filename: str, rules: list[type], project=None, pat
             continue
         seen.add((f.code, f.line, f.column))
         out.append(f)
-    return sorted(out, key=Finding.sort_key)
+    return sorted(out, key=LintFinding.sort_key)
 
 
-def _noqa(lines: list[str], f: Finding) -> bool:
+def _noqa(lines: list[str], f: LintFinding) -> bool:
     if f.line > len(lines) or "noqa" not in lines[f.line - 1].lower():
         return False
     m = _NOQA.search(lines[f.line - 1])
@@ -184,12 +187,12 @@ def _noqa(lines: list[str], f: Finding) -> bool:
     return not m["codes"] or f.code in re.split(r"[\s,]+", m["codes"].upper())
 
 
-def _finding(p: Pending, filename, module, positions, starts) -> Finding | None:
+def _finding(p: Pending, filename, module, positions, starts) -> LintFinding | None:
     rng = positions.get(p.node)
     if rng is None:
         return None
     fix = _resolve_fix(p.fix, module, positions, starts) if p.fix else None
-    return Finding(p.code, slug(p.code), p.message, filename, rng.start.line, rng.start.column + 1,
+    return LintFinding(p.code, slug(p.code), p.message, filename, rng.start.line, rng.start.column + 1,
                    rng.end.line, rng.end.column + 1, fix)
 
 
@@ -224,7 +227,7 @@ def _apply(source: str, fixes: list[Fix]) -> tuple[str, int]:
 
 
 def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = False, project=None,
-               path: str | None = None) -> tuple[str, list[Finding], int, str]:
+               path: str | None = None) -> tuple[str, list[LintFinding], int, str]:
     """Apply fixes until none applies. Returns (text, remaining findings, fixes applied, note).
 
     Every round's result must parse and compile; a fix that breaks that is dropped (tried
@@ -260,7 +263,7 @@ def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = Fal
     return source, findings, applied, note
 
 
-def _key(f: Finding, source: str) -> tuple:
+def _key(f: LintFinding, source: str) -> tuple:
     e = f.fix.edits[0]
     return (f.code, source[e.start:e.end], e.content)
 
@@ -296,7 +299,7 @@ def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = Fa
     """Lint (and with ``fix``/``diff`` fix) one file. Never raises for bad input."""
     result = FileResult(display)
     rules = rules_for(codes)
-    try:
+    with bad_input_reported(result):
         source, encoding = read_source(Path(path), max_size)
         if not (fix or diff):
             result.findings = lint_source(source, display, rules, project, path)
@@ -308,15 +311,31 @@ def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = Fa
                     source.splitlines(keepends=True), new.splitlines(keepends=True),
                     fromfile=f"a/{display}", tofile=f"b/{display}"))
             else:
-                try:  # symlinks followed (the file they point to is rewritten, links stay links), mode/owner kept
-                    write_atomic(path, new, encoding=encoding, follow_symlinks=True, keep_owner=True)
-                except OSError as exc:  # nothing was written: the findings stand, nothing counts as fixed
-                    result.findings, result.fixed, result.note = lint_source(source, display, rules), 0, ""
-                    result.error = FileError(display, f"cannot write the fixed file: {exc.strerror or exc}")
-                    return result
-                result.written = True
-    except ParseError as exc:
-        result.error = FileError(display, str(exc), exc.line, exc.column)
-    except OSError as exc:
-        result.error = FileError(display, f"cannot read: {exc.strerror or exc}")
+                write_fixed(result, path, new, encoding, relint=lambda: lint_source(source, display, rules, project, path))
     return result
+
+
+@contextmanager
+def bad_input_reported(result: FileResult) -> Iterator[None]:
+    """A file that cannot be read or parsed ends its lint with ``result.error``, not an exception."""
+    try:
+        yield
+    except ParseError as exc:
+        result.error = FileError(result.filename, str(exc), exc.line, exc.column)
+    except OSError as exc:
+        result.error = FileError(result.filename, f"cannot read: {exc.strerror or exc}")
+
+
+def write_fixed(result: FileResult, path: str, text: str, encoding: str,
+                relint: Callable[[], list[LintFinding]]) -> None:
+    """Write the fixed ``text`` over ``path`` atomically (symlinks followed: the file they point to
+    is rewritten and links stay links; mode and owner kept). When it cannot be written nothing was:
+    the findings are those of the unchanged file (``relint()``), nothing counts as fixed, and
+    ``result.error`` says why."""
+    try:
+        write_atomic(path, text, encoding=encoding, follow_symlinks=True, keep_owner=True)
+    except OSError as exc:
+        result.findings, result.fixed, result.note = relint(), 0, ""
+        result.error = FileError(result.filename, f"cannot write the fixed file: {exc.strerror or exc}")
+        return
+    result.written = True

@@ -1,4 +1,5 @@
-"""Render catalog entries as Markdown: ``pitstop explain`` and the generated docs pages."""
+"""Render catalog entries: the ``pitstop tips`` table, Markdown for ``pitstop explain`` and the
+generated docs pages."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 from pitstop.registry import FACES
 
-__all__ = ["faces_label", "tip_markdown", "index_markdown", "where_text"]
+__all__ = ["faces_label", "print_tips", "tip_markdown", "index_markdown", "where_text"]
 
 
 def faces_label(tip) -> str:
@@ -14,6 +15,20 @@ def faces_label(tip) -> str:
     done = set(tip.implemented_faces())
     letters = [f for f in FACES if f in done or f in tip.faces]
     return " ".join(f if f in done else f.lower() for f in letters)
+
+
+def print_tips(tips: list, console) -> None:
+    """The ``pitstop tips`` table (code, slug, faces, title) and the faces legend."""
+    from rich.table import Table
+
+    table = Table(title=f"pitstop tips ({len(tips)})", title_justify="left")
+    for col in ("code", "slug", "faces", "title"):
+        table.add_column(col, overflow="fold")
+    for t in tips:
+        table.add_row(t.code, t.slug, faces_label(t), t.title)
+    console.print(table)
+    console.print("faces: upper case implemented, lower case planned; "
+                  + ", ".join(f"{k}={v}" for k, v in FACES.items()))
 
 
 def tip_markdown(tip) -> str:

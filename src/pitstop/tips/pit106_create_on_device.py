@@ -110,7 +110,7 @@ class CreateOnDeviceRule(LintRule, tip="PIT106"):
                 target = pos[0].value
             else:
                 return
-            device = ctx.code(nodes.strip_parens(target)) if len(node.args) == 1 else None
+            device = ctx.source_of(nodes.strip_parens(target)) if len(node.args) == 1 else None
         fix = None
         if device and nodes.kwarg(inner, "device") is None and not nodes.has_kwargs_splat(inner):
             fn = q[6:]

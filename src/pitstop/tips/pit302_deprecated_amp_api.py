@@ -131,7 +131,7 @@ class DeprecatedAmpRule(LintRule, tip="PIT302"):
                 names = {nodes.last_name(e) for e in _handler_types(node)}
                 if not names or names & _FALLBACK_ERRORS:
                     return True
-            elif isinstance(node, (cst.If, cst.IfExp)) and _VERSION_TEST.search(ctx.code(node.test)):
+            elif isinstance(node, (cst.If, cst.IfExp)) and _VERSION_TEST.search(ctx.source_of(node.test)):
                 return True
             elif isinstance(node, cst.Try) and any(
                     {nodes.last_name(e) for e in _handler_types(h)} & {"ImportError", "ModuleNotFoundError"}
@@ -160,7 +160,7 @@ class DeprecatedAmpRule(LintRule, tip="PIT302"):
             return None
         if name == "autocast" and nodes.positional(node) or any(a.star == "*" for a in node.args):
             return None  # torch.amp.autocast's positional parameters differ
-        root = ctx.code(nodes.strip_parens(f.value.value.value))
+        root = ctx.source_of(nodes.strip_parens(f.value.value.value))
         first = cst.Arg(cst.SimpleString(f'"{device}"'))
         if node.args:
             first = first.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))

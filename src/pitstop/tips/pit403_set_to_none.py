@@ -115,7 +115,7 @@ class SetToNoneRule(LintRule, tip="PIT403"):
             parent = ctx.parent
             fix = None
             if isinstance(parent, cst.Expr) and parent.value is node:
-                grad = ctx.code(nodes.strip_parens(target))
+                grad = ctx.source_of(nodes.strip_parens(target))
                 fix = ctx.fix(UNSAFE, f"Set {grad} = None", (parent, f"{grad} = None"))
             self.found.append((node, f".grad.{name}(...) writes zeros into the gradient; set it to None instead", fix))
 

@@ -8,10 +8,10 @@ Layout (small modules; nothing here imports torch until a torch-backed name is u
 - ``session``: :class:`TuneSession` (options, budget, trials; paired adaptive passes on
   :mod:`pitstop.paired`); ``combine``: its greedy combination step; ``search``: the steps in order
 - ``verdict`` / ``equivalence``: a trial's verdict from its paired interval, the loss-trajectory check
-- ``result``: :class:`TuneResult` and its JSON form; ``report``: table, snippet, JSON
+- ``result``: :class:`TuneResult` and its JSON form (rendered by :mod:`pitstop.report.tune_terminal`)
 - ``script`` (+ ``child``, ``patch``, ``warm``): script mode on the doctor's child bootstrap, runs
   forked from a warm worker
-- ``api`` (+ ``sweep``, ``memory``): API mode through ``make_step``, the batch-size sweep
+- ``inprocess`` (+ ``sweep``, ``peak``): API mode (trials in this process) through ``make_step``, the batch-size sweep
 - ``tuning``: the entry points :func:`tune` and :func:`tune_script`
 
 The package itself is callable: ``pitstop.tune(model, optimizer_factory, loss_fn, loader)``
@@ -32,7 +32,7 @@ _LAZY = {
     "Trial": "pitstop.tune.result",
     "Run": "pitstop.tune.result",
     "tune_script": "pitstop.tune.tuning",
-    "ApiBackend": "pitstop.tune.api",
+    "ApiBackend": "pitstop.tune.inprocess",
     "ScriptBackend": "pitstop.tune.script",
     "check_losses": "pitstop.tune.equivalence",
 }

@@ -64,7 +64,7 @@ class TuneOptions:
 
 class Backend(Protocol):
     """How configurations run: :class:`pitstop.tune.script.ScriptBackend` (child processes)
-    or :class:`pitstop.tune.api.ApiBackend` (in process, through ``make_step``)."""
+    or :class:`pitstop.tune.inprocess.ApiBackend` (in process, through ``make_step``)."""
 
     mode: str
     target: str

@@ -63,8 +63,8 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
 def _tune(model, optimizer_factory, loss_fn, loader, *, steps, warmup, repeats, budget, only, recipe, seed, timeout,
           margin, confidence, sweep, batch_sizes, max_batch, memory_cap, memory_margin, effective_batch, progress,
           knobs, max_pairs) -> TuneResult:
-    from pitstop.tune.api import ApiBackend
-    from pitstop.tune.memory import parse_bytes
+    from pitstop.tune.inprocess import ApiBackend
+    from pitstop.tune.peak import parse_bytes
     from pitstop.tune.progress import make_progress
     from pitstop.tune.sweep import DEFAULT_MEMORY_MARGIN, batch_size_sweep
     from pitstop.tune.verdict import DEFAULT_CONFIDENCE, DEFAULT_MARGIN

@@ -1,10 +1,11 @@
-"""Render a :class:`TuneResult`: the terminal report (rich) and JSON (``pitstop.report``)."""
+"""Render a :class:`~pitstop.tune.result.TuneResult`: the terminal report (rich) and JSON."""
 
 from __future__ import annotations
 
 from typing import IO, Any
 
-from pitstop.report import dumps, fmt_bytes, make_console
+from pitstop.report.jsonout import dumps
+from pitstop.report.terminal import fmt_bytes, make_console
 from pitstop.tune.result import TuneResult
 
 __all__ = ["render_text", "render_json", "VERDICT_TEXT"]
@@ -68,10 +69,28 @@ def _compile_text(t: Any) -> str:
 
 
 def render_text(result: TuneResult, file: IO[str] | None = None, width: int | None = None) -> None:
-    from rich.table import Table
-
+    """The terminal report: settings and baseline, the trials table, the combination, the
+    best configuration with the code to use it, the sweep, notes and where the time went."""
     console = make_console(file, width=width or 150)
     d = result.to_dict()
+    _header(console, result, d)
+    console.print(_trials_table(result))
+    console.print("steps/s: the baseline's times the paired speed-up (wall-clock rates of single runs are in the JSON)",
+                  markup=False, highlight=False)
+    if result.combination:
+        console.print("[bold]greedy combination[/bold]")
+        for step in result.combination:
+            console.print(f"  {_STEP_TEXT.get(step.status, step.status):13s} {step.added}: {step.reason}",
+                          markup=False, highlight=False)
+    _best(console, result, d["best"])
+    if result.sweep:
+        _sweep(console, result.sweep)
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+    _time(console, result)
+
+
+def _header(console: Any, result: TuneResult, d: dict[str, Any]) -> None:
     base = d["baseline"]
     sps = base["steps_per_s"]
     opts = d["settings"]
@@ -90,6 +109,11 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
     if warn:
         console.print(f"the script wrote {warn['lines']} lines to stderr over all runs ({warn['distinct']} distinct; "
                       f"first: {warn['first'][0][:120]!r})", markup=False, highlight=False)
+
+
+def _trials_table(result: TuneResult) -> Any:
+    from rich.table import Table
+
     table = Table(title_justify="left", show_lines=False)
     for col, kw in (("trick", {"no_wrap": True}), ("code", {}), ("steps/s", {"justify": "right"}),
                     ("speed-up [90% CI]", {"justify": "right"}), ("pairs", {"justify": "right"}),
@@ -106,37 +130,28 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
                       str(sp["rounds"]) if sp else "-", _mem(t.memory_change),
                       _loss(t.loss_check.to_dict() if t.loss_check is not None else None),
                       f"[{style}]{verdict}[/]" if style else verdict, reason)
-    console.print(table)
-    console.print("steps/s: the baseline's times the paired speed-up (wall-clock rates of single runs are in the JSON)",
-                  markup=False, highlight=False)
-    if result.combination:
-        console.print("[bold]greedy combination[/bold]")
-        for step in result.combination:
-            console.print(f"  {_STEP_TEXT.get(step.status, step.status):13s} {step.added}: {step.reason}",
-                          markup=False, highlight=False)
-    best = d["best"]
-    if result.best is not None:
-        console.print(f"[bold green]best: {result.best.name}[/] -> {_speed(best['speedup'])} vs the baseline "
-                      f"({best['steps_per_s']:.2f} steps/s), loss {_loss(best['loss_check'])}")
-        cfg = best.get("framework")
-        if cfg:
-            console.print(f"\n[bold]set it in your {cfg['target'].split('.')[-1]}[/bold] ({cfg['framework']} detected)")
-            console.print(cfg["snippet"], markup=False, highlight=False)
-            console.print("[bold]or, in plain PyTorch[/bold]")
-        else:
-            console.print("\n[bold]paste into your script[/bold]")
-        console.print(result.snippet, markup=False, highlight=False)
-        from pitstop.tune.snippet import recipe_snippet
+    return table
 
-        console.print("[bold]or train with the engine[/bold] (pitstop.fit; --save-recipe writes it as a file)")
-        console.print(recipe_snippet(best["recipe_changed"]), markup=False, highlight=False)
-    else:
+
+def _best(console: Any, result: TuneResult, best: dict[str, Any]) -> None:
+    """The best configuration and how to use it (framework options, plain PyTorch, the engine)."""
+    if result.best is None:
         console.print("[bold]best: the baseline[/bold]: no trick was faster and loss-equivalent")
-    if result.sweep:
-        _sweep(console, result.sweep)
-    for note in result.notes:
-        console.print(f"note: {note}", markup=False, highlight=False)
-    _time(console, result)
+        return
+    console.print(f"[bold green]best: {result.best.name}[/] -> {_speed(best['speedup'])} vs the baseline "
+                  f"({best['steps_per_s']:.2f} steps/s), loss {_loss(best['loss_check'])}")
+    cfg = best.get("framework")
+    if cfg:
+        console.print(f"\n[bold]set it in your {cfg['target'].split('.')[-1]}[/bold] ({cfg['framework']} detected)")
+        console.print(cfg["snippet"], markup=False, highlight=False)
+        console.print("[bold]or, in plain PyTorch[/bold]")
+    else:
+        console.print("\n[bold]paste into your script[/bold]")
+    console.print(result.snippet, markup=False, highlight=False)
+    from pitstop.tune.snippet import recipe_snippet
+
+    console.print("[bold]or train with the engine[/bold] (pitstop.fit; --save-recipe writes it as a file)")
+    console.print(recipe_snippet(best["recipe_changed"]), markup=False, highlight=False)
 
 
 _STEP_TEXT = {"added": "added", "no_gain": "not added", "slower": "not added", "rejected": "REJECTED",

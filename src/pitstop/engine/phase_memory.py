@@ -27,14 +27,14 @@ Memory source:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from pitstop.engine.callbacks import Callback, FitResult, FitState
 
-__all__ = ["PhaseMemory"]
+__all__ = ["PhaseMemory", "memtracker_peak"]
 
 _METHODS = ("auto", "allocator", "tracker")
 _FIELDS = ("forward_peak", "backward_peak", "optimizer_peak", "held_after")
@@ -308,6 +308,21 @@ class _Tracker:
     def reset(self) -> None:
         if self.tracker is not None:
             self.tracker.phase_peak = self.tracker.current()
+
+
+def memtracker_peak(step: Callable[[], Any], model: Any, optimizer: Any) -> int:
+    """Peak tensor bytes while ``step()`` runs, followed by PyTorch's ``MemTracker`` (CPU; see
+    the module docstring): parameters, gradients, optimizer state, activations, temporaries.
+    ``step`` may call ``model`` several times (gradient accumulation). Raises when the tracker
+    is not usable in this torch build or cannot follow the step."""
+    tracker = _tracker_class()()
+    tracker.root = model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tracker.track_external(model, optimizer)  # state created before the tracker
+        with tracker:
+            step()
+    return tracker.phase_peak
 
 
 def _tracker_class() -> type:

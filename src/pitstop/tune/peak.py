@@ -7,7 +7,9 @@
   extra (untimed) step runs under PyTorch's own ``MemTracker``
   (``torch.distributed._tools.mem_tracker``: a ``TorchDispatchMode`` that follows every
   tensor storage alive during the step: parameters, gradients, optimizer state,
-  activations, temporaries). The limit is a *cap* the user sets (``memory_cap=``), by
+  activations, temporaries), through the engine's tracker
+  (:func:`pitstop.engine.phase_memory.memtracker_peak`), which also follows a step of
+  several micro-batches (gradient accumulation). The limit is a *cap* the user sets (``memory_cap=``), by
   default half of the RAM available when the search starts: a batch "fits" when its
   measured peak times ``1 + margin`` stays under the cap. The machine's memory is never
   exhausted to find the limit.
@@ -37,32 +39,18 @@ def is_oom(exc: BaseException) -> bool:
                                               or "failed to allocate" in text)
 
 
-def tracked_peak(step: Callable[[], Any], modules: list[Any]) -> int | None:
-    """Peak bytes of ``step()`` on the CPU, followed by ``MemTracker``; None when the
-    tracker is not available in this torch build or cannot follow the step."""
-    try:
-        from torch.distributed._tools.mem_tracker import MemTracker
-    except Exception:
-        return None
-    import warnings
+def tracked_peak(step: Callable[[], Any], model: Any, optimizer: Any) -> int | None:
+    """Peak bytes of ``step()`` on the CPU (:func:`pitstop.engine.phase_memory.memtracker_peak`,
+    accumulation steps included); None when the tracker is not available in this torch build or
+    cannot follow the step. An out-of-memory error is raised (the run's status)."""
+    from pitstop.engine.phase_memory import memtracker_peak
 
-    tracker = MemTracker()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tracker.track_external(*modules)
-            with tracker:
-                step()
-            snap = tracker.get_tracker_snapshot("peak")
+        return memtracker_peak(step, model, optimizer) or None
     except Exception as exc:
         if is_oom(exc):
             raise
         return None
-    total = 0
-    for dev, stats in snap.items():
-        if str(dev) == "cpu" or getattr(dev, "type", None) == "cpu":
-            total += int(stats.get("Total", 0))
-    return total or None
 
 
 def available_ram() -> int | None:

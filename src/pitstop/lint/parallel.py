@@ -15,7 +15,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
-from pitstop.lint.findings import FileError, FileResult, Finding
+from pitstop.lint.findings import FileError, FileResult, LintFinding
 from pitstop.lint.notebook import is_notebook, lint_notebook_file
 from pitstop.lint.project import ProjectIndex, index_for, index_signature
 from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes, lint_file
@@ -45,8 +45,8 @@ class LintRun:
     results: list[FileResult] = field(default_factory=list)
 
     @property
-    def findings(self) -> list[Finding]:
-        return sorted((f for r in self.results for f in r.findings), key=Finding.sort_key)
+    def findings(self) -> list[LintFinding]:
+        return sorted((f for r in self.results for f in r.findings), key=LintFinding.sort_key)
 
     @property
     def errors(self) -> list[FileError]:

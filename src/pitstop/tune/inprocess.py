@@ -31,13 +31,14 @@ from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
 from pitstop.doctor.clocks import StepClocks
+from pitstop.doctor.observers import first_tensor
 from pitstop.engine.data import adapt_loader, batch_size_of
 from pitstop.engine.distributed import DistInfo
 from pitstop.engine.prepare import optimizer_impl_of
 from pitstop.engine.recipe import Recipe
 from pitstop.engine.step import make_step
 from pitstop.tune.knob import Context, Knob, Setting
-from pitstop.tune.memory import is_oom, tracked_peak
+from pitstop.tune.peak import is_oom, tracked_peak
 from pitstop.tune.result import Run
 from pitstop.tune.options import merge_recipe_fields
 
@@ -58,17 +59,6 @@ def find_blocks(model: nn.Module) -> tuple[str, ...]:
             if sum(1 for m in module if _param_layers(m) >= 2) >= 2:
                 return (f"{name}.*",)
     return ()
-
-
-def _first_tensor(batch: Any) -> torch.Tensor | None:
-    if isinstance(batch, torch.Tensor):
-        return batch
-    items = batch.values() if isinstance(batch, dict) else batch if isinstance(batch, (list, tuple)) else ()
-    for item in items:
-        t = _first_tensor(item)
-        if t is not None:
-            return t
-    return None
 
 
 class ApiBackend:
@@ -108,7 +98,7 @@ class ApiBackend:
         import inspect
 
         first = next(iter(self.loader))
-        x = _first_tensor(first)
+        x = first_tensor(first)
         self.batch_size = batch_size_of(first)
         is_dl = isinstance(self.loader, DataLoader)
         cap = torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None
@@ -154,90 +144,123 @@ class ApiBackend:
     def run(self, settings: tuple[Setting, ...], knobs: Sequence[Knob], *, round: int = 0, timeout: float = 300.0,
             steps: int = 10, warmup: int = 3, batch_size: int | None = None, memory_only: bool = False,
             recipe: Recipe | None = None) -> Run:
-        from pitstop.helpers.seed import seed_everything
-
+        """One run: a fresh copy of the model and optimizer under the recipe of ``settings``,
+        ``warmup + steps`` timed optimizer steps (none with ``memory_only``), then the peak memory."""
         started = time.perf_counter()
         run = Run(status="ok", round=round)
-        step = loader = it = model = None
-        cuda = self.device.type == "cuda"
+        training = _Training(self.device)
         try:
             recipe = recipe if recipe is not None else self.recipe_for(settings, knobs)
-            seed_everything(self.seed)
-            model = copy.deepcopy(self.pristine)
-            opt = self.optimizer_factory(model.parameters())
-            loader = self.loader_for(recipe, batch_size)
-            step = make_step(model, opt, self.loss_fn, recipe, device=self.device)
-            model.train()
-            it = iter(loader)
-
-            def next_batch() -> Any:
-                nonlocal it
-                try:
-                    return next(it)
-                except StopIteration:  # a new epoch
-                    it = iter(loader)
-                    return next(it)
-
-            def one_step() -> tuple[torch.Tensor, int]:
-                losses, samples = [], 0
-                for _ in range(recipe.accumulate):
-                    batch = next_batch()
-                    samples += batch_size_of(batch)
-                    losses.append(step(batch))
-                return (losses[0] if len(losses) == 1 else torch.stack(losses).mean()), samples
-
-            if cuda:
+            training.start(self, recipe, batch_size)
+            if training.cuda:
                 torch.cuda.reset_peak_memory_stats(self.device)
-            loss_tensors = []
-            clocks = StepClocks()
-            for i in range(0 if memory_only else warmup + steps):
-                t0, c0 = time.perf_counter(), time.process_time()
-                clocks.mark()
-                loss, samples = one_step()
-                if cuda:
-                    torch.cuda.synchronize(self.device)  # the step's time, not its launch
-                dt = time.perf_counter() - t0
-                (run.warmup_times if i < warmup else run.step_times).append(dt)
-                if i >= warmup:  # CPU time of this process and its loader workers, run-queue delay
-                    lap = clocks.lap()
-                    run.cpu_times.append(time.process_time() - c0 + lap.get("cpu_children", 0.0))
-                    run.run_delays.append(lap.get("run_delay"))
-                    run.actives.append(lap.get("main_active"))
-                loss_tensors.append(loss)
-                run.batch_size = samples
-                if time.perf_counter() - started > timeout:
-                    run.status = "timeout"
-                    run.message = f"stopped after {i + 1} optimizer steps: over the {timeout:.0f} s timeout"
-                    break
-            run.losses = [float(t) for t in loss_tensors]  # one read per step, after the run
-            if cuda:
-                run.peak_memory = int(torch.cuda.max_memory_allocated(self.device))
-            elif self.track_memory or memory_only:
-                holder: list[int] = []
-                run.peak_memory = tracked_peak(lambda: holder.append(one_step()[1]), [step.model, step.optimizer])
-                if holder:
-                    run.batch_size = holder[0]
-            if memory_only and cuda:
-                torch.cuda.reset_peak_memory_stats(self.device)
-                one_step()
-                torch.cuda.synchronize(self.device)
-                run.peak_memory = int(torch.cuda.max_memory_allocated(self.device))
+            self._timed_steps(training, run, 0 if memory_only else warmup + steps, warmup, started, timeout)
+            self._peak_memory(training, run, memory_only)
         except Exception as exc:  # a failing trial is a result, not the end of the search
             run.status = "oom" if is_oom(exc) else "error"
             run.message = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             run.traceback = traceback.format_exc()
         finally:
-            if step is not None:
-                step.close()
-            del step, it, model
-            if loader is not None and loader is not self.loader:
-                _shutdown(loader)
-            del loader
-            gc.collect()
-            if cuda:
-                torch.cuda.empty_cache()
+            training.close(keep=self.loader)
         run.elapsed = time.perf_counter() - started
         return run
+
+    @staticmethod
+    def _timed_steps(training: _Training, run: Run, n: int, warmup: int, started: float, timeout: float) -> None:
+        """``n`` optimizer steps; the first ``warmup`` are timed apart. Losses are read once, after."""
+        loss_tensors = []
+        clocks = StepClocks()
+        for i in range(n):
+            t0, c0 = time.perf_counter(), time.process_time()
+            clocks.mark()
+            loss, samples = training.one_step()
+            if training.cuda:
+                torch.cuda.synchronize(training.device)  # the step's time, not its launch
+            dt = time.perf_counter() - t0
+            (run.warmup_times if i < warmup else run.step_times).append(dt)
+            if i >= warmup:  # CPU time of this process and its loader workers, run-queue delay
+                lap = clocks.lap()
+                run.cpu_times.append(time.process_time() - c0 + lap.get("cpu_children", 0.0))
+                run.run_delays.append(lap.get("run_delay"))
+                run.actives.append(lap.get("main_active"))
+            loss_tensors.append(loss)
+            run.batch_size = samples
+            if time.perf_counter() - started > timeout:
+                run.status = "timeout"
+                run.message = f"stopped after {i + 1} optimizer steps: over the {timeout:.0f} s timeout"
+                break
+        run.losses = [float(t) for t in loss_tensors]  # one read per step, after the run
+
+    def _peak_memory(self, training: _Training, run: Run, memory_only: bool) -> None:
+        """CUDA: the allocator's peak (of one more step with ``memory_only``); CPU: one
+        extra, untimed step under ``MemTracker`` when memory is tracked."""
+        if training.cuda:
+            run.peak_memory = int(torch.cuda.max_memory_allocated(self.device))
+        elif self.track_memory or memory_only:
+            holder: list[int] = []
+            run.peak_memory = tracked_peak(lambda: holder.append(training.one_step()[1]), training.step.model,
+                                           training.step.optimizer)
+            if holder:
+                run.batch_size = holder[0]
+        if memory_only and training.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+            training.one_step()
+            torch.cuda.synchronize(self.device)
+            run.peak_memory = int(torch.cuda.max_memory_allocated(self.device))
+
+
+class _Training:
+    """What one run trains: a fresh model copy, its optimizer, the loader and the step; built
+    piece by piece by :meth:`start` so that :meth:`close` frees whatever was built."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.step: Any = None
+        self.loader: Any = None
+        self.it: Any = None
+        self.model: nn.Module | None = None
+        self.accumulate = 1
+
+    def start(self, backend: ApiBackend, recipe: Recipe, batch_size: int | None) -> None:
+        from pitstop.helpers.seed import seed_everything
+
+        seed_everything(backend.seed)
+        self.model = copy.deepcopy(backend.pristine)
+        opt = backend.optimizer_factory(self.model.parameters())
+        self.loader = backend.loader_for(recipe, batch_size)
+        self.step = make_step(self.model, opt, backend.loss_fn, recipe, device=self.device)
+        self.accumulate = recipe.accumulate
+        self.model.train()
+        self.it = iter(self.loader)
+
+    def _next_batch(self) -> Any:
+        try:
+            return next(self.it)
+        except StopIteration:  # a new epoch
+            self.it = iter(self.loader)
+            return next(self.it)
+
+    def one_step(self) -> tuple[torch.Tensor, int]:
+        """One optimizer step (``accumulate`` micro-batches): its loss tensor and its samples."""
+        losses, samples = [], 0
+        for _ in range(self.accumulate):
+            batch = self._next_batch()
+            samples += batch_size_of(batch)
+            losses.append(self.step(batch))
+        return (losses[0] if len(losses) == 1 else torch.stack(losses).mean()), samples
+
+    def close(self, keep: Any) -> None:
+        """Close the step, stop the workers of a loader built for this run (not ``keep``, the
+        user's), drop every reference and free the memory."""
+        if self.step is not None:
+            self.step.close()
+        if self.loader is not None and self.loader is not keep:
+            _shutdown(self.loader)
+        self.step = self.it = self.model = self.loader = None
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
 
 
 def _shutdown(loader: Any) -> None:

@@ -1,22 +1,22 @@
-"""Render a :class:`~pitstop.bench.runner.BenchReport`: terminal tables, JSON, Markdown, offline HTML.
+"""Render a :class:`~pitstop.bench.runner.BenchReport` as text: terminal tables, JSON, Markdown.
 
-Rendering only: numbers come from the runner; charts and pages from ``pitstop.report``.
+Rendering only: numbers come from the runner (:mod:`pitstop.bench`); the offline HTML page is
+:mod:`pitstop.report.bench_html`.
 """
 
 from __future__ import annotations
 
-import html
 from typing import Any
 
 from pitstop.bench.base import Measurement
 from pitstop.bench.verdict import CONFIRMED, NOT_HERE, REFUTED
-from pitstop.report import bar_chart, dumps, fmt_bytes, fmt_seconds, html_page
+from pitstop.report.jsonout import dumps
+from pitstop.report.terminal import fmt_bytes, fmt_seconds
 
-__all__ = ["print_text", "to_json", "to_markdown", "to_html", "json_schema", "fmt_ratio", "display_value",
-           "machine_line", "busy_note"]
+__all__ = ["print_text", "to_json", "to_markdown", "fmt_ratio", "fmt_claimed", "fmt_value", "fmt_spread", "fmt_rate",
+           "display_value", "machine_line", "busy_note"]
 
 _STYLE = {CONFIRMED: "green", NOT_HERE: "yellow", REFUTED: "red"}
-_esc = html.escape
 
 
 def fmt_ratio(result: Any) -> str:
@@ -147,14 +147,6 @@ def to_json(report: Any) -> str:
     return dumps(report.to_dict())
 
 
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of ``pitstop bench --format json`` (shipped as ``bench/schema.json``)."""
-    import json
-    from importlib.resources import files
-
-    return json.loads(files("pitstop.bench").joinpath("schema.json").read_text(encoding="utf-8"))
-
-
 def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -192,58 +184,3 @@ def to_markdown(report: Any, command: str = "") -> str:
             lines.append(f"**{r.code}** " + " ".join(_md(e) + "." if not e.endswith(".") else _md(e) for e in extra))
             lines.append("")
     return "\n".join(lines)
-
-
-# -- HTML -------------------------------------------------------------------------------
-
-def _table(rows: list[list[str]], head: list[str]) -> str:
-    th = "".join(f"<th>{_esc(h)}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table><tr>{th}</tr>{body}</table>"
-
-
-def _result_html(r: Any) -> str:
-    color = {CONFIRMED: "#2e7d32", NOT_HERE: "#b26a00", REFUTED: "#c62828"}.get(r.verdict, "#777")
-    parts = [
-        f'<p class="claim">Seed {_esc(r.claim.seed)} claims: <q>{_esc(r.claim.text)}</q></p>',
-        f'<p class="verdict" data-verdict="{_esc(r.verdict)}"><strong style="color:{color}">{_esc(r.verdict)}</strong>'
-        f": {_esc(r.reason)}</p>",
-    ]
-    if r.workload:
-        parts.append(f"<p class=\"muted\">Workload: {_esc(r.workload)}</p>")
-    if r.ratio is not None and r.claim.ratio_of:
-        parts.append(f"<p>Ratio = {_esc(r.claim.ratio_of)}: <strong>{_esc(fmt_ratio(r))}</strong></p>")
-    shown = [m for m in r.measurements if not m.info]
-    if shown:
-        values = [display_value(m) for m in shown]
-        units = {u for _, u in values}
-        unit = units.pop() if len(units) == 1 else ""
-        better = "higher is better" if shown[0].work and shown[0].unit == "s" else "lower is better"
-        chart = bar_chart(f"{r.code}: {r.title} ({unit or 'mixed units'}, {better})",
-                          [m.name for m in shown], [v for v, _ in values], unit=unit)
-        parts.append(chart.to_html())
-    if r.measurements:
-        parts.append(_table([[m.name + (" (info)" if m.info else ""), fmt_value(m), fmt_spread(m),
-                              str(m.summary.n), fmt_rate(m), m.note] for m in r.measurements],
-                            ["variant", "median", "IQR/median", "n", "rate", "note"]))
-    for c in r.comparisons:
-        q = c["ratio"]
-        parts.append(f"<p>Also: {_esc(c['label'])}: {q['value']:.2f}x [{q['low']:.2f}-{q['high']:.2f}]</p>")
-    for k, v in r.checks.items():
-        parts.append(f"<p>Check: {_esc(k)}: <strong>{'yes' if v else 'NO'}</strong></p>")
-    for n in r.notes:
-        parts.append(f"<p class=\"muted\">{_esc(n)}</p>")
-    return "".join(parts)
-
-
-def to_html(report: Any) -> str:
-    d = report.device
-    machine = _table([[k, str(v)] for k, v in d.items()] + [["mode", report.mode], ["started", report.started],
-                     ["load average (start, end)", f"{report.load_average.get('start')}, {report.load_average.get('end')}"]],
-                     ["", ""])
-    summary = _table([[r.code, f"{r.claim.seed}: {r.claim.text}", fmt_ratio(r), fmt_claimed(r.claim), r.verdict]
-                      for r in report.results], ["code", "seed claims", "measured", "claimed", "verdict"])
-    sections = [("Machine", machine), ("Claims", summary)]
-    sections += [(f"{r.code} {r.title}", _result_html(r)) for r in report.results]
-    subtitle = machine_line(report) + (f". Warning: {busy_note(report)}." if busy_note(report) else "")
-    return html_page("pitstop bench", sections, subtitle=subtitle)
