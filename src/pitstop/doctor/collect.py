@@ -24,6 +24,7 @@ from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CompileRecord, 
                                     MemoryRecord, ModelRecord, OddSize, OptimizerRecord, ProbeResult, SampledSite,
                                     Settings, Site, StepTime)
 from pitstop.jsoncodec import from_json
+from pitstop.machine import machine_cores, usable_cores
 from pitstop.stats import summarize
 
 __all__ = ["observations", "device_of"]
@@ -159,17 +160,7 @@ def _settings() -> Settings:
                     tf32_matmul=bool(b.cuda.matmul.allow_tf32), tf32_cudnn=bool(b.cudnn.allow_tf32),
                     float32_matmul_precision=torch.get_float32_matmul_precision(),
                     deterministic_algorithms=torch.are_deterministic_algorithms_enabled(),
-                    num_threads=torch.get_num_threads(), cpu_cores=_cpu_cores(), world_size=_world_size())
-
-
-def _cpu_cores() -> int | None:
-    """CPUs this process may run on (its affinity mask; ``os.cpu_count()`` elsewhere)."""
-    import os
-
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count()
+                    num_threads=torch.get_num_threads(), cpu_cores=usable_cores(), world_size=_world_size())
 
 
 def _world_size() -> int | None:
@@ -284,15 +275,9 @@ def _cpu(inst: Instrumentation, o: Observations) -> CpuRecord:
     return CpuRecord(process_per_step=sum(r.cpu or 0.0 for r in obs) / n if n else None,
                      data_wait_cpu_per_step=sum(inst.data_cpu) / n if n and inst.data_cpu else (0.0 if n else None),
                      workers_per_step=(sum(inst.worker_cpu) / len(inst.worker_cpu)) if inst.worker_cpu else None,
-                     workers=workers, machine_cores=_machine_cores(),
+                     workers=workers, machine_cores=machine_cores(),
                      load_avg=(end.get("load_avg") or [None])[0], steal_share=steal,
                      own_threads=torch.get_num_threads() + workers)
-
-
-def _machine_cores() -> int | None:
-    import os
-
-    return os.cpu_count()
 
 
 def _memory(inst: Instrumentation, device: str, models) -> MemoryRecord:

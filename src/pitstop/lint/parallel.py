@@ -9,7 +9,6 @@ other file is still linted.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -19,6 +18,7 @@ from pitstop.lint.findings import FileError, FileResult, LintFinding
 from pitstop.lint.notebook import is_notebook, lint_notebook_file
 from pitstop.lint.project import ProjectIndex, index_for, index_signature
 from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes, lint_file
+from pitstop.machine import usable_cores
 
 __all__ = ["Task", "LintOptions", "LintRun", "run_tasks"]
 
@@ -82,7 +82,7 @@ def run_tasks(tasks: list[Task], opts: LintOptions) -> LintRun:
     all_rule_classes()  # load the catalog once, before forking
     signature = index_signature(t.path for t in tasks)
     project = index_for(signature)  # the first pass: what every linted file defines and calls
-    jobs = opts.jobs or os.cpu_count() or 1
+    jobs = opts.jobs or usable_cores()
     jobs = min(jobs, len(tasks))
     if jobs <= 1 or len(tasks) < 4:
         return LintRun([_one(t, opts, project) for t in tasks])

@@ -80,7 +80,9 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
     if result.combination:
         console.print("[bold]greedy combination[/bold]")
         for step in result.combination:
-            console.print(f"  {_STEP_TEXT.get(step.status, step.status):13s} {step.added}: {step.reason}",
+            sp = step.speed
+            iv = f" ({sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}])" if sp is not None else ""
+            console.print(f"  {_STEP_TEXT.get(step.status, step.status):13s} {step.added}{iv}: {step.reason}",
                           markup=False, highlight=False)
     _best(console, result, d["best"])
     if result.sweep:

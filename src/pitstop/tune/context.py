@@ -9,10 +9,10 @@ backend flags. Knobs decide from that whether they apply.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from pitstop.doctor.observations import Observations
+from pitstop.machine import machine_load, usable_cores
 from pitstop.tune.knob import Context
 
 __all__ = ["context_from_observations", "machine_load", "usable_cores"]
@@ -55,19 +55,3 @@ def context_from_observations(obs: Observations | dict[str, Any], *, notes: tupl
         phase_shares=tuple(obs.breakdown.shares().items()) if obs.breakdown else (),
         notes=notes,
     )
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def machine_load() -> tuple[float, int] | None:
-    """(1-minute load average, usable cores), or None where the OS does not say."""
-    try:
-        return os.getloadavg()[0], usable_cores()
-    except (OSError, AttributeError):
-        return None

@@ -31,8 +31,9 @@ from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
 from pitstop.doctor.clocks import StepClocks
-from pitstop.doctor.observers import first_tensor
+from pitstop.doctor.batch import first_tensor
 from pitstop.engine.data import adapt_loader, batch_size_of
+from pitstop.machine import usable_cores
 from pitstop.engine.distributed import DistInfo
 from pitstop.engine.prepare import optimizer_impl_of
 from pitstop.engine.recipe import Recipe
@@ -88,8 +89,6 @@ class ApiBackend:
 
     # -- what the knobs see -------------------------------------------------------------
     def context(self) -> Context:
-        import os
-
         model = self.pristine
         opt = self.optimizer_factory(copy.deepcopy(model).parameters())
         impl = optimizer_impl_of(opt)
@@ -103,7 +102,7 @@ class ApiBackend:
         is_dl = isinstance(self.loader, DataLoader)
         cap = torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None
         self.ctx = Context(
-            mode="api", device=self.device.type, cpu_count=os.cpu_count() or 1,
+            mode="api", device=self.device.type, cpu_count=usable_cores(),
             device_name=torch.cuda.get_device_name(self.device) if cap else torch.backends.cpu.get_cpu_capability(),
             capability=tuple(cap) if cap else None, conv2d=sum(isinstance(m, nn.Conv2d) for m in model.modules()),
             input_dims=x.dim() if x is not None else None,
