@@ -86,3 +86,20 @@ def test_no_trial_is_decided_on_one_pair(quiet_and_busy):
         for t in r.trials:
             if t.speed is not None and t.speed.status != "undecided":
                 assert t.speed.pairs >= 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/stat (Linux)")
+def test_a_load_that_just_started_is_seen_and_runs_wait_passively():
+    """The 1-minute load average lags: two spinners started a moment ago already count as
+    runnable tasks, so the runs wait passively at OpenMP barriers (spinning threads once made
+    bf16 look 0.73x "slower" on CPU time)."""
+    from pitstop.machine import runnable_others, usable_cores
+    from pitstop.tune.script import passive_omp_reason
+
+    with busy(max(2, usable_cores())):
+        import time
+
+        time.sleep(0.3)
+        assert runnable_others() >= max(1, usable_cores() / 2)
+        reason = passive_omp_reason()
+    assert reason is not None and "OMP_WAIT_POLICY=PASSIVE" in reason

@@ -76,16 +76,24 @@ def run_from_result(result: Any, steps: int) -> Run:
 
 
 def passive_omp_reason() -> str | None:
-    """Why runs should wait passively at OpenMP barriers, or None. On a busy machine (1-minute
-    load average above the usable cores) the OpenMP threads of a step spin at every barrier
-    while a peer waits for a core: the spinning steals the cores from the work and inflates
-    CPU time (measured here under load ~11 on a 2-thread conv step: bf16 vs fp32 0.82x on CPU
-    time with spinning, 1.38x with ``OMP_WAIT_POLICY=PASSIVE``, 1.81x single-threaded)."""
-    from pitstop.tune.context import machine_load
+    """Why runs should wait passively at OpenMP barriers, or None. On a busy machine the
+    OpenMP threads of a step spin at every barrier while a peer waits for a core: the spinning
+    steals the cores from the work and inflates CPU time (measured here under load ~11 on a
+    2-thread conv step: bf16 vs fp32 0.82x on CPU time with spinning, 1.38x with
+    ``OMP_WAIT_POLICY=PASSIVE``, 1.81x single-threaded; with two spinning processes started
+    just before the search, which the 1-minute load average did not show yet, bf16 came out
+    0.73x "slower"). Busy: a 1-minute load average above the usable cores, or other tasks
+    runnable right now on at least half of them."""
+    from pitstop.machine import machine_load, runnable_others, usable_cores
 
     load = machine_load()
     if load is not None and load[0] > load[1]:
         return (f"the machine was busy at the start (load average {load[0]:.1f} on {load[1]} cores): every run, "
+                "baseline included, waits passively at OpenMP barriers (OMP_WAIT_POLICY=PASSIVE) so that "
+                "threads waiting for a core do not spin")
+    cores, others = usable_cores(), runnable_others()
+    if others is not None and others >= max(1.0, cores / 2):
+        return (f"the machine was busy at the start ({others:g} other tasks runnable on {cores} cores): every run, "
                 "baseline included, waits passively at OpenMP barriers (OMP_WAIT_POLICY=PASSIVE) so that "
                 "threads waiting for a core do not spin")
     return None
