@@ -188,3 +188,9 @@ def test_the_result_says_what_feeding_batches_leaves_when_no_kept_trick_changes_
         if said:  # 30% of the baseline step; the 2x trick makes it ~60%; nothing can beat 1/0.3
             assert "took 30% of the baseline step" in note[0] and "about 60% of the step" in note[0]
             assert "more than 3.3x" in note[0]
+    # manual parameter updates: the doctor counts the update in "host", which is then not feeding
+    backend = FakeBackend([compute])
+    backend.context = lambda: Context(mode="api", step_boundary="backward",
+                                      phase_shares=(("data", 0.0), ("host", 0.3), ("forward", 0.3), ("backward", 0.4)))
+    r = search(backend, [compute], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=4))
+    assert not [n for n in r.notes if n.startswith("what is left")]

@@ -53,5 +53,6 @@ def context_from_observations(obs: Observations | dict[str, Any], *, notes: tupl
         float32_matmul_precision=obs.settings.float32_matmul_precision or "highest",
         framework=obs.framework_name,
         phase_shares=tuple(obs.breakdown.shares().items()) if obs.breakdown else (),
+        step_boundary=obs.step_boundary,
         notes=notes,
     )

@@ -60,6 +60,9 @@ class Context:
     framework: str | None = None             # "lightning" | "fabric" | "transformers" | "accelerate" (detected)
     #: share of the step time of each doctor phase in the survey (``("optimizer", 0.004)``, ...)
     phase_shares: tuple[tuple[str, float], ...] = ()
+    #: what ended a step in the survey: "optimizer.step", or "backward" for manual parameter
+    #: updates (whose time the doctor counts in its ``host`` phase)
+    step_boundary: str | None = None
     notes: tuple[str, ...] = field(default=())
 
     def share(self, phases: tuple[str, ...]) -> float | None:

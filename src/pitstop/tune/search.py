@@ -57,7 +57,9 @@ def what_is_left(session: TuneSession, best: Trial | None, *, least: float = 0.1
     recipe's knobs say which phases they change): its share of the baseline step, its
     estimated share with the best recipe, and the speed-up the rest could give at most."""
     ctx = session.ctx
-    share = ctx.share(FEEDING) if ctx is not None else None
+    # with manual parameter updates the doctor counts the update in ``host``: not feeding
+    feeding = ("data",) if ctx is not None and ctx.step_boundary == "backward" else FEEDING
+    share = ctx.share(feeding) if ctx is not None else None
     if share is None or share < least:
         return None
     touched: set[str] = set()
@@ -66,7 +68,7 @@ def what_is_left(session: TuneSession, best: Trial | None, *, least: float = 0.1
         if not phases:
             return None  # a trick that may change any phase: no estimate
         touched.update(phases)
-    if touched & set(FEEDING):
+    if touched & set(feeding):
         return None
     ratio = best.speed.ratio if best is not None and best.speed is not None else 1.0
     now = f"about {min(0.99, share * ratio):.0%} of the step with the best recipe, " if best is not None else ""
