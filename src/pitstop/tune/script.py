@@ -86,17 +86,16 @@ def passive_omp_reason() -> str | None:
     runnable right now on at least half of them."""
     from pitstop.machine import machine_load, runnable_others, usable_cores
 
-    load = machine_load()
+    load, cores = machine_load(), usable_cores()
     if load is not None and load[0] > load[1]:
-        return (f"the machine was busy at the start (load average {load[0]:.1f} on {load[1]} cores): every run, "
-                "baseline included, waits passively at OpenMP barriers (OMP_WAIT_POLICY=PASSIVE) so that "
-                "threads waiting for a core do not spin")
-    cores, others = usable_cores(), runnable_others()
-    if others is not None and others >= max(1.0, cores / 2):
-        return (f"the machine was busy at the start ({others:g} other tasks runnable on {cores} cores): every run, "
-                "baseline included, waits passively at OpenMP barriers (OMP_WAIT_POLICY=PASSIVE) so that "
-                "threads waiting for a core do not spin")
-    return None
+        why = f"load average {load[0]:.1f} on {load[1]} cores"
+    else:
+        others = runnable_others()
+        if others is None or others < max(1.0, cores / 2):
+            return None
+        why = f"{others:g} other tasks runnable on {cores} cores"
+    return (f"the machine was busy at the start ({why}): every run, baseline included, waits passively at "
+            "OpenMP barriers (OMP_WAIT_POLICY=PASSIVE) so that threads waiting for a core do not spin")
 
 
 #: observed steps of the survey: its breakdown gives the phase shares knobs are pruned by (two

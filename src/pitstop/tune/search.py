@@ -35,7 +35,7 @@ __all__ = ["TuneOptions", "Backend", "TuneError", "Budget", "search", "select_kn
 def search(backend: Backend, knobs: Sequence[Knob], options: TuneOptions, *, progress: Any = None,
            context: Context | None = None) -> TuneResult:
     """Run the whole protocol and return a :class:`TuneResult`."""
-    from pitstop.tune.context import machine_load
+    from pitstop.machine import machine_load
 
     session = TuneSession(backend, knobs, options, progress=progress, context=context)
     loads = [machine_load()]
