@@ -1,7 +1,8 @@
 """Automatic registration of the faces of tips (torch-free).
 
 A *face* is one way a tip shows up in pitstop: a lint rule (L), a doctor check (D), a
-tuning knob (K), an engine behaviour (E), a benchmark (B) or a helper function (H).
+tuning knob (K), an engine behaviour (E), a benchmark (B), a helper function (H) or a check over a
+profiler trace read offline (T).
 Each mechanism (``lint/``, ``doctor/``, ``tune/``, ``bench/``) defines a base class that
 derives from :class:`Face`; a tip module subclasses it with ``tip="PIT101"`` and the
 subclass lands here by ``__init_subclass__``. No list is kept by hand, and a mechanism
@@ -25,6 +26,7 @@ FACES: dict[str, str] = {
     "E": "engine",
     "B": "bench",
     "H": "helper",
+    "T": "trace",
 }
 
 _IMPLS: dict[str, list[type[Face]]] = defaultdict(list)
