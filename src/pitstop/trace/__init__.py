@@ -6,20 +6,22 @@ Layers: :mod:`~pitstop.trace.wire` (the file's typed fields) -> :mod:`~pitstop.t
 window) -> one analyzer per concern (``busy``, ``idle``, ``kernels``, ``host``, ``copies``) ->
 :class:`~pitstop.trace.result.RankResult` -> :mod:`~pitstop.trace.job` (ranks in parallel,
 stragglers, the face-T checks of the tip modules) -> :class:`~pitstop.trace.result.TraceReport`.
+
+Names resolve lazily: tip modules import :mod:`pitstop.trace.check` at catalog load time
+(``pitstop lint`` too), which must not pull in numpy or msgspec.
 """
 
-from pitstop.trace.analyze import analyze_file, analyze_timeline
-from pitstop.trace.check import JobView, TraceCheck
-from pitstop.trace.job import analyze_paths, rank_view, report_of, trace_files
-from pitstop.trace.load import TraceError, load_timeline
-from pitstop.trace.result import RankResult, TraceFinding, TraceReport
-from pitstop.trace.thresholds import TraceThresholds
+from pitstop._lazy import lazy_exports
 
-__all__ = ["analyze_file", "analyze_timeline", "analyze_paths", "report_of", "rank_view", "trace_files",
-           "load_timeline", "TraceError", "RankResult", "TraceFinding", "TraceReport", "TraceThresholds",
-           "TraceCheck", "JobView", "trace"]
+_LAZY = {
+    "analyze_file": "pitstop.trace.analyze", "analyze_timeline": "pitstop.trace.analyze",
+    "analyze_paths": "pitstop.trace.job", "report_of": "pitstop.trace.job", "rank_view": "pitstop.trace.job",
+    "trace_files": "pitstop.trace.job", "trace": "pitstop.trace.job",
+    "load_timeline": "pitstop.trace.load", "TraceError": "pitstop.trace.load",
+    "RankResult": "pitstop.trace.result", "TraceFinding": "pitstop.trace.result", "TraceReport": "pitstop.trace.result",
+    "TraceThresholds": "pitstop.trace.thresholds", "TraceCheck": "pitstop.trace.check", "JobView": "pitstop.trace.check",
+}
 
+__all__ = sorted(_LAZY)
 
-def trace(paths, th: TraceThresholds = TraceThresholds(), workers: int | None = None) -> TraceReport:
-    """The whole analysis: files or folders -> :class:`TraceReport`."""
-    return report_of(analyze_paths(list(paths), th, workers), th)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

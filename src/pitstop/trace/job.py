@@ -19,7 +19,7 @@ from pitstop.trace.load import TRACE_SUFFIXES, TraceError
 from pitstop.trace.result import RankResult, TraceFinding, TraceReport
 from pitstop.trace.thresholds import TraceThresholds
 
-__all__ = ["trace_files", "analyze_paths", "rank_view", "run_checks", "report_of"]
+__all__ = ["trace_files", "analyze_paths", "rank_view", "run_checks", "report_of", "trace"]
 
 _SEVERITY = {"high": 0, "medium": 1, "low": 2}
 
@@ -106,3 +106,8 @@ def report_of(ranks: tuple[RankResult, ...], th: TraceThresholds = TraceThreshol
         notes.append(f"distributedInfo says world size {worlds.pop()}, {len(ranks)} trace files were given")
     return TraceReport(ranks=ranks, findings=run_checks(ranks, job, th), stragglers=tuple(s.rank for s in strag),
                        step_spread=sp.ratio if sp else None, notes=tuple(notes))
+
+
+def trace(paths: list[Path | str], th: TraceThresholds = TraceThresholds(), workers: int | None = None) -> TraceReport:
+    """The whole analysis: files or folders -> :class:`TraceReport`."""
+    return report_of(analyze_paths(list(paths), th, workers), th)

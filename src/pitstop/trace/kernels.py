@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from pitstop.trace.model import GPU_KERNEL
-from pitstop.trace.names import PRECISIONS, is_communication, is_matmul, precision_of
+from pitstop.trace.names import PRECISIONS, is_communication, is_elementwise, is_matmul, precision_of
 from pitstop.trace.result import KernelMix, Launches, NamedTime, Precision
 from pitstop.trace.scope import Scope
 from pitstop.trace.spans import Spans
@@ -93,6 +93,7 @@ def launches(scope: Scope, th: TraceThresholds, launch_idle: float) -> Launches 
     if not kern.any():
         return None
     dur = (g.end - g.start)[kern]
+    pointwise = np.array([is_elementwise(n) for n in g.names], dtype=bool)[g.name[kern]]
     return Launches(kernels_per_step=int(kern.sum()) / scope.per_step_divisor, median_kernel_us=float(np.median(dur)),
                     short_kernels=float(np.mean(dur < th.short_kernel_us)), short_threshold_us=th.short_kernel_us,
-                    idle_share=launch_idle)
+                    idle_share=launch_idle, elementwise=float(np.mean(pointwise)))

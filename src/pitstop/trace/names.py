@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["is_communication", "is_matmul", "precision_of", "SYNC_CALLS", "LAUNCH_CALLS", "is_dataloader",
+__all__ = ["is_communication", "is_elementwise", "is_matmul", "precision_of", "SYNC_CALLS", "LAUNCH_CALLS", "is_dataloader",
            "is_optimizer_step", "short_name", "PRECISIONS"]
 
 #: precision labels of matmul/conv kernels, reduced ones first.
@@ -26,6 +26,8 @@ _TF32 = re.compile(r"tf32|s1688|s16816|1688gemm")
 _FP32 = re.compile(r"sgemm|<float|float,|\bfloat\b|f32f32|_f32_|fp32|scudnn|_s884|s884gemm")
 _FP64 = re.compile(r"dgemm|<double|\bdouble\b|f64")
 _INT8 = re.compile(r"int8|i8i8|imma")
+
+_POINTWISE = re.compile(r"elementwise_kernel|vectorized_elementwise|unrolled_elementwise|triton_poi_|pointwise")
 
 SYNC_CALLS = frozenset({"cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaMemcpy",
                         "hipDeviceSynchronize", "hipStreamSynchronize", "hipMemcpy"})
@@ -55,6 +57,11 @@ def precision_of(name: str) -> str:
         if pattern.search(name):
             return label
     return "unknown"
+
+
+def is_elementwise(name: str) -> bool:
+    """A pointwise kernel (ATen's elementwise kernels, Triton ``triton_poi_…``)."""
+    return bool(_POINTWISE.search(name))
 
 
 def is_dataloader(name: str) -> bool:

@@ -129,13 +129,15 @@ class Precision:
 
 @dataclass(frozen=True)
 class Launches:
-    """Kernel launches: how many, how short, and the idle they leave."""
+    """Kernel launches: how many, how short, the idle they leave (``IdleSplit.launch``) and
+    the share of kernels that are elementwise (pointwise) ones."""
 
     kernels_per_step: float
     median_kernel_us: float
     short_kernels: float
     short_threshold_us: float
     idle_share: float
+    elementwise: float
 
 
 @dataclass(frozen=True)
