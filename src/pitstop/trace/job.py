@@ -102,7 +102,10 @@ def report_of(ranks: tuple[RankResult, ...], th: TraceThresholds = TraceThreshol
     worlds = {r.world_size for r in ranks}
     if len(ranks) > 1 and len({r.rank for r in ranks}) < len(ranks):
         notes.append("several files carry the same rank: they are compared as given, not as one job's ranks")
-    if len(ranks) > 1 and len(worlds) == 1 and worlds != {len(ranks)} and worlds != {1}:
+    if len(worlds) > 1:
+        notes.append(f"the files name different world sizes ({', '.join(map(str, sorted(worlds)))}): they come from "
+                     "different jobs, so the cross-rank comparison means little")
+    elif len(ranks) > 1 and worlds != {len(ranks)} and worlds != {1}:
         notes.append(f"distributedInfo says world size {worlds.pop()}, {len(ranks)} trace files were given")
     return TraceReport(ranks=ranks, findings=run_checks(ranks, job, th), stragglers=tuple(s.rank for s in strag),
                        step_spread=sp.ratio if sp else None, notes=tuple(notes))

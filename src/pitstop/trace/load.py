@@ -11,7 +11,6 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
@@ -92,22 +91,34 @@ def load_timeline(path: Path | str) -> Timeline:
     dist = wire.distributedInfo
     return Timeline(
         source=str(path), schema="2021" if builder.old else "2022+",
-        rank=dist.rank if dist else None, world_size=dist.world_size if dist else None,
+        rank=_number(dist.rank) if dist else None, world_size=_number(dist.world_size) if dist else None,
         backend=(dist.backend or "") if dist else "",
         devices=tuple(_device(d) for d in (wire.deviceProperties or wire.computeProperties or [])),
-        gpu=builder.gpu.table(), runtime=builder.runtime.table(), ops=builder.ops.table(),
-        python=builder.python.table(), steps=tuple(sorted(builder.steps, key=lambda s: s.start)),
+        gpu=builder.gpu, runtime=builder.runtime, ops=builder.ops, python=builder.python, steps=tuple(sorted(builder.steps, key=lambda s: s.start)),
         gpu_devices=tuple(sorted(builder.gpu_devices)),
     )
+
+
+def _number(value: object) -> int | None:
+    """A metadata number (int, integral float or digit string), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
 
 
 def _device(d: WireDevice) -> Device:
     name = d.name or ""
     vendor = "amd" if re.search(r"AMD|Instinct|Radeon|\bMI\d{3}", name) else "nvidia" if name else ""
-    dev_id = d.id if isinstance(d.id, int) else int(d.id) if isinstance(d.id, str) and d.id.isdigit() else -1
-    major = d.computeMajor if d.computeMajor is not None else d.major
-    minor = d.computeMinor if d.computeMinor is not None else d.minor
-    return Device(dev_id, name, vendor, major, minor, d.totalGlobalMem)
+    dev_id = _number(d.id)
+    major = _number(d.computeMajor if d.computeMajor is not None else d.major)
+    minor = _number(d.computeMinor if d.computeMinor is not None else d.minor)
+    return Device(-1 if dev_id is None else dev_id, name, vendor, major, minor, _number(d.totalGlobalMem))
 
 
 def _as_int(value: object, default: int = -1) -> int:
@@ -121,82 +132,101 @@ def _as_int(value: object, default: int = -1) -> int:
     return default
 
 
-class _Columns:
-    """Rows of one table gathered as Python lists, turned into read-only arrays once."""
+def _ints(values: list) -> np.ndarray:
+    """An int64 column; None (and anything that is not an integer) becomes -1."""
+    try:
+        return np.array([-1 if v is None else v for v in values], dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return np.array([_as_int(v) for v in values], dtype=np.int64)
+
+
+class _Lanes:
+    """Thread ids as integers: numbers as they are, other names as small negative ids."""
 
     def __init__(self) -> None:
-        self.names: dict[str, int] = {}
-        self.stacks: dict[str, int] = {}
-        self.cols: tuple[list, ...] = tuple([] for _ in range(10))
+        self.named: dict[object, int] = {}
 
-    def add(self, name: str, start: float, end: float, lane: int, corr: int, kind: int = 0,
-            flag: int = 0, device: int = -1, stack: str | None = None, external: int = -1) -> None:
-        n = self.names.setdefault(name, len(self.names))
-        s = self.stacks.setdefault(stack, len(self.stacks)) if stack else -1
-        for col, v in zip(self.cols, (n, start, end, lane, corr, kind, flag, device, s, external)):
-            col.append(v)
+    def column(self, tids: list) -> np.ndarray:
+        try:
+            return np.array([-1 if t is None else int(t) for t in tids], dtype=np.int64)
+        except (TypeError, ValueError, OverflowError):
+            return np.array([self.one(t) for t in tids], dtype=np.int64)
 
-    def table(self) -> Table:
-        dtypes = (np.int32, np.float64, np.float64, np.int64, np.int64, np.int8, np.int8, np.int32, np.int32, np.int64)
-        arrays = [np.asarray(c, dtype=t) for c, t in zip(self.cols, dtypes)]
-        order = np.argsort(arrays[1], kind="stable")
-        arrays = [a[order] for a in arrays]
-        for a in arrays:
-            a.flags.writeable = False
-        return Table(tuple(self.names), *arrays, stacks=tuple(self.stacks))
-
-
-class _Builder:
-    def __init__(self) -> None:
-        self.gpu, self.runtime, self.ops, self.python = _Columns(), _Columns(), _Columns(), _Columns()
-        self.steps: list[Step] = []
-        self.gpu_devices: set[int] = set()
-        self.lanes: dict[object, int] = {}
-        self.known = 0
-        self.old = False
-
-    def lane(self, tid: object) -> int:
+    def one(self, tid: object) -> int:
         if isinstance(tid, int):
             return tid
         if isinstance(tid, str) and tid.isdigit():
             return int(tid)
-        return self.lanes.setdefault(tid, -2 - len(self.lanes))
+        return self.named.setdefault(tid, -2 - len(self.named))
 
-    def add_all(self, events: Iterable[WireEvent]) -> None:
-        for ev in events:
-            if ev.ph != "X" or ev.ts is None or ev.cat is None:
-                continue
-            cat = ev.cat
-            start = float(ev.ts)
-            end = start + float(ev.dur or 0.0)
-            args = ev.args
-            ext = _as_int(args.external_id if args.external_id is not None else args.external_id_2021) if args else -1
-            if cat in _GPU:
-                self.known += 1
-                self.old |= cat in _OLD
-                kind = _GPU[cat]
-                stream = _as_int(args.stream) if args else -1
-                device = _as_int(args.device) if args and args.device is not None else _as_int(ev.pid)
-                self.gpu_devices.add(device)
-                flag = _copy_flag(ev) if kind == GPU_MEMCPY else COPY_UNKNOWN
-                corr = _as_int(args.correlation) if args else -1
-                self.gpu.add(ev.name, start, end, stream if stream != -1 else self.lane(ev.tid), corr, kind, flag, device, external=ext)
-            elif cat in _RUNTIME:
-                self.known += 1
-                self.old |= cat in _OLD
-                corr = _as_int(args.correlation) if args else -1
-                self.runtime.add(ev.name, start, end, self.lane(ev.tid), corr, external=ext)
-            elif cat in _OPS:
-                self.known += 1
-                self.old |= cat in _OLD
-                m = _STEP.match(ev.name)
-                if m:
-                    self.steps.append(Step(int(m.group(1)), start, end))
-                    continue
-                self.ops.add(ev.name, start, end, self.lane(ev.tid), -1, stack=args.call_stack if args else None,
-                             external=ext)
-            elif cat in _PYTHON:
-                self.python.add(ev.name, start, end, self.lane(ev.tid), -1)
+
+def _table(evs: list[WireEvent], lanes: _Lanes, *, lane: np.ndarray | None = None, kind: np.ndarray | None = None,
+           flag: np.ndarray | None = None, device: np.ndarray | None = None, stacks: bool = False) -> Table:
+    n = len(evs)
+    names: dict[str, int] = {}
+    name = np.array([names.setdefault(e.name, len(names)) for e in evs], dtype=np.int32)
+    start = np.array([e.ts for e in evs], dtype=np.float64)
+    end = start + np.array([e.dur or 0.0 for e in evs], dtype=np.float64)
+    args = [e.args for e in evs]
+    corr = _ints([a.correlation if a is not None else None for a in args])
+    ext = _ints([(a.external_id if a.external_id is not None else a.external_id_2021) if a is not None else None
+                 for a in args])
+    stack_ids: dict[str, int] = {}
+    stack = np.full(n, -1, dtype=np.int32)
+    if stacks:
+        stack = np.array([stack_ids.setdefault(a.call_stack, len(stack_ids)) if a is not None and a.call_stack else -1
+                          for a in args], dtype=np.int32)
+    cols = [name, start, end, lanes.column([e.tid for e in evs]) if lane is None else lane, corr,
+            np.zeros(n, dtype=np.int8) if kind is None else kind, np.zeros(n, dtype=np.int8) if flag is None else flag,
+            np.full(n, -1, dtype=np.int32) if device is None else device, stack, ext]
+    order = np.argsort(start, kind="stable")
+    cols = [c[order] for c in cols]
+    for c in cols:
+        c.flags.writeable = False
+    return Table(tuple(names), *cols, stacks=tuple(stack_ids))
+
+
+class _Builder:
+    """Events sorted into the four tables and the steps, each table built column by column."""
+
+    def __init__(self) -> None:
+        self.steps: list[Step] = []
+        self.gpu_devices: set[int] = set()
+        self.known = 0
+        self.old = False
+        self.lanes = _Lanes()
+        empty: list[WireEvent] = []
+        self.gpu = self.runtime = self.ops = self.python = _table(empty, self.lanes)
+
+    def add_all(self, events: list[WireEvent]) -> None:
+        xs = [e for e in events if e.ph == "X" and e.ts is not None and e.cat is not None]
+        cats = {e.cat for e in xs}
+        self.old = bool(cats & _OLD)
+        gpu = [e for e in xs if e.cat in _GPU]
+        rt = [e for e in xs if e.cat in _RUNTIME]
+        ops = [e for e in xs if e.cat in _OPS]
+        py = [e for e in xs if e.cat in _PYTHON]
+        self.known = len(gpu) + len(rt) + len(ops)
+        steps = [e for e in ops if e.name.startswith("ProfilerStep#") and _STEP.match(e.name)]
+        if steps:
+            ops = [e for e in ops if not (e.name.startswith("ProfilerStep#") and _STEP.match(e.name))]
+        self.steps = [Step(int(e.name[13:]), float(e.ts), float(e.ts) + float(e.dur or 0.0)) for e in steps]
+        self.gpu = self._gpu(gpu)
+        self.runtime = _table(rt, self.lanes)
+        self.ops = _table(ops, self.lanes, stacks=True)
+        self.python = _table(py, self.lanes)
+
+    def _gpu(self, evs: list[WireEvent]) -> Table:
+        args = [e.args for e in evs]
+        stream = _ints([a.stream if a is not None else None for a in args])
+        tid = self.lanes.column([e.tid for e in evs])
+        device = _ints([a.device if a is not None and a.device is not None else e.pid for e, a in zip(evs, args)])
+        self.gpu_devices = set(np.unique(device).tolist())
+        kind = np.array([_GPU[e.cat] for e in evs], dtype=np.int8)
+        flag = np.array([_copy_flag(e) if k == GPU_MEMCPY else COPY_UNKNOWN for e, k in zip(evs, kind.tolist())],
+                        dtype=np.int8)
+        return _table(evs, self.lanes, lane=np.where(stream != -1, stream, tid), kind=kind, flag=flag,
+                      device=device.astype(np.int32))
 
 
 def _copy_flag(ev: WireEvent) -> int:
