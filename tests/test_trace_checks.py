@@ -101,3 +101,14 @@ def test_communication_not_overlapped(tmp_path):
     assert "PIT702" in codes
     k = report.ranks[0].kernels
     assert k.communication_overlap == 0.0 and k.communication_share > 0.5
+
+
+def test_files_of_different_jobs_get_no_straggler(tmp_path):
+    from pitstop.trace import trace
+
+    _job(tmp_path, slow_rank=2)
+    other = training(rank=1, world=2, kernel="ampere_bf16_s16816gemm", comm_us=3_000, steps=5)
+    other.write(tmp_path / "other_job.json")
+    report = trace([tmp_path], workers=1)
+    assert report.stragglers == ()
+    assert any("different jobs" in n for n in report.notes)
