@@ -14,24 +14,19 @@ import zlib
 from pathlib import Path
 
 import msgspec
-import numpy as np
 
-from pitstop.trace.model import (COPY_PAGEABLE, COPY_PINNED, COPY_UNKNOWN, GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET,
-                                 Device, Step, Table, Timeline)
+from pitstop.trace.columns import EventSorter
+from pitstop.trace.model import Device, Timeline
 from pitstop.trace.wire import WireDevice, WireEvent, WireTrace
 
-__all__ = ["TraceError", "load_timeline", "read_bytes", "decode", "TRACE_SUFFIXES"]
+__all__ = ["TraceError", "load_timeline", "read_bytes", "decode", "TRACE_SUFFIXES", "CHUNK"]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
-_GPU = {"kernel": GPU_KERNEL, "Kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "Memcpy": GPU_MEMCPY,
-        "gpu_memset": GPU_MEMSET, "Memset": GPU_MEMSET}
-_RUNTIME = {"cuda_runtime", "Runtime", "cuda_driver"}
-_OPS = {"cpu_op", "Operator", "user_annotation"}
-_PYTHON = {"python_function"}
-_OLD = {"Kernel", "Runtime", "Operator", "Memcpy", "Memset"}
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: events decoded per chunk: bounds the decoded structs alive at once (~0.5 KB each)
+CHUNK = 50_000
 _DECODER = msgspec.json.Decoder(WireTrace)
+_EVENTS = msgspec.json.Decoder(list[WireEvent])
 
 
 class TraceError(Exception):
@@ -78,15 +73,25 @@ def decode(data: bytes, path: Path) -> WireTrace:
     return wire
 
 
-def load_timeline(path: Path | str) -> Timeline:
-    """Read and type one trace file."""
+def load_timeline(path: Path | str, chunk: int = CHUNK) -> Timeline:
+    """Read and type one trace file. The events are decoded ``chunk`` at a time from their raw
+    JSON slices, so only one chunk of decoded events is alive at once."""
     path = Path(path)
     wire = decode(read_bytes(path), path)
-    events = wire.traceEvents or []
-    builder = _Builder()
-    builder.add_all(events)
+    raw = wire.traceEvents or []
+    builder = EventSorter()
+    for first in range(0, len(raw), chunk):
+        part = raw[first:first + chunk]
+        try:
+            events = _EVENTS.decode(b"[" + b",".join(part) + b"]")
+        except msgspec.ValidationError as exc:
+            where = re.sub(r"\$\[(\d+)\]", lambda m: f"traceEvents[{first + int(m.group(1))}]", str(exc))
+            raise TraceError(f"{path}: not a Kineto trace ({where})") from None
+        builder.add(events)
+        del events, part
+    del raw
     if not builder.known:
-        raise TraceError(f"{path}: not a Kineto trace (none of its {len(events)} events is a PyTorch profiler "
+        raise TraceError(f"{path}: not a Kineto trace (none of its {builder.events} events is a PyTorch profiler "
                          "operator, runtime call or GPU activity)")
     dist = wire.distributedInfo
     return Timeline(
@@ -94,7 +99,8 @@ def load_timeline(path: Path | str) -> Timeline:
         rank=_number(dist.rank) if dist else None, world_size=_number(dist.world_size) if dist else None,
         backend=(dist.backend or "") if dist else "",
         devices=tuple(_device(d) for d in (wire.deviceProperties or wire.computeProperties or [])),
-        gpu=builder.gpu, runtime=builder.runtime, ops=builder.ops, python=builder.python, steps=tuple(sorted(builder.steps, key=lambda s: s.start)),
+        gpu=builder.gpu.table(), runtime=builder.runtime.table(), ops=builder.ops.table(),
+        python=builder.python.table(), steps=tuple(sorted(builder.steps, key=lambda s: s.start)),
         gpu_devices=tuple(sorted(builder.gpu_devices)),
     )
 
@@ -119,121 +125,3 @@ def _device(d: WireDevice) -> Device:
     major = _number(d.computeMajor if d.computeMajor is not None else d.major)
     minor = _number(d.computeMinor if d.computeMinor is not None else d.minor)
     return Device(-1 if dev_id is None else dev_id, name, vendor, major, minor, _number(d.totalGlobalMem))
-
-
-def _as_int(value: object, default: int = -1) -> int:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value, 0)
-        except ValueError:
-            return default
-    return default
-
-
-def _ints(values: list) -> np.ndarray:
-    """An int64 column; None (and anything that is not an integer) becomes -1."""
-    try:
-        return np.array([-1 if v is None else v for v in values], dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        return np.array([_as_int(v) for v in values], dtype=np.int64)
-
-
-class _Lanes:
-    """Thread ids as integers: numbers as they are, other names as small negative ids."""
-
-    def __init__(self) -> None:
-        self.named: dict[object, int] = {}
-
-    def column(self, tids: list) -> np.ndarray:
-        try:
-            return np.array([-1 if t is None else int(t) for t in tids], dtype=np.int64)
-        except (TypeError, ValueError, OverflowError):
-            return np.array([self.one(t) for t in tids], dtype=np.int64)
-
-    def one(self, tid: object) -> int:
-        if isinstance(tid, int):
-            return tid
-        if isinstance(tid, str) and tid.isdigit():
-            return int(tid)
-        return self.named.setdefault(tid, -2 - len(self.named))
-
-
-def _table(evs: list[WireEvent], lanes: _Lanes, *, lane: np.ndarray | None = None, kind: np.ndarray | None = None,
-           flag: np.ndarray | None = None, device: np.ndarray | None = None, stacks: bool = False) -> Table:
-    n = len(evs)
-    names: dict[str, int] = {}
-    name = np.array([names.setdefault(e.name, len(names)) for e in evs], dtype=np.int32)
-    start = np.array([e.ts for e in evs], dtype=np.float64)
-    end = start + np.array([e.dur or 0.0 for e in evs], dtype=np.float64)
-    args = [e.args for e in evs]
-    corr = _ints([a.correlation if a is not None else None for a in args])
-    ext = _ints([(a.external_id if a.external_id is not None else a.external_id_2021) if a is not None else None
-                 for a in args])
-    stack_ids: dict[str, int] = {}
-    stack = np.full(n, -1, dtype=np.int32)
-    if stacks:
-        stack = np.array([stack_ids.setdefault(a.call_stack, len(stack_ids)) if a is not None and a.call_stack else -1
-                          for a in args], dtype=np.int32)
-    cols = [name, start, end, lanes.column([e.tid for e in evs]) if lane is None else lane, corr,
-            np.zeros(n, dtype=np.int8) if kind is None else kind, np.zeros(n, dtype=np.int8) if flag is None else flag,
-            np.full(n, -1, dtype=np.int32) if device is None else device, stack, ext]
-    order = np.argsort(start, kind="stable")
-    cols = [c[order] for c in cols]
-    for c in cols:
-        c.flags.writeable = False
-    return Table(tuple(names), *cols, stacks=tuple(stack_ids))
-
-
-class _Builder:
-    """Events sorted into the four tables and the steps, each table built column by column."""
-
-    def __init__(self) -> None:
-        self.steps: list[Step] = []
-        self.gpu_devices: set[int] = set()
-        self.known = 0
-        self.old = False
-        self.lanes = _Lanes()
-        empty: list[WireEvent] = []
-        self.gpu = self.runtime = self.ops = self.python = _table(empty, self.lanes)
-
-    def add_all(self, events: list[WireEvent]) -> None:
-        xs = [e for e in events if e.ph == "X" and e.ts is not None and e.cat is not None]
-        cats = {e.cat for e in xs}
-        self.old = bool(cats & _OLD)
-        gpu = [e for e in xs if e.cat in _GPU]
-        rt = [e for e in xs if e.cat in _RUNTIME]
-        ops = [e for e in xs if e.cat in _OPS]
-        py = [e for e in xs if e.cat in _PYTHON]
-        self.known = len(gpu) + len(rt) + len(ops)
-        steps = [e for e in ops if e.name.startswith("ProfilerStep#") and _STEP.match(e.name)]
-        if steps:
-            ops = [e for e in ops if not (e.name.startswith("ProfilerStep#") and _STEP.match(e.name))]
-        self.steps = [Step(int(e.name[13:]), float(e.ts), float(e.ts) + float(e.dur or 0.0)) for e in steps]
-        self.gpu = self._gpu(gpu)
-        self.runtime = _table(rt, self.lanes)
-        self.ops = _table(ops, self.lanes, stacks=True)
-        self.python = _table(py, self.lanes)
-
-    def _gpu(self, evs: list[WireEvent]) -> Table:
-        args = [e.args for e in evs]
-        stream = _ints([a.stream if a is not None else None for a in args])
-        tid = self.lanes.column([e.tid for e in evs])
-        device = _ints([a.device if a is not None and a.device is not None else e.pid for e, a in zip(evs, args)])
-        self.gpu_devices = set(np.unique(device).tolist())
-        kind = np.array([_GPU[e.cat] for e in evs], dtype=np.int8)
-        flag = np.array([_copy_flag(e) if k == GPU_MEMCPY else COPY_UNKNOWN for e, k in zip(evs, kind.tolist())],
-                        dtype=np.int8)
-        return _table(evs, self.lanes, lane=np.where(stream != -1, stream, tid), kind=kind, flag=flag,
-                      device=device.astype(np.int32))
-
-
-def _copy_flag(ev: WireEvent) -> int:
-    args = ev.args
-    kinds = " ".join(k for k in (ev.name, args.src_kind if args else None, args.dst_kind if args else None) if k)
-    if "Pageable" in kinds:
-        return COPY_PAGEABLE
-    if "Pinned" in kinds:
-        return COPY_PINNED
-    return COPY_UNKNOWN

@@ -62,7 +62,10 @@ class WireDistributed(msgspec.Struct, frozen=True, gc=False):
 
 
 class WireTrace(msgspec.Struct, frozen=True, gc=False):
-    traceEvents: list[WireEvent] | None = None  # noqa: N815
+    """The top level; each event stays a raw JSON slice of the file (no copy) until the
+    loader decodes it, a chunk at a time, as :class:`WireEvent`."""
+
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815
     deviceProperties: list[WireDevice] | None = None  # noqa: N815
     computeProperties: list[WireDevice] | None = None  # noqa: N815
     distributedInfo: WireDistributed | None = None  # noqa: N815
