@@ -112,3 +112,44 @@ def test_files_of_different_jobs_get_no_straggler(tmp_path):
     report = trace([tmp_path], workers=1)
     assert report.stragglers == ()
     assert any("different jobs" in n for n in report.notes)
+
+
+BF16 = "ampere_bf16_s16816gemm"
+
+
+def test_blocking_copies(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, pageable=True, copy_us=500, kernel_us=8_000))
+    assert "PIT103" in codes
+    c = report.ranks[0].copies
+    assert c.copy_overlap == 0.0 and c.copy_share == pytest.approx(0.05, abs=0.005)
+    quiet, _ = _codes(tmp_path, training(kernel=BF16, kernel_us=9_000), "quiet.json")
+    assert "PIT103" not in quiet
+
+
+def test_memsets(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, memsets=20, kernel_us=8_000))
+    assert "PIT403" in codes
+    assert report.ranks[0].copies.memsets_per_step == 20
+    few, _ = _codes(tmp_path, training(kernel=BF16, memsets=1, kernel_us=8_000), "few.json")
+    assert "PIT403" not in few
+
+
+@pytest.mark.parametrize("kernel,fires", [("void at::native::vectorized_elementwise_kernel<4>()", True),
+                                          ("void at::native::multi_tensor_apply_kernel<4>()", False)])
+def test_per_parameter_optimizer(tmp_path, kernel, fires):
+    codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=6_000, optimizer_kernels=80,
+                                              optimizer_kernel=kernel))
+    assert ("PIT501" in codes) == fires
+    assert report.ranks[0].optimizer.kernels_per_step == 80
+
+
+def test_several_devices_in_one_process(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=9_000, second_device=True))
+    assert "PIT701" in codes and report.ranks[0].gpu.devices == 2
+    assert "PIT701" not in _codes(tmp_path, training(kernel=BF16, kernel_us=9_000), "one.json")[0]
+
+
+def test_unexplained_host_idle(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=3_000))
+    assert "PIT905" in codes
+    assert report.ranks[0].idle.host == pytest.approx(0.7, abs=0.01)

@@ -155,4 +155,4 @@ def test_trace_check_modules_stay_light():
     code = ("import sys, pitstop.tips as t; t.load_all(); "
             "print(','.join(m for m in ('torch', 'numpy', 'msgspec') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-    assert "torch" not in out.split(",")
+    assert out == ""  # the trace checks load without torch, numpy or msgspec (pitstop lint loads them all)

@@ -58,9 +58,12 @@ class Synth:
 def training(*, steps: int = 4, step_us: float = 10_000, loader_us: float = 0, kernel: str = "ampere_sgemm_128x64_nn",
              kernel_us: float = 5_000, device: dict | None = None, syncs: tuple[str, ...] = (),
              pageable: bool = False, short_kernels: int = 0, rank: int | None = None, world: int | None = None,
-             comm_us: float = 0, compute_us_extra: float = 0) -> Synth:
+             comm_us: float = 0, compute_us_extra: float = 0, copy_us: float = 100, memsets: int = 0,
+             optimizer_kernels: int = 0, optimizer_kernel: str = "void at::native::vectorized_elementwise_kernel<4>()",
+             second_device: bool = False) -> Synth:
     """``steps`` steps: DataLoader ``loader_us`` (GPU idle), one big kernel, optional syncs,
-    copies, ``short_kernels`` 3-us kernels launched 15 us apart, an all-reduce after compute."""
+    copies, ``short_kernels`` 3-us kernels launched 15 us apart, an all-reduce after compute,
+    ``memsets`` 20-us memsets, an optimizer step launching ``optimizer_kernels`` kernels."""
     s = Synth(device, rank, world)
     for k in range(steps):
         t0 = 1_000_000 + k * step_us
@@ -70,9 +73,11 @@ def training(*, steps: int = 4, step_us: float = 10_000, loader_us: float = 0, k
             s.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, loader_us)
             t += loader_us
         if pageable:
-            ext = s.op("aten::copy_", t, 120)
-            s.gpu("Memcpy HtoD (Pageable -> Device)", t + 10, 100, cat="gpu_memcpy", ext=ext, launch="cudaMemcpyAsync")
-            t += 130
+            ext = s.op("aten::copy_", t, copy_us + 40)
+            s.gpu("Memcpy HtoD (Pageable -> Device)", t + 10, copy_us, cat="gpu_memcpy", ext=ext,
+                  launch="cudaMemcpyAsync")
+            s.call("cudaStreamSynchronize", t + 12, copy_us, ext)
+            t += copy_us + 30
         ext = s.op("aten::mm", t, 20)
         s.gpu(kernel, t + 10, kernel_us + compute_us_extra, ext=ext)
         t += 10 + kernel_us + compute_us_extra
@@ -85,6 +90,19 @@ def training(*, steps: int = 4, step_us: float = 10_000, loader_us: float = 0, k
             ext = s.op("aten::add", t, 12)
             s.gpu("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>()", t + 10, 3, ext=ext)
             t += 15
+        for i in range(memsets):
+            ext = s.op("aten::zero_", t, 25)
+            s.gpu("Memset (Device)", t + 10, 20, cat="gpu_memset", ext=ext, launch="cudaMemsetAsync")
+            t += 25
+        if optimizer_kernels:
+            s.op("Optimizer.step#SGD.step", t, 10 + 12 * optimizer_kernels, cat="user_annotation")
+            for i in range(optimizer_kernels):
+                ext = s.op("aten::add_", t + 5, 10)
+                s.gpu(optimizer_kernel, t + 10, 8, ext=ext)
+                t += 12
+        if second_device:
+            s.events.append({"ph": "X", "cat": "kernel", "name": "ampere_bf16_s16816gemm", "pid": 1, "tid": 7,
+                             "ts": t, "dur": 50, "args": {"device": 1, "stream": 7, "correlation": -5}})
         for name in syncs:
             ext = s.op("aten::item" if name != "cudaDeviceSynchronize" else "train.py(12): step", t, 40)
             s.call(name, t + 5, 30, ext)

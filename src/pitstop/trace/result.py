@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pitstop.jsoncodec import to_json
+from pitstop.jsoncodec import record_to_json, to_json
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
            "Launches", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
@@ -223,8 +223,6 @@ class RankResult:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        from pitstop.jsoncodec import record_to_json
-
         return record_to_json(self)
 
 
