@@ -156,3 +156,12 @@ def test_trace_check_modules_stay_light():
             "print(','.join(m for m in ('torch', 'numpy', 'msgspec') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""  # the trace checks load without torch, numpy or msgspec (pitstop lint loads them all)
+
+
+def test_public_names_resolve():
+    import pitstop.trace as pt
+
+    for name in pt.__all__:
+        assert getattr(pt, name) is not None, name
+    with pytest.raises(AttributeError):
+        pt.no_such_name  # noqa: B018
