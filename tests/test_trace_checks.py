@@ -153,3 +153,9 @@ def test_unexplained_host_idle(tmp_path):
     codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=3_000))
     assert "PIT905" in codes
     assert report.ranks[0].idle.host == pytest.approx(0.7, abs=0.01)
+
+
+def test_few_kernels_are_not_launch_bound(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=500, short_kernels=10, step_us=2_000))
+    assert report.ranks[0].launches.short_kernels > 0.9 and report.ranks[0].idle.launch >= 0.05
+    assert not codes & {"PIT601", "PIT607"}
