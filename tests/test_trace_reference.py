@@ -125,3 +125,17 @@ def test_nccl_dev_kernel_naming_gives_the_same_answers(name, tmp_path):
     assert (rb.span.idle, rb.span.compute) == pytest.approx((ra.span.idle, ra.span.compute))
     assert [(f.code, f.impact) for f in b.findings] == [(f.code, f.impact) for f in a.findings]
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("row", _measured_params())
+def test_every_shared_trace_gives_schema_valid_json(row):
+    import json
+
+    jsonschema = pytest.importorskip("jsonschema")
+    from pitstop.report.jsonout import dumps
+    from pitstop.trace import TraceReport
+
+    schema = json.loads((refs.ROOT / "docs" / "trace-schema.json").read_text())
+    r = _analyze(str(refs.TRACES / row[0]))
+    doc = json.loads(dumps(TraceReport(ranks=(r,), findings=(), stragglers=()).to_dict()))
+    jsonschema.validate(doc, schema)

@@ -28,7 +28,7 @@ def _table(heading_start: str) -> list[list[str]]:
 
 
 def measured_rows() -> list[list[str]]:
-    return _table("| file | steps | median step") and _table("Definitions used in this table")
+    return _table("Definitions used in this table")
 
 
 def hta_rows() -> list[list[str]]:
@@ -61,4 +61,4 @@ def exists() -> bool:
     return README.is_file()
 
 
-__all__ = ["TRACES", "README", "SKIP", "measured_rows", "hta_rows", "pct", "find", "exists", "Path"]
+__all__ = ["ROOT", "TRACES", "README", "SKIP", "measured_rows", "hta_rows", "pct", "find", "exists", "Path"]
