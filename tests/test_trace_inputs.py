@@ -165,3 +165,15 @@ def test_public_names_resolve():
         assert getattr(pt, name) is not None, name
     with pytest.raises(AttributeError):
         pt.no_such_name  # noqa: B018
+
+
+@needs_traces
+def test_json_report_reads_back_equal(capsys):
+    from pitstop.trace import TraceReport, trace
+
+    report = trace([refs.TRACES / RESNET])
+    code, out, _ = _run(capsys, refs.TRACES / RESNET, "--format", "json")
+    assert code == 0
+    back = TraceReport.from_dict(json.loads(out))
+    assert back.ranks[0].dataloader == report.ranks[0].dataloader
+    assert back.findings == report.findings and back.ranks[0].kernels == report.ranks[0].kernels
