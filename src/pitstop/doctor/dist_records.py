@@ -88,6 +88,8 @@ class JobRecord:
     #: per-rank mean seconds per step for each phase, with ``collective`` split from the
     #: phase it happened in (DDP's reduction from ``backward``, explicit calls from ``other``).
     breakdowns: tuple[dict[str, float], ...] = ()
+    #: per-rank mean seconds per observed step (aligned with ``ranks``).
+    step_means: tuple[float, ...] = ()
 
     @property
     def merged(self) -> bool:

@@ -111,11 +111,11 @@ class Instrumentation:
         self.bounds.install()
         if self.full:
             self.forward.install()
+            if self.dist is not None:  # before the loader observer: fingerprints run inside its timed wait
+                self.dist.install()
             self.data.install(self.patches)
             self.sync.install(self.patches)
             self.memory.install(self.bounds)
-            if self.dist is not None:
-                self.dist.install()
             sampler, data, forward, log = self.sampler, self.data, self.forward, self.log
             sampler.skip = lambda: data.busy > 0 or forward.depth > 0 or log.kind() != "observed"
             sampler.start()

@@ -64,13 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     pid_path(directory, rank).write_text(str(os.getpid()), encoding="utf-8")
     for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", signal.SIGTERM)):
         signal.signal(sig, handler)
-    from pitstop.doctor.child import run_in_process
-    from pitstop.doctor.spec import RunSpec
-
+    try:
+        from pitstop.doctor.child import Interrupted, run_in_process
+        from pitstop.doctor.spec import RunSpec
+    except BaseException:  # interrupted while importing: nothing measured yet
+        return 128 + signal.SIGTERM
     with open(argv[0], encoding="utf-8") as f:
         spec = RunSpec.from_dict(json.load(f))
     out = result_path(directory, rank)
-    status = run_in_process(spec, str(out))
+    try:
+        status = run_in_process(spec, str(out))
+    except Interrupted as exc:  # before the script started (importing torch): nothing measured
+        return 128 + exc.signum
     if status in FAILED:
         return 1
     try:

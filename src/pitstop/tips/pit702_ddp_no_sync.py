@@ -9,7 +9,7 @@ class DdpNoSync(Tip):
     code = "PIT702"
     slug = "ddp-no-sync"
     title = "Gradient accumulation under DDP without no_sync() all-reduces every micro-step"
-    faces = "LE"
+    faces = "LDE"
     seeds = ()
     truth = ""
 
@@ -17,7 +17,10 @@ class DdpNoSync(Tip):
         Flags a file that uses `DistributedDataParallel`, whose training loop calls `.step()`
         under a condition (gradient accumulation) and never uses `no_sync`. It reports at the
         backward call and offers no fix: which micro-steps may skip the sync depends on your
-        loop.
+        loop. At run time (`pitstop doctor --nproc-per-node N`) the doctor counts the gradient
+        all-reduce rounds DDP runs per optimizer step on every rank (a timed comm hook doing
+        what DDP's default does) and reports more than one round when a step has several
+        backward passes, with the measured wait inside the extra rounds.
     """
     why = """
         DDP all-reduces the gradients inside every `backward()`. When you accumulate k
@@ -106,3 +109,49 @@ class DdpNoSyncRule(LintRule, tip="PIT702"):
             loop = site.inner_loop()
             if loop is not None and loop.conditional_step:
                 self.report(node)
+
+
+# --- doctor face ---
+from pitstop.doctor.check import Check, ms, pct  # noqa: E402
+
+
+def _kib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.1f} KiB"
+
+
+class DdpNoSyncCheck(Check, tip="PIT702"):
+    scope = "job"
+    looks_at = "gradient all-reduce rounds per optimizer step on each rank of a torchrun job"
+
+    def skip_reason(self, obs):
+        job = obs.distributed
+        if job is None or not job.merged:
+            return "needs a torchrun job of 2 ranks or more (pitstop doctor --nproc-per-node N)"
+        if not any(r.reductions for r in job.ranks):
+            sources = {r.reduction_source for r in job.ranks if r.reduction_source}
+            return ("DDP's gradient reduction was not measured" +
+                    (f" ({', '.join(sorted(sources))})" if sources else ": no DistributedDataParallel trained"))
+        return None
+
+    def check(self, obs, th):
+        job = obs.distributed
+        rank = max(job.ranks, key=lambda r: r.mean("reductions"))
+        rounds, backwards = rank.mean("reductions"), rank.mean("backwards")
+        if rounds <= 1.0 + 1e-9 or backwards <= 1.0:
+            return
+        measured = [(r, m) for r, m in zip(job.ranks, job.step_means or [0.0] * len(job.ranks)) if r.reductions]
+        wait = sum(r.mean("reduction_waits") for r, _ in measured) / len(measured)
+        saved = wait * (rounds - 1) / rounds
+        shares = [min(1.0, r.mean("reduction_waits") / m) for r, m in measured if m > 0]
+        wait_share = sum(shares) / len(shares) if shares else None
+        share = wait_share * (rounds - 1) / rounds if wait_share is not None else None
+        per_round = rank.mean("allreduce_bytes") / rounds
+        yield self.finding(
+            th, title=f"gradient accumulation under DDP all-reduces {rounds:.0f} times per optimizer step",
+            evidence=(f"measured on every rank: {rounds:.1f} gradient all-reduce rounds of {_kib(per_round)} "
+                      f"({rank.mean('buckets') / rounds:.0f} bucket(s) each) per optimizer step of {backwards:.1f} "
+                      f"backward passes; the ranks waited {ms(wait)} per step inside them (mean over ranks) ({pct(wait_share)} "
+                      f"of the step). no_sync() on all but the last micro-batch leaves one round: about "
+                      f"{ms(saved)} per step ({pct(share)}), and {_kib(per_round * (rounds - 1))} less traffic."),
+            fix="run the forward and backward of every micro-batch but the last inside `with model.no_sync():`",
+            share=share, seconds=saved)

@@ -1,0 +1,71 @@
+"""The ranks of a torchrun job side by side (terminal, rich); decides nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from pitstop.ranks import spread
+from pitstop.report.terminal import fmt_bytes, fmt_seconds
+
+__all__ = ["render_ranks", "RANK_PHASES"]
+
+#: the breakdown columns, in order
+RANK_PHASES = ("data", "host", "forward", "backward", "optimizer", "collective", "eval", "other")
+
+
+def _ddp_line(logging: dict[str, Any]) -> str:
+    if not logging:
+        return ""
+    parts = [f"buckets {logging.get('bucket_sizes', '?')} bytes"]
+    for key, label in (("avg_backward_compute_time", "backward compute"), ("avg_backward_comm_time", "backward comm"),
+                       ("avg_backward_compute_comm_overlap_time", "overlap")):
+        if logging.get(key):
+            parts.append(f"{label} {fmt_seconds(logging[key] / 1e9)}")
+    return "DDP's own logging data (rank 0, sampled by DDP): " + ", ".join(parts)
+
+
+def render_ranks(diag, d: dict[str, Any], con) -> None:
+    """The per-rank table, spread, all-reduce volume, the failing rank's traceback."""
+    if d["world_size"] <= 1:
+        return
+    late = set(d["stragglers"])
+    ranks = d["ranks"]
+    phases = [p for p in RANK_PHASES if any((r["breakdown"] or {}).get(p) for r in ranks)]
+    table = Table(title=f"{d['world_size']} ranks side by side", title_justify="left")
+    table.add_column("")
+    for r in ranks:
+        table.add_column(f"rank {r['rank']}" + ("*" if r["rank"] in late else ""), justify="right",
+                         style="bold red" if r["rank"] in late else None)
+    st = [r["step_time"] or {} for r in ranks]
+    table.add_row("status", *(r["status"] for r in ranks))
+    table.add_row("step (median)", *(fmt_seconds(s.get("median")) if s else "n/a" for s in st))
+    table.add_row("step (p90)", *(fmt_seconds(s.get("p90")) if s else "n/a" for s in st))
+    table.add_row("samples/s", *(f"{r['samples_per_s']:.0f}" if r.get("samples_per_s") else "n/a" for r in ranks))
+    for p in phases:
+        table.add_row(f"{p} (mean)", *(fmt_seconds((r["breakdown"] or {}).get(p)) for r in ranks))
+    if any(r.get("allreduce_bytes_per_step") for r in ranks):
+        table.add_row("all-reduce/step", *(f"{fmt_bytes(r['allreduce_bytes_per_step'])} in "
+                                           f"{r['allreduce_rounds_per_step']:g} round(s)"
+                                           if r.get("allreduce_bytes_per_step") else "" for r in ranks))
+    con.print(table)
+    if late:
+        con.print("* straggler: the other ranks steadily wait for it (see the findings)")
+    sp = spread(diag.ranks())
+    if sp is not None:
+        con.print(f"step-time spread: rank {sp.slowest_rank} {fmt_seconds(sp.slowest)} / rank {sp.fastest_rank} "
+                  f"{fmt_seconds(sp.fastest)} = {sp.ratio:.2f}x (medians)")
+    job = diag.observations.distributed
+    if job is not None and job.ranks:
+        line = _ddp_line(job.ranks[0].ddp_logging)
+        if line:
+            con.print(line, markup=False, highlight=False)
+        src = job.ranks[0].reduction_source
+        if src:
+            con.print(f"collective waits: explicit torch.distributed calls timed; DDP's reduction by {src}",
+                      markup=False, highlight=False)
+    if d["traceback"]:
+        con.print(Text(f"\nTraceback of the rank that failed first ({d['message']}):", style="bold"))
+        con.print(d["traceback"].rstrip(), markup=False, highlight=False)
