@@ -13,6 +13,7 @@ import time
 import uuid
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from conftest import ROOT
@@ -20,12 +21,14 @@ from conftest import ROOT
 from pitstop.doctor.job import diagnose_job
 from pitstop.doctor.spec import RunSpec
 from pitstop.doctor.torchrun import run_job
+from pitstop.report.jsonout import dumps
 
 pytestmark = pytest.mark.slow
 
 FIX = ROOT / "tests" / "fixtures" / "ddp"
 TRAIN = str(FIX / "train.py")
 DIST_CODES = ("PIT702", "PIT703")
+SCHEMA = json.loads((ROOT / "docs" / "doctor-schema.json").read_text(encoding="utf-8"))
 
 
 def _job(*args: str, script: str = TRAIN, steps: int = 6, timeout: float = 240.0):
@@ -53,6 +56,7 @@ def test_planted_straggler_is_named_with_its_phase():
 def test_balanced_clean_job_has_no_distributed_finding():
     diag = _job("--sampler", "--set-epoch", steps=8)
     d = diag.to_dict()
+    jsonschema.validate(json.loads(dumps(d)), SCHEMA)
     assert d["outcome"] == "diagnosed"
     assert d["stragglers"] == []
     assert [f.title for f in diag.findings if f.code in DIST_CODES] == []
