@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -21,6 +22,8 @@ from conftest import ROOT
 from pitstop.doctor.job import diagnose_job
 from pitstop.doctor.spec import RunSpec
 from pitstop.doctor.torchrun import run_job
+from pitstop.report.doctor_html import doctor_html
+from pitstop.report.doctor_terminal import render
 from pitstop.report.jsonout import dumps
 
 pytestmark = pytest.mark.slow
@@ -67,6 +70,11 @@ def test_balanced_clean_job_has_no_distributed_finding():
     job = diag.observations.distributed
     assert job.initialized and all(r.backend == "gloo" for r in job.ranks)
     assert "bucket_sizes" in job.ranks[0].ddp_logging  # DDP's own logging data
+    page = doctor_html(diag)
+    assert "2 ranks side by side" in page and "rank 1" in page
+    out = io.StringIO()
+    render(diag, file=out)
+    assert "2 ranks side by side" in out.getvalue() and "collective (mean)" in out.getvalue()
     skipped = {(s.code, s.check) for s in diag.skipped}
     assert ("PIT702", "DdpNoSyncCheck") not in skipped and ("PIT703", "StragglerCheck") not in skipped
 

@@ -211,7 +211,8 @@ def _checks() -> list[type[Check]]:
 def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: str | None = None) -> Diagnosis:
     """Run the checks on ``result``; ``scope`` ("rank" or "job") runs only the checks of that
     :attr:`Check.scope` (a torchrun job runs the rank checks on each rank, the job checks
-    once on the merged observations); None runs them all."""
+    once on the merged observations); None runs them all (the job checks only on merged
+    observations)."""
     th = thresholds or Thresholds()
     obs = replace(result.observations) if result.observations is not None else Observations()
     if not obs.device_name:
@@ -219,9 +220,10 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
     diag = Diagnosis(result=result, observations=obs, thresholds=th)
     if not result.observed or result.observations is None:
         return diag
+    job = obs.distributed is not None and obs.distributed.merged
     for cls in _checks():
-        if scope is not None and cls.scope != scope:
-            continue
+        if (scope is not None and cls.scope != scope) or (scope is None and cls.scope == "job" and not job):
+            continue  # a plain run does not list the torchrun job's checks as skipped
         check = cls()
         reason = check.skip_reason(obs)
         if reason:

@@ -10,7 +10,7 @@ from rich.text import Text
 from pitstop.ranks import spread
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
 
-__all__ = ["render_ranks", "RANK_PHASES"]
+__all__ = ["render_ranks", "rank_rows", "RANK_PHASES"]
 
 #: the breakdown columns, in order
 RANK_PHASES = ("data", "host", "forward", "backward", "optimizer", "collective", "eval", "other")
@@ -27,29 +27,39 @@ def _ddp_line(logging: dict[str, Any]) -> str:
     return "DDP's own logging data (rank 0, sampled by DDP): " + ", ".join(parts)
 
 
+def rank_rows(d: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """The ranks side by side as plain cells: (headers, rows), one column per rank."""
+    late = set(d["stragglers"])
+    ranks = d["ranks"]
+    headers = [""] + [f"rank {r['rank']}" + (" (straggler)" if r["rank"] in late else "") for r in ranks]
+    st = [r["step_time"] or {} for r in ranks]
+    rows = [["status", *(r["status"] for r in ranks)],
+            ["step (median)", *(fmt_seconds(s.get("median")) if s else "n/a" for s in st)],
+            ["step (p90)", *(fmt_seconds(s.get("p90")) if s else "n/a" for s in st)],
+            ["samples/s", *(f"{r['samples_per_s']:.0f}" if r.get("samples_per_s") else "n/a" for r in ranks)]]
+    for p in RANK_PHASES:
+        if any((r["breakdown"] or {}).get(p) for r in ranks):
+            rows.append([f"{p} (mean)", *(fmt_seconds((r["breakdown"] or {}).get(p)) for r in ranks)])
+    if any(r.get("allreduce_bytes_per_step") for r in ranks):
+        rows.append(["all-reduce/step", *(f"{fmt_bytes(r['allreduce_bytes_per_step'])} in "
+                                          f"{r['allreduce_rounds_per_step']:g} round(s)"
+                                          if r.get("allreduce_bytes_per_step") else "" for r in ranks)])
+    return headers, rows
+
+
 def render_ranks(diag, d: dict[str, Any], con) -> None:
     """The per-rank table, spread, all-reduce volume, the failing rank's traceback."""
     if d["world_size"] <= 1:
         return
     late = set(d["stragglers"])
-    ranks = d["ranks"]
-    phases = [p for p in RANK_PHASES if any((r["breakdown"] or {}).get(p) for r in ranks)]
+    headers, rows = rank_rows(d)
     table = Table(title=f"{d['world_size']} ranks side by side", title_justify="left")
     table.add_column("")
-    for r in ranks:
-        table.add_column(f"rank {r['rank']}" + ("*" if r["rank"] in late else ""), justify="right",
+    for r, h in zip(d["ranks"], headers[1:]):
+        table.add_column(h.replace(" (straggler)", "*"), justify="right",
                          style="bold red" if r["rank"] in late else None)
-    st = [r["step_time"] or {} for r in ranks]
-    table.add_row("status", *(r["status"] for r in ranks))
-    table.add_row("step (median)", *(fmt_seconds(s.get("median")) if s else "n/a" for s in st))
-    table.add_row("step (p90)", *(fmt_seconds(s.get("p90")) if s else "n/a" for s in st))
-    table.add_row("samples/s", *(f"{r['samples_per_s']:.0f}" if r.get("samples_per_s") else "n/a" for r in ranks))
-    for p in phases:
-        table.add_row(f"{p} (mean)", *(fmt_seconds((r["breakdown"] or {}).get(p)) for r in ranks))
-    if any(r.get("allreduce_bytes_per_step") for r in ranks):
-        table.add_row("all-reduce/step", *(f"{fmt_bytes(r['allreduce_bytes_per_step'])} in "
-                                           f"{r['allreduce_rounds_per_step']:g} round(s)"
-                                           if r.get("allreduce_bytes_per_step") else "" for r in ranks))
+    for row in rows:
+        table.add_row(*row)
     con.print(table)
     if late:
         con.print("* straggler: the other ranks steadily wait for it (see the findings)")

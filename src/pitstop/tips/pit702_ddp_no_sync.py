@@ -139,19 +139,24 @@ class DdpNoSyncCheck(Check, tip="PIT702"):
         rounds, backwards = rank.mean("reductions"), rank.mean("backwards")
         if rounds <= 1.0 + 1e-9 or backwards <= 1.0:
             return
-        measured = [(r, m) for r, m in zip(job.ranks, job.step_means or [0.0] * len(job.ranks)) if r.reductions]
-        wait = sum(r.mean("reduction_waits") for r, _ in measured) / len(measured)
+        measured = [r for r in job.ranks if r.reduction_waits]
+        steps = min(len(r.reduction_waits) for r in measured)
+        # the transfer itself: in each step, the wait of the rank that waited least (the last to
+        # arrive waits for nobody); what the others waited beyond it is a late rank's, which
+        # no_sync does not remove
+        wait = sum(min(r.reduction_waits[k] for r in measured) for k in range(steps)) / steps
         saved = wait * (rounds - 1) / rounds
-        shares = [min(1.0, r.mean("reduction_waits") / m) for r, m in measured if m > 0]
-        wait_share = sum(shares) / len(shares) if shares else None
-        share = wait_share * (rounds - 1) / rounds if wait_share is not None else None
+        means = sorted(m for m in job.step_means if m > 0) or [obs.mean_step]
+        step = means[len(means) // 2]
+        share = min(1.0, saved / step) if step > 0 else None
         per_round = rank.mean("allreduce_bytes") / rounds
         yield self.finding(
             th, title=f"gradient accumulation under DDP all-reduces {rounds:.0f} times per optimizer step",
             evidence=(f"measured on every rank: {rounds:.1f} gradient all-reduce rounds of {_kib(per_round)} "
                       f"({rank.mean('buckets') / rounds:.0f} bucket(s) each) per optimizer step of {backwards:.1f} "
-                      f"backward passes; the ranks waited {ms(wait)} per step inside them (mean over ranks) ({pct(wait_share)} "
-                      f"of the step). no_sync() on all but the last micro-batch leaves one round: about "
+                      f"backward passes; the rounds took {ms(wait)} per step on the rank that waited least in them (the "
+                      f"transfer, without waiting for a later rank). no_sync() on all but the last micro-batch leaves "
+                      f"one round: about "
                       f"{ms(saved)} per step ({pct(share)}), and {_kib(per_round * (rounds - 1))} less traffic."),
             fix="run the forward and backward of every micro-batch but the last inside `with model.no_sync():`",
             share=share, seconds=saved)
