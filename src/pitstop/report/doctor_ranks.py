@@ -67,6 +67,10 @@ def render_ranks(diag, d: dict[str, Any], con) -> None:
     if sp is not None:
         con.print(f"step-time spread: rank {sp.slowest_rank} {fmt_seconds(sp.slowest)} / rank {sp.fastest_rank} "
                   f"{fmt_seconds(sp.fastest)} = {sp.ratio:.2f}x (medians)")
+    vols = [r["allreduce_bytes_per_step"] for r in d["ranks"] if r.get("allreduce_bytes_per_step")]
+    if vols:
+        con.print(f"all-reduce volume per optimizer step: {fmt_bytes(sum(vols))} over {len(vols)} ranks "
+                  f"({fmt_bytes(max(vols))} per rank)")
     job = diag.observations.distributed
     if job is not None and job.ranks:
         line = _ddp_line(job.ranks[0].ddp_logging)
