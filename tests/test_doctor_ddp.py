@@ -34,9 +34,10 @@ DIST_CODES = ("PIT702", "PIT703")
 SCHEMA = json.loads((ROOT / "docs" / "doctor-schema.json").read_text(encoding="utf-8"))
 
 
-def _job(*args: str, script: str = TRAIN, steps: int = 6, timeout: float = 240.0):
-    spec = RunSpec(script=script, args=args, steps=steps, warmup=2, timeout=timeout, nproc_per_node=2,
-                   stdout="devnull")
+def _job(*args: str, script: str | None = TRAIN, module: str | None = None, cwd: str | None = None,
+         steps: int = 6, timeout: float = 240.0):
+    spec = RunSpec(script=None if module else script, module=module, cwd=cwd, args=args, steps=steps, warmup=2,
+                   timeout=timeout, nproc_per_node=2, stdout="devnull")
     return diagnose_job(run_job(spec))
 
 
@@ -107,7 +108,7 @@ def test_distributed_sampler_without_set_epoch_is_found():
 
 
 def test_script_without_init_process_group_is_independent_processes():
-    diag = _job(script=str(FIX / "independent.py"))
+    diag = _job(module="independent", cwd=str(FIX))  # -m MODULE, from its directory
     d = diag.to_dict()
     assert d["outcome"] == "diagnosed" and d["world_size"] == 2
     assert "2 independent processes" in d["message"]
