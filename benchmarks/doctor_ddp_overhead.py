@@ -8,7 +8,9 @@ no arm is favoured by the order on a noisy shared machine:
 - ``doctor``: the single-process doctor's full instrumentation (what one rank gets from
   ``pitstop doctor`` without ``--nproc-per-node``);
 - ``doctor+dist``: the same plus the distributed recorder of ``--nproc-per-node`` (timed
-  collectives, the timing comm hook on a second, identical DDP model, batch fingerprints).
+  collectives, the timing comm hook on a second, identical DDP model, batch fingerprints);
+- ``hook only``: that second model with the doctor's comm hook registered but no recorder
+  installed (the hook's own effect on DDP's reduction, apart from the recorders').
 
 The first step of each block is dropped (install/uninstall and the graph census land
 there). Every rank prints, for wall and CPU time, the median step of each arm and the ratios
@@ -26,7 +28,7 @@ import subprocess
 import sys
 import time
 
-ARMS = ("plain", "doctor", "doctor+dist")
+ARMS = ("plain", "doctor", "doctor+dist", "hook only")
 
 
 def _rank_main(args: argparse.Namespace) -> None:
@@ -75,15 +77,15 @@ def _rank_main(args: argparse.Namespace) -> None:
             step(key)
     times = {(arm, clock): [] for arm in ARMS for clock in ("wall", "cpu")}
     for b in range(args.blocks):
-        order = ARMS[b % 3:] + ARMS[:b % 3]
+        order = ARMS[b % len(ARMS):] + ARMS[:b % len(ARMS)]
         for arm in order:
             inst = None
-            if arm != "plain":
+            if arm in ("doctor", "doctor+dist"):
                 inst = Instrumentation(10**9, 0, mode="full", stop=False, distributed=arm == "doctor+dist").install()
             try:
                 for i in range(args.block + 1):
                     t0, c0 = time.perf_counter(), time.process_time()
-                    step("dist" if arm == "doctor+dist" else "plain")
+                    step("dist" if arm in ("doctor+dist", "hook only") else "plain")
                     if i:
                         times[(arm, "wall")].append(time.perf_counter() - t0)
                         times[(arm, "cpu")].append(time.process_time() - c0)
@@ -93,19 +95,19 @@ def _rank_main(args: argparse.Namespace) -> None:
     gathered: list = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, times)
     if rank == 0:
-        print(f"{'rank':4} {'clock':5} {'plain ms':>9} {'doctor ms':>10} {'+dist ms':>9}  "
-              f"{'doctor/plain [90%]':>24}  {'doctor+dist/plain [90%]':>26}")
+        print(f"{'rank':4} {'clock':5} {'plain ms':>9} {'doctor ms':>10} {'+dist ms':>9} {'hook ms':>8}  "
+              f"{'doctor/plain [90%]':>24}  {'doctor+dist/plain [90%]':>26}  {'doctor+dist/hook only [90%]':>28}")
         for r, t in enumerate(gathered):
             for clock in ("wall", "cpu"):
                 base = t[("plain", clock)]
                 meds = [quantile(t[(arm, clock)], 0.5) * 1e3 for arm in ARMS]
                 cells = []
-                for arm in ARMS[1:]:
-                    ri = ratio_interval(t[(arm, clock)], base)
-                    cells.append(f"{quantile(t[(arm, clock)], 0.5) / quantile(base, 0.5):.3f} "
-                                 f"[{ri.low:.3f}, {ri.high:.3f}]")
-                print(f"{r:4} {clock:5} {meds[0]:9.2f} {meds[1]:10.2f} {meds[2]:9.2f}  {cells[0]:>24}  {cells[1]:>26}",
-                      flush=True)
+                for arm, ref in (("doctor", "plain"), ("doctor+dist", "plain"), ("doctor+dist", "hook only")):
+                    a, b0 = t[(arm, clock)], t[(ref, clock)]
+                    ri = ratio_interval(a, b0)
+                    cells.append(f"{quantile(a, 0.5) / quantile(b0, 0.5):.3f} [{ri.low:.3f}, {ri.high:.3f}]")
+                print(f"{r:4} {clock:5} {meds[0]:9.2f} {meds[1]:10.2f} {meds[2]:9.2f} {meds[3]:8.2f}  {cells[0]:>24}  "
+                      f"{cells[1]:>26}  {cells[2]:>28}", flush=True)
     dist.destroy_process_group()
 
 
