@@ -45,6 +45,25 @@ def _codes(diag, code: str) -> list:
     return [f for f in diag.findings if f.code == code]
 
 
+def test_a_plain_run_reports_one_rank_of_one():
+    from pitstop.doctor.diagnosis import diagnose
+    from pitstop.doctor.spec import RunResult, StepRecord
+
+    steps = [StepRecord(index=i, kind="observed", wall=0.1, phases={"forward": 0.04}) for i in range(3)]
+    obs = {"steps_observed": 3, "step_time": {"median": 0.1, "p90": 0.1, "mean": 0.1},
+           "breakdown": {"forward": 0.04, "other": 0.06}, "batch_size": 8}
+    from pitstop.doctor.observations import Observations
+
+    result = RunResult(spec=RunSpec(script=TRAIN), status="stopped", steps=steps,
+                       observations=Observations.from_dict(obs))
+    d = diagnose(result).to_dict()
+    assert d["world_size"] == 1 and d["stragglers"] == []
+    (r,) = d["ranks"]
+    assert r["rank"] == 0 and r["step_time"]["median"] == 0.1 and r["samples_per_s"] == pytest.approx(80.0)
+    assert "collective" not in r["breakdown"] and r["collective_wait"] is None
+    assert not [s for s in d["skipped_checks"] if "torchrun job" in s["reason"]]  # job checks stay out of it
+
+
 def test_planted_straggler_is_named_with_its_phase():
     diag = _job("--slow-rank", "1", "--sampler", "--set-epoch")
     d = diag.to_dict()

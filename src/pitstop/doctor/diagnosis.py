@@ -156,6 +156,7 @@ class Diagnosis:
         for v in self.ranks():
             st = v.step_time
             out.append({"rank": v.rank, "status": status.get(v.rank, {}).get("status", self.result.status),
+                        "message": status.get(v.rank, {}).get("message", self.result.message),
                         "step_time": {"median": st.median, "p90": st.p90, "steps": st.steps} if st else None,
                         "breakdown": dict(v.breakdown), "samples_per_s": v.samples_per_s,
                         "collective_wait": sum(v.waits) / len(v.waits) if v.waits else None,
