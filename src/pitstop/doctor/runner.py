@@ -35,7 +35,7 @@ from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
 from pitstop.lifecycle import exit_on_signals, kill_group, pid_alive
 
 __all__ = ["run_script", "GRACE_S", "FINISH_GRACE_S", "ScriptNotFoundError", "ScriptSyntaxError", "check_target",
-           "child_command", "PARTIAL_SUFFIX", "FINISHING_SUFFIX"]
+           "child_command", "child_env", "PARTIAL_SUFFIX", "FINISHING_SUFFIX"]
 
 #: seconds the parent waits past ``spec.timeout`` for the child's own partial report before
 #: killing the process group (a script holding the GIL never lets the child's watchdog run).
@@ -101,7 +101,8 @@ def child_command(python: str, spec_path: str | Path, result_path: str | Path) -
     return [python, "-c", _BOOT, str(spec_path), str(result_path), str(os.getpid())]
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """The child's environment: unbuffered output, this pitstop first on ``PYTHONPATH``."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     src = str(Path(__file__).resolve().parents[2])  # make this pitstop importable in the child
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -169,7 +170,7 @@ def run_script(spec: RunSpec, *, check: bool = True) -> RunResult:
             spec = RunSpec.from_dict({**spec.to_dict(), "script": str(Path(spec.script).resolve())})
         spec_path.write_text(json.dumps(spec.to_dict()), encoding="utf-8")
         started = time.perf_counter()
-        proc = subprocess.Popen(child_command(spec.python, spec_path, result_path), cwd=spec.cwd, env=_child_env(),
+        proc = subprocess.Popen(child_command(spec.python, spec_path, result_path), cwd=spec.cwd, env=child_env(),
                                 start_new_session=True, stdin=subprocess.DEVNULL)
         try:
             returncode, killed = _wait(proc, spec, result_path)

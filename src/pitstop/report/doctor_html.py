@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from pitstop.report.doctor_probes import gate_note, speedup_cell
+from pitstop.report.doctor_ranks import rank_rows
 from pitstop.report.doctor_terminal import framework_line, impact_label, site_lines, throughput_text
 from pitstop.report.html import bar_chart, html_page, inline_code, line_chart, stacked_bar
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
@@ -55,6 +56,10 @@ def doctor_html(diag) -> str:
         chart = stacked_bar("Step time breakdown (mean per observed step)", parts, unit="ms")
         sites = "".join(f'<p class="muted">{_esc(t)}</p>' for t in site_lines(diag.observations))
         sections.append(("Where the step time goes", chart.to_html() + sites))
+    if d["world_size"] > 1:
+        headers, rows = rank_rows(d)
+        sections.append((f"{d['world_size']} ranks side by side",
+                         _table(headers, [[_esc(c) for c in row] for row in rows])))
     records = d["steps"]["records"]
     if records:
         # observed steps only: a warm-up step (compilation, allocator, caches) can take many

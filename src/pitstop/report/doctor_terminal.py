@@ -10,6 +10,7 @@ from rich.text import Text
 from pitstop.doctor.observations import Observations
 from pitstop.doctor.records import MemoryRecord
 from pitstop.report.doctor_probes import gate_note, probe_line
+from pitstop.report.doctor_ranks import render_ranks
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
 __all__ = ["render", "impact_label", "framework_line", "throughput_text", "site_lines"]
@@ -105,17 +106,22 @@ def render(diag, file: IO[str] | None = None) -> None:
     fw, prec = d.get("framework") or {}, d.get("precision") or {}
     if fw.get("name") or prec.get("autocast") not in (None, "none"):
         con.print(framework_line(fw, prec), markup=False, highlight=False)
-    if d["traceback"]:  # the child already wrote it to the script's stderr, above: not twice
+    if d["traceback"] and d["world_size"] <= 1:  # the child already wrote it to the script's stderr, above
         last = d["traceback"].rstrip().splitlines()[-1]
         con.print(Text(f"\nThe script's traceback is above (on stderr); it ends: {last}", style="bold"))
     if d["breakdown"]:
-        con.print(Text("\nStep time breakdown (mean per observed step)", style="bold"))
+        title = "Step time breakdown (mean per observed step)"
+        if d["world_size"] > 1:
+            title = (f"Step time breakdown of rank {d['ranks'][0]['rank'] if d['ranks'] else 0} (mean per observed "
+                     "step; waits for the other ranks are inside backward here, split out in the ranks table below)")
+        con.print(Text("\n" + title, style="bold"))
         for phase, v in d["breakdown"].items():
             con.print(f"  {phase:<10} {text_bar(v['share'], 30)} {100 * v['share']:5.1f}%  {fmt_seconds(v['seconds'])}")
         for line in site_lines(diag.observations):
             con.print(f"  {line}")
         if tp.get("batch_how"):
             con.print(f"  batch: {tp['batch_how']}")
+    render_ranks(diag, d, con)
     if d["memory"] and d["steps"]["observed"]:
         table = Table(title="Memory", title_justify="left")
         for col in ("part", "bytes", "note"):
