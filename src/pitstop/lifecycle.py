@@ -8,6 +8,15 @@
   process that started it dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``; elsewhere a daemon
   thread polling the parent's pid).
 - :func:`kill_group`: SIGKILL a child's whole process group (its DataLoader workers too).
+- :func:`guard_pipe` / :func:`guard_group`: the whole group dies with the parent, however the
+  parent ends. ``die_with_parent`` kills the child alone (SIGKILL runs no cleanup), so what the
+  script started (DataLoader workers, a ``subprocess``) would be reparented to init and live on.
+  The parent keeps the write end of a pipe (:func:`guard_pipe`) and passes the read end to the
+  child, which forks a small *sentinel* into its own process group (:func:`guard_group`); the
+  sentinel blocks on the pipe, and when the parent ends -- returns, is signalled, or SIGKILLed:
+  the kernel closes the write end -- it SIGKILLs the group. No handler has to run in time and
+  no pid has to be recorded: a signal that arrives while the child is still starting, or under
+  load, still ends the whole group.
 - :func:`pid_alive`: whether a pid names a live process on this host.
 """
 
@@ -20,7 +29,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["exit_on_signals", "die_with_parent", "kill_group", "pid_alive", "TERMINATING_SIGNALS"]
+__all__ = ["exit_on_signals", "die_with_parent", "kill_group", "pid_alive", "TERMINATING_SIGNALS", "guard_pipe",
+           "guard_group"]
 
 #: the signals that normally end a process and that pitstop turns into a clean exit
 TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -101,3 +111,48 @@ def die_with_parent(parent: int, *, interval: float = 0.5) -> None:
     if os.getppid() != parent:
         os._exit(128 + signal.SIGKILL)
     threading.Thread(target=_watch_parent, args=(parent, interval), name="pitstop-parent-watch", daemon=True).start()
+
+
+def guard_pipe() -> tuple[int, int]:
+    """``(read_fd, write_fd)`` for :func:`guard_group`: pass the read end to the child (and
+    close it here once the child started); keep the write end open as long as the child's
+    group may live, and close it when done (a parent that dies closes it by dying)."""
+    return os.pipe()
+
+
+def guard_group(fd: int) -> None:
+    """In a child that leads its own process group: fork a sentinel (detached by a double
+    fork, so it is not this process's child) that blocks reading ``fd``, the read end of a
+    :func:`guard_pipe` whose write end only the parent holds, and SIGKILLs this process
+    group at end of file: when the parent ended, however it ended. Closes ``fd`` here. A
+    no-op (``fd`` closed) where ``fork`` does not exist."""
+    if not hasattr(os, "fork"):
+        os.close(fd)
+        return
+    first = os.fork()
+    if first == 0:  # the intermediate: forks the sentinel and leaves at once
+        try:
+            if os.fork() == 0:
+                _sentinel(fd)
+        finally:
+            os._exit(0)
+    os.close(fd)
+    os.waitpid(first, 0)
+
+
+def _sentinel(fd: int) -> None:
+    try:
+        null = os.open(os.devnull, os.O_RDWR)  # hold none of the child's pipes (a reader waits for their end)
+        for std in (0, 1, 2):
+            os.dup2(null, std)
+        for sig in (signal.SIGINT, *TERMINATING_SIGNALS):  # only the parent's end ends it
+            signal.signal(sig, signal.SIG_IGN)
+        while os.read(fd, 4096):
+            pass
+    except OSError:
+        pass
+    finally:
+        try:
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        finally:
+            os._exit(0)
