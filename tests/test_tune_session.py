@@ -3,6 +3,8 @@ passes, the combination re-measured, contradictions the report must not show."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pitstop.tune.knob import Context, Knob
@@ -255,3 +257,57 @@ def test_a_cpu_time_speedup_under_contention_is_confirmed_on_wall_time_or_capped
     assert r.trial("partly").speed.ratio == pytest.approx(1 / 0.85, rel=0.02)
     assert "CPU time measured 1.18x" in r.best.speed.measure.why and "capped" in r.best.reason
     assert r.to_dict()["best"]["speedup"]["measure"] == "wall"
+
+
+ONEDNN = "could not create a primitive descriptor for the LSTM forward propagation primitive"
+
+
+class _NoKernelBackend(FakeBackend):
+    """Runs of knob ``nokernel`` raise what oneDNN raises for a bf16 LSTM on a CPU without
+    native bf16 (planted: the same on every CPU)."""
+
+    def run(self, settings, knobs, **kw):
+        if any(s.knob == "nokernel" for s in settings):
+            self.calls.append(tuple(s.knob for s in settings))
+            return Run("error", message=f"the script raised RuntimeError: {ONEDNN}",
+                       traceback=f"Traceback (most recent call last):\n  ...\nRuntimeError: {ONEDNN}\n")
+        return super().run(settings, knobs, **kw)
+
+
+def test_a_precision_the_model_has_no_kernel_for_here_is_not_applicable_not_a_failed_script():
+    from pitstop.tips.pit301_mixed_precision import AutocastKnob
+
+    class NoKernel(AutocastKnob, register=False):
+        name, modes = "nokernel", ("api",)
+
+        def recipe_fields(self, value, ctx):
+            return {"channels_last": True}
+
+    knob = NoKernel()
+    r, _ = _search([knob], backend=_NoKernelBackend([knob]), repeats=3, max_pairs=4)
+    t = r.trial("bf16 autocast")
+    assert t.status == "not_applicable" and len(t.runs) == 1
+    assert t.reason.startswith("bf16 autocast is not available for this model on this device") and ONEDNN in t.reason
+    assert r.best is None
+    # a script that fails for another reason is still a failure
+    other = Run("error", message="the script raised ValueError: bad shape", traceback="ValueError: bad shape")
+    assert knob.unavailable("bf16", other) is None
+
+
+def test_the_report_says_when_the_hardware_explains_a_slowdown():
+    import io
+
+    from pitstop.machine import HardwareNote
+    from pitstop.report.tune_terminal import render_text
+
+    slow = _knob("slowbf", "PIT965", 13.0, "channels_last",
+                 hardware_note=lambda self, value, ctx, speed: HardwareNote("bf16", "AMD EPYC 7B12",
+                                                                            ("avx512_bf16", "amx_bf16"), speed.ratio ** -1))
+    r, _ = _search([slow], repeats=3, max_pairs=4)
+    t = r.trial("slowbf")
+    assert t.status == "slower" and t.hardware.slowdown == pytest.approx(13, rel=0.02)
+    assert t.to_dict()["hardware"]["text"].startswith("this CPU (AMD EPYC 7B12) has no native bf16")
+    buf = io.StringIO()
+    render_text(r, file=buf, width=400)
+    text = " ".join(buf.getvalue().replace("│", " ").split())  # the table folds long reasons
+    assert re.search(r"has no native bf16 \(no AVX512-BF16/AMX\): bf16 measured 1[23]\.\dx slower than fp32", text)
