@@ -373,3 +373,32 @@ def test_a_candidate_without_a_kernel_here_is_a_measured_fact_not_a_probe_error(
     said = f"bfloat16 is not available for this model on this CPU (measured: its first call raised RuntimeError: {ONEDNN_LSTM})"
     assert text.count(said) == 1 and text.count("bfloat16") == 1
     assert r.to_dict()["observations"]["probes"]["precision"]["unavailable"]["bfloat16"].endswith(ONEDNN_LSTM)
+
+
+@pytest.mark.parametrize("load", [0.0, 0.5])
+def test_a_probe_run_decides_quiet_or_busy_once_and_says_it_once(monkeypatch, load):
+    """One decision per probe run, made before timing: the result never says both 'the
+    machine is quiet' and 'the machine is busy' (the load is planted, not measured)."""
+    import json
+
+    from pitstop.doctor import probes
+    from pitstop.jsoncodec import to_json
+
+    monkeypatch.setattr(probes, "contention", lambda variants: load)
+    model = nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    r = _run(step, probes=True)
+    timed = [p for p in r.observations.probes.values() if p.speedups]
+    assert timed
+    for p in timed:
+        text = json.dumps(to_json(p))
+        assert ("quiet" in text) != ("busy" in text), text
+        assert {s.measure for s in p.speedups.values()} == {"wall" if load == 0.0 else "cpu"}
+        assert "single_threaded" not in p.extra

@@ -36,8 +36,8 @@ from pitstop.doctor.observations import Observations
 from pitstop.doctor.records import ProbeResult, Speedup
 from pitstop.doctor.probe import Probe, ProbeSkip
 
-__all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "MAX_PROBE_BYTES", "PROBE_SAMPLES",
-           "CONFIDENCE"]
+__all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "contention", "probe_measure",
+           "MAX_PROBE_BYTES", "PROBE_SAMPLES", "CONFIDENCE"]
 
 #: parameters larger than this are not deep-copied for a probe (memory), in bytes.
 MAX_PROBE_BYTES = 512 * 2**20
@@ -99,7 +99,7 @@ def time_variants(variants: dict[str, Callable[[], Any]], device: str, budget_s:
     return samples
 
 
-def _contention(variants: dict[str, Callable[[], Any]]) -> float | None:
+def contention(variants: dict[str, Callable[[], Any]]) -> float | None:
     """One call of each variant: how long this process's threads waited for cores (run-queue
     delay) per CPU second; None where the system has no such clocks."""
     from pitstop.doctor.clocks import StepClocks
@@ -116,7 +116,7 @@ def _contention(variants: dict[str, Callable[[], Any]]) -> float | None:
     return (lap.get("run_delay") or 0.0) / cpu if cpu > 0 else None
 
 
-def _probe_measure(load: float | None, threads: int) -> Any:
+def probe_measure(load: float | None, threads: int) -> Any:
     """The one decision about the machine's load for a probe run, said once: wall time when
     it is quiet; when busy (threads waited for cores more than
     :data:`pitstop.paired.CONTENTION` of their CPU time) one thread, on CPU time. None (the
@@ -309,8 +309,8 @@ class ProbeContext:
                 return ProbeResult(what=what, baseline=baseline, compute_only=True, dtype=dtype,
                                    unavailable=unavailable, extra=extra)
         threads = torch.get_num_threads()
-        load = _contention(variants) if self.device == "cpu" else None
-        measure = _probe_measure(load, threads)
+        load = contention(variants) if self.device == "cpu" else None
+        measure = probe_measure(load, threads)
         single = measure is not None and measure.name == "cpu" and threads > 1
         if single:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
             torch.set_num_threads(1)
