@@ -88,7 +88,8 @@ def doctor_html(diag) -> str:
                 rows.append([_esc(name), "skipped" if p.skipped is not None else "error",
                              inline_code(p.skipped or p.error or "")])
             else:
-                notes = [x for x in (gate_note(p, diag.thresholds.probe_speedup), unavailable_text(p, diag.observations.device),
+                notes = [x for x in (gate_note(p, diag.thresholds.probe_speedup),
+                                     unavailable_text(p, diag.observations.device),
                                      p.hardware.text() if p.hardware is not None else "") if x]
                 rows.append([_esc(name), _esc(speedup_cell(p)) + "".join(f"<br><i>{inline_code(n)}</i>" for n in notes),
                              _esc(p.what or "")])
