@@ -24,7 +24,8 @@ SCRIPT = """
 import os, subprocess, sys, time
 import torch
 out, mode = sys.argv[1], sys.argv[2]
-worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", out])  # out: a marker
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", out],  # out: a marker
+                          start_new_session=mode == "setsid")  # a worker that leaves the process group
 with open(out + ".tmp", "w") as f:
     f.write(f"{os.getpid()} {worker.pid}")
 os.replace(out + ".tmp", out)
@@ -88,10 +89,11 @@ def _start(tmp_path: Path, mode: str = "sleep", *extra: str, command: str = "doc
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("command, sig", [("doctor", signal.SIGTERM), ("doctor", signal.SIGHUP),
-                                          ("tune", signal.SIGTERM)])
-def test_signal_to_doctor_or_tune_kills_the_child_group_and_removes_its_temp_dir(tmp_path, command, sig):
-    proc, pids = _start(tmp_path, "sleep", "--timeout", "300", command=command)
+@pytest.mark.parametrize("command, sig, mode", [("doctor", signal.SIGTERM, "sleep"), ("doctor", signal.SIGHUP, "sleep"),
+                                                ("tune", signal.SIGTERM, "sleep"), ("doctor", signal.SIGTERM, "setsid"),
+                                                ("tune", signal.SIGTERM, "setsid")])
+def test_signal_to_doctor_or_tune_kills_the_child_group_and_removes_its_temp_dir(tmp_path, command, sig, mode):
+    proc, pids = _start(tmp_path, mode, "--timeout", "300", command=command)
     try:
         _wait_file(pids)
         time.sleep(1.0)
@@ -109,8 +111,9 @@ def test_signal_to_doctor_or_tune_kills_the_child_group_and_removes_its_temp_dir
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigkill_of_the_parent_takes_the_child_and_what_it_started_down(tmp_path):
-    proc, pids = _start(tmp_path, "sleep", "--timeout", "300")
+@pytest.mark.parametrize("mode", ["sleep", "setsid"])
+def test_sigkill_of_the_parent_takes_the_child_and_what_it_started_down(tmp_path, mode):
+    proc, pids = _start(tmp_path, mode, "--timeout", "300")
     try:
         _wait_file(pids)
         script_pid, worker_pid = (int(p) for p in pids.read_text().split())

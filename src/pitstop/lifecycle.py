@@ -14,7 +14,8 @@
   The parent keeps the write end of a pipe (:func:`guard_pipe`) and passes the read end to the
   child, which forks a small *sentinel* into its own process group (:func:`guard_group`); the
   sentinel blocks on the pipe, and when the parent ends -- returns, is signalled, or SIGKILLed:
-  the kernel closes the write end -- it SIGKILLs the group. No handler has to run in time and
+  the kernel closes the write end -- it SIGKILLs the group (and, as :func:`kill_group` does,
+  the descendants of its members that left it with ``setsid``). No handler has to run in time and
   no pid has to be recorded: a signal that arrives while the child is still starting, or under
   load, still ends the whole group.
 - :func:`pid_alive`: whether a pid names a live process on this host.
@@ -77,11 +78,65 @@ def pid_alive(pid: int) -> bool:
 
 
 def kill_group(pid: int) -> None:
-    """SIGKILL the process group led by ``pid`` (a child started with ``start_new_session``)."""
+    """SIGKILL the process group led by ``pid`` (a child started with ``start_new_session``),
+    and the descendants of its members that left the group (a worker that called ``setsid``)."""
+    _kill_tree(pid)
+
+
+def _kill_tree(pgid: int) -> None:
+    """SIGKILL the descendants of group ``pgid``'s members that are not in it, then the group
+    (in that order: the group's own sentinel is a member, and killed they would be reparented)."""
+    members = _members(pgid)
+    for p in _descendants(members or [pgid]):
+        if p not in members and p != pgid and p != os.getpid():
+            try:
+                os.kill(p, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError, OSError):
         pass
+
+
+def _members(pgid: int) -> list[int]:
+    """Processes of process group ``pgid`` (Linux ``/proc``; empty elsewhere)."""
+    out = []
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return out
+    for name in names:
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+            if int(data[data.rindex(b")") + 2:].split()[2]) == pgid:  # state ppid pgrp ...
+                out.append(int(name))
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def _descendants(roots: list[int]) -> list[int]:
+    """``roots`` and every process below them (``/proc/<pid>/task/<tid>/children``)."""
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                    todo.extend(int(x) for x in f.read().split())
+            except (OSError, ValueError):
+                pass
+    return sorted(seen)
 
 
 def _watch_parent(parent: int, interval: float) -> None:
@@ -153,6 +208,6 @@ def _sentinel(fd: int) -> None:
         pass
     finally:
         try:
-            os.killpg(os.getpgrp(), signal.SIGKILL)
+            _kill_tree(os.getpgrp())  # the group, and what left it (setsid) below its members
         finally:
             os._exit(0)

@@ -62,10 +62,9 @@ def _wait(pid: int, timeout: float | None, result: str) -> tuple[int, bool]:
 
 
 def _killpg(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    from pitstop.lifecycle import kill_group
+
+    kill_group(pid)  # the group, and what its members started outside it (setsid)
 
 
 def _child(request: dict[str, Any], channel: int, guard: tuple[int, int]) -> None:
