@@ -311,3 +311,18 @@ def test_the_report_says_when_the_hardware_explains_a_slowdown():
     render_text(r, file=buf, width=400)
     text = " ".join(buf.getvalue().replace("│", " ").split())  # the table folds long reasons
     assert re.search(r"has no native bf16 \(no AVX512-BF16/AMX\): bf16 measured 1[23]\.\dx slower than fp32", text)
+
+
+def test_a_confirmation_the_budget_cuts_keeps_the_choice_and_says_its_claim_is_unconfirmed():
+    from pitstop.tune.confirm import confirm
+    from pitstop.tune.session import TuneSession
+
+    fast = _knob("fast", "PIT966", 0.5, "channels_last")
+    session = TuneSession(FakeBackend([fast]), [fast], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=4))
+    session.survey()
+    session.measure_singles()
+    chosen = session.trials[0]
+    session.budget.exhausted = True  # nothing more may run
+    session.budget.fits = lambda seconds: False
+    final, step = confirm(session, chosen)
+    assert final is chosen and step.status == "unconfirmed" and "biased upward" in step.reason

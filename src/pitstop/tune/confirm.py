@@ -54,10 +54,12 @@ def confirm(session: Any, chosen: Trial) -> tuple[Trial | None, CombineStep]:
     pairs = session.measure(session.baseline, [final])[id(final)]
     session.judge(final, pairs)
     n = len(pairs)
-    if final.status == "skipped":
-        return chosen, CombineStep(chosen.name, "unconfirmed", "the time budget ran out before fresh pairs could "
-                                   "confirm it: its speed-up is the one it was chosen with, biased upward (the best "
-                                   "of several noisy trials)", chosen.speed)
+    cut = session.budget.exhausted and final.status != "kept" and (final.speed is None
+                                                                   or final.speed.status == "undecided")
+    if final.status == "skipped" or cut:
+        return chosen, CombineStep(chosen.name, "unconfirmed", f"the time budget ran out before fresh pairs could "
+                                   f"confirm it ({n} measured): its speed-up is the one it was chosen with, biased "
+                                   "upward (the best of several noisy trials)", chosen.speed)
     if final.status != "kept":
         return None, CombineStep(final.name, "not_confirmed", f"re-measured against the baseline in {n} fresh pairs "
                                  f"after it was chosen: {final.reason}", final.speed)
