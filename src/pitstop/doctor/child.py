@@ -232,13 +232,15 @@ def run_in_process(spec: RunSpec, result_path: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) not in (2, 3) or (len(argv) == 3 and not argv[2].isdigit()):
-        print("usage: python -m pitstop.doctor.child SPEC.json RESULT.json [PARENT_PID]", file=sys.stderr)
+    if len(argv) not in (2, 3, 4) or not all(a.isdigit() for a in argv[2:]):
+        print("usage: python -m pitstop.doctor.child SPEC.json RESULT.json [PARENT_PID [GUARD_FD]]", file=sys.stderr)
         return 2
-    if len(argv) == 3:
-        from pitstop.lifecycle import die_with_parent
+    if len(argv) >= 3:
+        from pitstop.lifecycle import die_with_parent, guard_group
 
         die_with_parent(int(argv[2]))
+        if len(argv) == 4:  # before the script can start anything: its processes die with the parent too
+            guard_group(int(argv[3]))
     with open(argv[0], encoding="utf-8") as f:
         spec = RunSpec.from_dict(json.load(f))
     run_in_process(spec, argv[1])

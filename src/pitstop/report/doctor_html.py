@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from pitstop.report.doctor_probes import gate_note, speedup_cell
+from pitstop.report.doctor_probes import gate_note, speedup_cell, unavailable_text
 from pitstop.report.doctor_ranks import rank_rows
 from pitstop.report.doctor_terminal import framework_line, impact_label, site_lines, throughput_text
 from pitstop.report.html import bar_chart, html_page, inline_code, line_chart, stacked_bar
@@ -93,8 +93,10 @@ def doctor_html(diag) -> str:
                 rows.append([_esc(name), "skipped" if p.skipped is not None else "error",
                              inline_code(p.skipped or p.error or "")])
             else:
-                note = gate_note(p, diag.thresholds.probe_speedup)
-                rows.append([_esc(name), _esc(speedup_cell(p)) + (f"<br><i>{inline_code(note)}</i>" if note else ""),
+                notes = [x for x in (gate_note(p, diag.thresholds.probe_speedup),
+                                     unavailable_text(p, diag.observations.device),
+                                     p.hardware.text() if p.hardware is not None else "") if x]
+                rows.append([_esc(name), _esc(speedup_cell(p)) + "".join(f"<br><i>{inline_code(n)}</i>" for n in notes),
                              _esc(p.what or "")])
         sections.append(("Hardware probes (compute only; estimates, pitstop tune measures the real loop)",
                          _table(["probe", "speed-up of the best candidate (interval)", "what was timed"], rows)))

@@ -139,7 +139,7 @@ def render(diag, file: IO[str] | None = None) -> None:
                       f"GFLOP/s; MFU {mfu} ({fl['peak_source']})")
         for name, p in diag.observations.probes.items():
             note = gate_note(p, diag.thresholds.probe_speedup)
-            con.print(f"probe {name}: {probe_line(p)}" + (f"; {note}" if note else ""))
+            con.print(f"probe {name}: {probe_line(p, diag.observations.device)}" + (f"; {note}" if note else ""))
     findings = d["findings"]
     if findings:
         table = Table(title=f"Findings ({len(findings)}, ranked by impact)", title_justify="left", show_lines=True)
