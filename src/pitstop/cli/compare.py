@@ -52,5 +52,5 @@ class CompareCommand(Command):
             from pitstop.report import make_console
             from pitstop.report.compare_text import render
 
-            render(comparison, make_console())
+            render(comparison, make_console(width=140))
         return EXIT_FINDINGS if comparison.failed else EXIT_OK

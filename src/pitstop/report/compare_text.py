@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pitstop.report.terminal import fmt_seconds
+from pitstop.trace.names import short_name
 
 __all__ = ["render", "fmt_change"]
 
@@ -20,7 +21,7 @@ def fmt_change(d: Any) -> str:
         return "n/a"
     text = f"{(d.ratio - 1) * 100:+.1f}%"
     if d.low is not None and d.high is not None and (d.low, d.high) != (d.ratio, d.ratio):
-        text += f" [{(d.low - 1) * 100:+.1f}, {(d.high - 1) * 100:+.1f}]"
+        text += f" [{(d.low - 1) * 100:+.0f}, {(d.high - 1) * 100:+.0f}]"
     return text
 
 
@@ -30,13 +31,13 @@ def _share(v: float | None) -> str:
 
 def _table(title: str, deltas: Any, with_share: bool) -> Table:
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    t.add_column("name", overflow="fold", max_width=60)
-    t.add_column("A / step", justify="right")
-    t.add_column("B / step", justify="right")
-    t.add_column("change", justify="right")
-    t.add_column("verdict")
+    t.add_column("name", no_wrap=True, overflow="ellipsis", max_width=56)
+    t.add_column("A / step", justify="right", no_wrap=True)
+    t.add_column("B / step", justify="right", no_wrap=True)
+    t.add_column("change [interval]", justify="right", no_wrap=True)
+    t.add_column("verdict", no_wrap=True)
     for d in deltas:
-        t.add_row(d.name, fmt_seconds(d.a) + (_share(d.share_a) if with_share else ""),
+        t.add_row(short_name(d.name, 56), fmt_seconds(d.a) + (_share(d.share_a) if with_share else ""),
                   fmt_seconds(d.b) + (_share(d.share_b) if with_share else ""), fmt_change(d),
                   f"[{_STYLE.get(d.verdict, '')}]{d.verdict}[/]" if d.verdict in _STYLE else d.verdict)
     return t
