@@ -12,16 +12,12 @@ import gzip
 import json
 from pathlib import Path
 
-from pitstop.compare.model import Side
+from pitstop.compare.model import CompareInputError, Side
 
 __all__ = ["CompareInputError", "sniff", "load_side", "side_from_report"]
 
 _HEAD = 1 << 16
 _TRACE_KEYS = ('"traceEvents"', '"schemaVersion"', '"deviceProperties"', '"displayTimeUnit"', '"distributedInfo"')
-
-
-class CompareInputError(ValueError):
-    """An input that cannot be compared: unreadable, of no known kind, or without steps."""
 
 
 def _head(path: Path) -> str:

@@ -12,7 +12,11 @@ from dataclasses import dataclass, field
 
 from pitstop.jsoncodec import to_json
 
-__all__ = ["Side", "Delta", "Comparison", "SLOWER", "FASTER", "SAME", "ONLY_A", "ONLY_B", "NO_SAMPLES"]
+__all__ = ["CompareInputError", "Side", "Delta", "Comparison", "SLOWER", "FASTER", "SAME", "ONLY_A", "ONLY_B", "NO_SAMPLES"]
+
+class CompareInputError(ValueError):
+    """An input that cannot be compared: unreadable, of no known kind, or without steps."""
+
 
 SLOWER, FASTER, SAME = "slower", "faster", "no change (within noise)"
 ONLY_A, ONLY_B = "gone in B", "new in B"

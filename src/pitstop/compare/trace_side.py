@@ -23,8 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pitstop.compare.load import CompareInputError
-from pitstop.compare.model import Side
+from pitstop.compare.model import CompareInputError, Side
 
 __all__ = ["side_from_trace", "rank_samples", "launching_ops", "RankSamples"]
 
