@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pytest
 
@@ -72,6 +71,7 @@ def test_trace_side_phases_add_up_to_each_step():
 
 
 @needs_traces
+@pytest.mark.slow
 def test_html_page_of_two_ranks(tmp_path):
     from pitstop.report.trace_html import render
     from pitstop.trace import trace
