@@ -32,8 +32,10 @@ class TraceCommand(Command):
     def run(self, args: argparse.Namespace) -> int:
         from pitstop.trace import TraceError, trace
 
+        render_html = None
         if args.html is not None:
             check_output_file(args.html, "--html")
+            render_html = _html_renderer()
         if args.workers is not None and args.workers < 1:
             raise CliError(f"--workers must be at least 1, got {args.workers}")
         try:
@@ -48,17 +50,17 @@ class TraceCommand(Command):
             from pitstop.report.trace_terminal import print_trace
 
             print_trace(report, sys.stdout)
-        if args.html is not None:
-            _write_html(report, args.html)
+        if render_html is not None:
+            from pitstop.atomic import write_atomic
+
+            write_atomic(args.html, render_html(report))
         return EXIT_OK
 
 
-def _write_html(report, path: Path) -> None:
-    """The HTML page (``pitstop.report.trace_html.render``, written by the periphery work)."""
+def _html_renderer():
+    """``pitstop.report.trace_html.render(report) -> str``: the offline page of a TraceReport."""
     try:
         from pitstop.report.trace_html import render  # type: ignore[import-not-found]
     except ImportError:
         raise CliError("--html: the HTML report is not available in this build") from None
-    from pitstop.atomic import write_atomic
-
-    write_atomic(path, render(report))
+    return render

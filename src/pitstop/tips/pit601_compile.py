@@ -256,6 +256,8 @@ class LaunchBoundTrace(TraceCheck, tip="PIT601"):
         la, idle = rank.launches, rank.idle
         if la is None or idle is None or la.short_kernels < th.short_kernels or idle.launch < th.launch_idle_share:
             return
+        if la.kernels_per_step < th.launch_min_kernels:
+            return
         yield self.finding(
             th, rank, title="launch-bound: many short kernels", impact=idle.launch,
             evidence=(f"{la.kernels_per_step:.0f} kernels per step, {pct(la.short_kernels)} shorter than "

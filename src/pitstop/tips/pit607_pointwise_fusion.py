@@ -132,6 +132,8 @@ class PointwiseChainTrace(TraceCheck, tip="PIT607"):
         la, idle = rank.launches, rank.idle
         if la is None or idle is None or idle.launch < th.launch_idle_share or la.elementwise < 0.3:
             return
+        if la.kernels_per_step < th.launch_min_kernels:
+            return
         yield self.finding(
             th, rank, title="chains of elementwise kernels", impact=idle.launch * la.elementwise,
             evidence=(f"{pct(la.elementwise)} of the {la.kernels_per_step:.0f} kernels per step are elementwise; each "

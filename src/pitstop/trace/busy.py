@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from pitstop.trace.model import GPU_KERNEL, Timeline
+from pitstop.trace.names import is_communication
 from pitstop.trace.result import GpuTime, SpanBreakdown
 from pitstop.trace.scope import Scope
 from pitstop.trace.spans import Spans
@@ -48,8 +49,6 @@ def span_breakdown(scope: Scope) -> SpanBreakdown | None:
     end = start + np.round(g.end[keep] - g.start[keep])
     if not len(start):
         return None
-    from pitstop.trace.names import is_communication
-
     comm_names = np.array([is_communication(n) for n in g.names], dtype=bool)
     compute = (g.kind[keep] == GPU_KERNEL) & ~comm_names[g.name[keep]]
     all_busy = Spans.of(start, end).total

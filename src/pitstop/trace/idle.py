@@ -63,13 +63,12 @@ def idle_split(scope: Scope, th: TraceThresholds) -> IdleSplit | None:
     rest = rest.minus(sync_part)
     rt = scope.timeline.runtime
     launch = _calls(scope, LAUNCH_CALLS)
-    in_launch = rest.intersect(Spans.of(rt.start[launch], rt.end[launch])) if launch.any() else Spans.empty()
-    rest2 = rest.minus(in_launch)
     # short gaps between back-to-back GPU work: the GPU outran the host's launches
-    short = (rest2.end - rest2.start) < th.launch_gap_us
-    busy_edges = scope.busy
-    inner = short & np.isin(rest2.start, busy_edges.end) & np.isin(rest2.end, busy_edges.start)
-    launch_total = in_launch.total + float(np.sum((rest2.end - rest2.start)[inner]))
-    host_total = rest2.total - float(np.sum((rest2.end - rest2.start)[inner]))
-    return IdleSplit(input=input_part.total / win, host=host_total / win, launch=launch_total / win,
+    length = gaps.end - gaps.start
+    short = (length < th.launch_gap_us) & np.isin(gaps.start, scope.busy.end) & np.isin(gaps.end, scope.busy.start)
+    launching = Spans.of(np.concatenate([rt.start[launch], gaps.start[short]]),
+                         np.concatenate([rt.end[launch], gaps.end[short]]))
+    launch_part = rest.intersect(launching)
+    host = rest.minus(launching)
+    return IdleSplit(input=input_part.total / win, host=host.total / win, launch=launch_part.total / win,
                      sync=sync_part.total / win)

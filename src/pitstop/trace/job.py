@@ -94,16 +94,25 @@ def run_checks(ranks: tuple[RankResult, ...], job: JobView, th: TraceThresholds)
 
 
 def report_of(ranks: tuple[RankResult, ...], th: TraceThresholds = TraceThresholds()) -> TraceReport:
+    """The job's report: spread, stragglers (only when the files are one job's distinct ranks)
+    and every check's findings."""
     views = [rank_view(r) for r in ranks]
-    sp = spread(views)
-    strag = find_stragglers(views, min_lag=th.straggler_lag_s, rel_lag=th.straggler_rel_lag)
-    job = JobView(ranks, tuple(strag), sp.ratio if sp else None)
     notes = []
     worlds = {r.world_size for r in ranks}
+    one_job = True
     if len(ranks) > 1 and len({r.rank for r in ranks}) < len(ranks):
-        notes.append("several files carry the same rank: they are compared as given, not as one job's ranks")
-    if len(ranks) > 1 and len(worlds) == 1 and worlds != {len(ranks)} and worlds != {1}:
-        notes.append(f"distributedInfo says world size {worlds.pop()}, {len(ranks)} trace files were given")
+        notes.append("several files carry the same rank: they are compared side by side, not as one job's ranks "
+                     "(no straggler analysis)")
+        one_job = False
+    if len(worlds) > 1:
+        notes.append(f"the files name different world sizes ({', '.join(map(str, sorted(worlds)))}): they come from "
+                     "different jobs (no straggler analysis)")
+        one_job = False
+    elif len(ranks) > 1 and worlds != {len(ranks)} and worlds != {1}:
+        notes.append(f"distributedInfo says world size {next(iter(worlds))}, {len(ranks)} trace files were given")
+    sp = spread(views)
+    strag = find_stragglers(views, min_lag=th.straggler_lag_s, rel_lag=th.straggler_rel_lag) if one_job else []
+    job = JobView(ranks, tuple(strag), sp.ratio if sp else None)
     return TraceReport(ranks=ranks, findings=run_checks(ranks, job, th), stragglers=tuple(s.rank for s in strag),
                        step_spread=sp.ratio if sp else None, notes=tuple(notes))
 

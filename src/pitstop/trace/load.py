@@ -11,28 +11,22 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
-from collections.abc import Iterable
 from pathlib import Path
 
 import msgspec
-import numpy as np
 
-from pitstop.trace.model import (COPY_PAGEABLE, COPY_PINNED, COPY_UNKNOWN, GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET,
-                                 Device, Step, Table, Timeline)
+from pitstop.trace.columns import EventSorter
+from pitstop.trace.model import Device, Timeline
 from pitstop.trace.wire import WireDevice, WireEvent, WireTrace
 
-__all__ = ["TraceError", "load_timeline", "read_bytes", "decode", "TRACE_SUFFIXES"]
+__all__ = ["TraceError", "load_timeline", "read_bytes", "decode", "TRACE_SUFFIXES", "CHUNK"]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
-_GPU = {"kernel": GPU_KERNEL, "Kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "Memcpy": GPU_MEMCPY,
-        "gpu_memset": GPU_MEMSET, "Memset": GPU_MEMSET}
-_RUNTIME = {"cuda_runtime", "Runtime", "cuda_driver"}
-_OPS = {"cpu_op", "Operator", "user_annotation"}
-_PYTHON = {"python_function"}
-_OLD = {"Kernel", "Runtime", "Operator", "Memcpy", "Memset"}
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+#: events decoded per chunk: bounds the decoded structs alive at once (~0.5 KB each)
+CHUNK = 50_000
 _DECODER = msgspec.json.Decoder(WireTrace)
+_EVENTS = msgspec.json.Decoder(list[WireEvent])
 
 
 class TraceError(Exception):
@@ -79,20 +73,30 @@ def decode(data: bytes, path: Path) -> WireTrace:
     return wire
 
 
-def load_timeline(path: Path | str) -> Timeline:
-    """Read and type one trace file."""
+def load_timeline(path: Path | str, chunk: int = CHUNK) -> Timeline:
+    """Read and type one trace file. The events are decoded ``chunk`` at a time from their raw
+    JSON slices, so only one chunk of decoded events is alive at once."""
     path = Path(path)
     wire = decode(read_bytes(path), path)
-    events = wire.traceEvents or []
-    builder = _Builder()
-    builder.add_all(events)
+    raw = wire.traceEvents or []
+    builder = EventSorter()
+    for first in range(0, len(raw), chunk):
+        part = raw[first:first + chunk]
+        try:
+            events = _EVENTS.decode(b"[" + b",".join(part) + b"]")
+        except msgspec.ValidationError as exc:
+            where = re.sub(r"\$\[(\d+)\]", lambda m: f"traceEvents[{first + int(m.group(1))}]", str(exc))
+            raise TraceError(f"{path}: not a Kineto trace ({where})") from None
+        builder.add(events)
+        del events, part
+    del raw
     if not builder.known:
-        raise TraceError(f"{path}: not a Kineto trace (none of its {len(events)} events is a PyTorch profiler "
+        raise TraceError(f"{path}: not a Kineto trace (none of its {builder.events} events is a PyTorch profiler "
                          "operator, runtime call or GPU activity)")
     dist = wire.distributedInfo
     return Timeline(
         source=str(path), schema="2021" if builder.old else "2022+",
-        rank=dist.rank if dist else None, world_size=dist.world_size if dist else None,
+        rank=_number(dist.rank) if dist else None, world_size=_number(dist.world_size) if dist else None,
         backend=(dist.backend or "") if dist else "",
         devices=tuple(_device(d) for d in (wire.deviceProperties or wire.computeProperties or [])),
         gpu=builder.gpu.table(), runtime=builder.runtime.table(), ops=builder.ops.table(),
@@ -101,109 +105,23 @@ def load_timeline(path: Path | str) -> Timeline:
     )
 
 
+def _number(value: object) -> int | None:
+    """A metadata number (int, integral float or digit string), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
 def _device(d: WireDevice) -> Device:
     name = d.name or ""
     vendor = "amd" if re.search(r"AMD|Instinct|Radeon|\bMI\d{3}", name) else "nvidia" if name else ""
-    dev_id = d.id if isinstance(d.id, int) else int(d.id) if isinstance(d.id, str) and d.id.isdigit() else -1
-    major = d.computeMajor if d.computeMajor is not None else d.major
-    minor = d.computeMinor if d.computeMinor is not None else d.minor
-    return Device(dev_id, name, vendor, major, minor, d.totalGlobalMem)
-
-
-def _as_int(value: object, default: int = -1) -> int:
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value, 0)
-        except ValueError:
-            return default
-    return default
-
-
-class _Columns:
-    """Rows of one table gathered as Python lists, turned into read-only arrays once."""
-
-    def __init__(self) -> None:
-        self.names: dict[str, int] = {}
-        self.stacks: dict[str, int] = {}
-        self.cols: tuple[list, ...] = tuple([] for _ in range(10))
-
-    def add(self, name: str, start: float, end: float, lane: int, corr: int, kind: int = 0,
-            flag: int = 0, device: int = -1, stack: str | None = None, external: int = -1) -> None:
-        n = self.names.setdefault(name, len(self.names))
-        s = self.stacks.setdefault(stack, len(self.stacks)) if stack else -1
-        for col, v in zip(self.cols, (n, start, end, lane, corr, kind, flag, device, s, external)):
-            col.append(v)
-
-    def table(self) -> Table:
-        dtypes = (np.int32, np.float64, np.float64, np.int64, np.int64, np.int8, np.int8, np.int32, np.int32, np.int64)
-        arrays = [np.asarray(c, dtype=t) for c, t in zip(self.cols, dtypes)]
-        order = np.argsort(arrays[1], kind="stable")
-        arrays = [a[order] for a in arrays]
-        for a in arrays:
-            a.flags.writeable = False
-        return Table(tuple(self.names), *arrays, stacks=tuple(self.stacks))
-
-
-class _Builder:
-    def __init__(self) -> None:
-        self.gpu, self.runtime, self.ops, self.python = _Columns(), _Columns(), _Columns(), _Columns()
-        self.steps: list[Step] = []
-        self.gpu_devices: set[int] = set()
-        self.lanes: dict[object, int] = {}
-        self.known = 0
-        self.old = False
-
-    def lane(self, tid: object) -> int:
-        if isinstance(tid, int):
-            return tid
-        if isinstance(tid, str) and tid.isdigit():
-            return int(tid)
-        return self.lanes.setdefault(tid, -2 - len(self.lanes))
-
-    def add_all(self, events: Iterable[WireEvent]) -> None:
-        for ev in events:
-            if ev.ph != "X" or ev.ts is None or ev.cat is None:
-                continue
-            cat = ev.cat
-            start = float(ev.ts)
-            end = start + float(ev.dur or 0.0)
-            args = ev.args
-            ext = _as_int(args.external_id if args.external_id is not None else args.external_id_2021) if args else -1
-            if cat in _GPU:
-                self.known += 1
-                self.old |= cat in _OLD
-                kind = _GPU[cat]
-                stream = _as_int(args.stream) if args else -1
-                device = _as_int(args.device) if args and args.device is not None else _as_int(ev.pid)
-                self.gpu_devices.add(device)
-                flag = _copy_flag(ev) if kind == GPU_MEMCPY else COPY_UNKNOWN
-                corr = _as_int(args.correlation) if args else -1
-                self.gpu.add(ev.name, start, end, stream if stream != -1 else self.lane(ev.tid), corr, kind, flag, device, external=ext)
-            elif cat in _RUNTIME:
-                self.known += 1
-                self.old |= cat in _OLD
-                corr = _as_int(args.correlation) if args else -1
-                self.runtime.add(ev.name, start, end, self.lane(ev.tid), corr, external=ext)
-            elif cat in _OPS:
-                self.known += 1
-                self.old |= cat in _OLD
-                m = _STEP.match(ev.name)
-                if m:
-                    self.steps.append(Step(int(m.group(1)), start, end))
-                    continue
-                self.ops.add(ev.name, start, end, self.lane(ev.tid), -1, stack=args.call_stack if args else None,
-                             external=ext)
-            elif cat in _PYTHON:
-                self.python.add(ev.name, start, end, self.lane(ev.tid), -1)
-
-
-def _copy_flag(ev: WireEvent) -> int:
-    args = ev.args
-    kinds = " ".join(k for k in (ev.name, args.src_kind if args else None, args.dst_kind if args else None) if k)
-    if "Pageable" in kinds:
-        return COPY_PAGEABLE
-    if "Pinned" in kinds:
-        return COPY_PINNED
-    return COPY_UNKNOWN
+    dev_id = _number(d.id)
+    major = _number(d.computeMajor if d.computeMajor is not None else d.major)
+    minor = _number(d.computeMinor if d.computeMinor is not None else d.minor)
+    return Device(-1 if dev_id is None else dev_id, name, vendor, major, minor, _number(d.totalGlobalMem))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pitstop.jsoncodec import to_json
+from pitstop.jsoncodec import record_from_json, record_to_json, to_json
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
            "Launches", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
@@ -223,8 +223,6 @@ class RankResult:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        from pitstop.jsoncodec import record_to_json
-
         return record_to_json(self)
 
 
@@ -256,3 +254,8 @@ class TraceReport:
         return {"schema_version": SCHEMA_VERSION, "ranks": [to_json(r) for r in self.ranks],
                 "findings": [to_json(f) for f in self.findings], "stragglers": list(self.stragglers),
                 "step_spread": self.step_spread, "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TraceReport:
+        """A report read back from its JSON (``pitstop trace --format json``), equal to the original."""
+        return record_from_json(cls, data)

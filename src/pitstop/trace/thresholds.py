@@ -28,6 +28,9 @@ class TraceThresholds:
     #: PIT601/PIT607: share of kernels that are short, and the launch-idle share of the step.
     short_kernels: float = 0.5
     launch_idle_share: float = 0.05
+    #: ... and at least this many kernels per step: with fewer, launch idle is the latency of a
+    #: few launch calls (first-call module loading on ROCm, say), not a stream of tiny kernels.
+    launch_min_kernels: float = 50.0
     #: PIT403: memset time, share of the step.
     memset_share: float = 0.01
     #: PIT501: kernels launched per optimizer step before the for-loop mode is suspected.

@@ -42,24 +42,30 @@ class WireEvent(msgspec.Struct, frozen=True, gc=False):
     args: WireArgs | None = None
 
 
+_Num = int | float | str | None  # metadata: read leniently, a bad value only loses that fact
+
+
 class WireDevice(msgspec.Struct, frozen=True, gc=False):
-    id: int | str | None = None
-    name: str = ""
-    totalGlobalMem: int | None = None  # noqa: N815 (the trace's key)
-    computeMajor: int | None = None  # noqa: N815
-    computeMinor: int | None = None  # noqa: N815
-    major: int | None = None
-    minor: int | None = None
+    id: _Num = None
+    name: str | None = None
+    totalGlobalMem: _Num = None  # noqa: N815 (the trace's key)
+    computeMajor: _Num = None  # noqa: N815
+    computeMinor: _Num = None  # noqa: N815
+    major: _Num = None
+    minor: _Num = None
 
 
 class WireDistributed(msgspec.Struct, frozen=True, gc=False):
     backend: str | None = None
-    rank: int | None = None
-    world_size: int | None = None
+    rank: _Num = None
+    world_size: _Num = None
 
 
 class WireTrace(msgspec.Struct, frozen=True, gc=False):
-    traceEvents: list[WireEvent] | None = None  # noqa: N815
+    """The top level; each event stays a raw JSON slice of the file (no copy) until the
+    loader decodes it, a chunk at a time, as :class:`WireEvent`."""
+
+    traceEvents: list[msgspec.Raw] | None = None  # noqa: N815
     deviceProperties: list[WireDevice] | None = None  # noqa: N815
     computeProperties: list[WireDevice] | None = None  # noqa: N815
     distributedInfo: WireDistributed | None = None  # noqa: N815
