@@ -99,7 +99,7 @@ def make_big_trace(source: Path, out: Path, size_bytes: int) -> dict[str, Any]:
             line = ("" if first else ",\n") + json.dumps(e, separators=(",", ":"))
             f.write(line)
             written, first = written + len(line), False
-        while written < size_bytes:
+        while copies == 0 or written < size_bytes:
             for e in body:
                 line = ("" if first else ",\n") + json.dumps(_copy(e, copies, period, strides, flow, step),
                                                              separators=(",", ":"))
