@@ -25,7 +25,7 @@ class CompareCommand(Command):
         parser.add_argument("--fail-over", type=float, metavar="PCT", default=None,
                             help="exit 1 when B's step is slower than A's by more than PCT percent, beyond noise "
                                  "(a CI regression gate)")
-        parser.add_argument("--top", type=int, default=15, metavar="N", help="operators and kernels shown (default 15)")
+        parser.add_argument("--top", type=int, default=15, metavar="N", help="operators and kernels shown, largest changes first (default 15; 0: all)")
         parser.add_argument("--confidence", type=float, default=0.9, help="confidence of the intervals (default 0.9)")
         parser.epilog = "exit codes: 0 compared, 1 --fail-over exceeded, 2 bad input"
 

@@ -43,7 +43,7 @@ def _get(r: Any, *path: str) -> Any:
 
 #: (label, how to show one rank) for the side-by-side table
 _ROWS: tuple[tuple[str, Callable[[Any], str]], ...] = (
-    ("device", lambda r: _esc(r.device or "unknown")),
+    ("device", lambda r: _esc(r.device or ("no GPU listed" if r.host_only else "unknown"))),
     ("schema", lambda r: _esc(r.schema)),
     ("steps", lambda r: f"{r.steps}" + (f" (#{r.step_numbers[0]}-#{r.step_numbers[-1]})" if r.step_numbers else "")),
     ("median step", lambda r: _ms(_get(r, "step_time", "median"))),
