@@ -19,13 +19,15 @@ class CompareCommand(Command):
     order = 37
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("a", metavar="A", help="the baseline: a doctor JSON report, a trace file or a folder of per-rank traces")
+        parser.add_argument("a", metavar="A",
+                            help="the baseline: a doctor JSON report, a trace file or a folder of per-rank traces")
         parser.add_argument("b", metavar="B", help="the candidate, of the same kind as A")
         parser.add_argument("--format", choices=("text", "json"), default="text")
         parser.add_argument("--fail-over", type=float, metavar="PCT", default=None,
                             help="exit 1 when B's step is slower than A's by more than PCT percent, beyond noise "
                                  "(a CI regression gate)")
-        parser.add_argument("--top", type=int, default=15, metavar="N", help="operators and kernels shown, largest changes first (default 15; 0: all)")
+        parser.add_argument("--top", type=int, default=15, metavar="N",
+                            help="operators and kernels shown, largest changes first (default 15; 0: all)")
         parser.add_argument("--confidence", type=float, default=0.9, help="confidence of the intervals (default 0.9)")
         parser.epilog = "exit codes: 0 compared, 1 --fail-over exceeded, 2 bad input"
 
