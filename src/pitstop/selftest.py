@@ -187,8 +187,9 @@ def _bench_check(md: Path) -> Callable[[int, str, str], tuple[bool, str]]:
     def check(rc: int, out: str, err: str) -> tuple[bool, str]:
         if rc != 0:
             return False, f"exit {rc}: {_tail(err)}"
-        rows = [ln for ln in out.splitlines() if ln.startswith("| PIT")]
-        return bool(rows), f"{len(rows)} table rows written to {md}" if rows else "no result rows"
+        codes = sorted({ln.split("|")[1].strip() for ln in out.splitlines() if ln.startswith("| PIT") and "**" in ln})
+        return bool(codes), f"{len(codes)} benchmark verdict(s) ({', '.join(codes)}) written to {md}" if codes \
+            else "no benchmark verdict in the output"
     return check
 
 
