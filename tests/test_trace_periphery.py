@@ -120,3 +120,28 @@ def test_live_cpu_doctor_trace_reads_as_host_only(tmp_path):
     assert c.returncode == 0, c.stderr
     d = json.loads(c.stdout)
     assert "other host" in {p["name"] for p in d["phases"]} and any("host-only" in n for n in d["a"]["notes"])
+
+
+@needs_traces
+@pytest.mark.slow
+def test_compare_saved_trace_reports(tmp_path):
+    from pitstop.compare import sniff
+
+    reports = []
+    for name, src in (("control", CONTROL), ("test", TEST)):
+        r = run_cli("trace", str(src), "--format", "json")
+        assert r.returncode == 0, r.stderr
+        reports.append(tmp_path / f"{name}.json")
+        reports[-1].write_text(r.stdout)
+    assert sniff(reports[0]) == "trace"
+    c = run_cli("compare", str(reports[0]), str(reports[1]), "--format", "json")
+    assert c.returncode == 0, c.stderr
+    d = json.loads(c.stdout)
+    assert d["step"]["verdict"].startswith("changed") and d["step"]["low"] == d["step"]["ratio"]  # no interval
+    assert d["step"]["a"] == pytest.approx(0.0768, abs=5e-4) and d["step"]["b"] == pytest.approx(0.1147, abs=5e-4)
+    assert any("different hardware" in n for n in d["notes"])
+    assert {"compute", "communication"} <= {p["name"] for p in d["phases"]}
+    assert run_cli("compare", str(reports[0]), str(reports[1]), "--fail-over", "10").returncode == 1
+    # a saved report against a raw trace: one kind, the step still compared
+    mixed = json.loads(run_cli("compare", str(reports[0]), str(TEST), "--format", "json").stdout)
+    assert mixed["b"]["steps"] == 6 and mixed["step"]["b"] == pytest.approx(0.1147, abs=5e-4)

@@ -20,7 +20,8 @@ class CompareCommand(Command):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("a", metavar="A",
-                            help="the baseline: a doctor JSON report, a trace file or a folder of per-rank traces")
+                            help="the baseline: a doctor JSON report, a trace file, a folder of per-rank traces, "
+                                 "or a saved pitstop trace --format json report")
         parser.add_argument("b", metavar="B", help="the candidate, of the same kind as A")
         parser.add_argument("--format", choices=("text", "json"), default="text")
         parser.add_argument("--fail-over", type=float, metavar="PCT", default=None,

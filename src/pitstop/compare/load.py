@@ -2,7 +2,8 @@
 
 Two kinds: a doctor report (``pitstop doctor --format json``: per-step wall times and phases
 from its step records) and a profiler trace (a Kineto/Chrome trace file, gzipped or not, or a
-folder of per-rank trace files: read by :mod:`pitstop.trace`). :func:`sniff` tells them apart
+folder of per-rank trace files: read by :mod:`pitstop.trace`; or a saved ``pitstop trace
+--format json`` report, a summary without per-step samples). :func:`sniff` tells them apart
 from the first bytes, so a large trace is never loaded twice.
 """
 
@@ -31,6 +32,11 @@ def _head(path: Path) -> str:
         raise CompareInputError(f"{path}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
 
 
+def _is_trace_report(head: str) -> bool:
+    """``pitstop trace --format json`` output (its JSON starts with its schema version)."""
+    return head.startswith('{') and '"schema_version"' in head[:200] and '"ranks"' in head[:400]
+
+
 def sniff(path: str | Path) -> str:
     """``"doctor"`` or ``"trace"``; :class:`CompareInputError` when it is neither."""
     p = Path(path)
@@ -42,7 +48,7 @@ def sniff(path: str | Path) -> str:
     if not head.startswith("{"):
         raise CompareInputError(f"{p}: not JSON: neither a doctor report (pitstop doctor --format json) "
                                 "nor a profiler trace")
-    if any(k in head for k in _TRACE_KEYS):
+    if any(k in head for k in _TRACE_KEYS) or _is_trace_report(head):
         return "trace"
     if '"schema"' in head and '"steps"' in head:
         return "doctor"
@@ -53,6 +59,10 @@ def load_side(path: str | Path) -> Side:
     kind = sniff(path)
     if kind == "doctor":
         return side_from_report(path)
+    if Path(path).is_file() and _is_trace_report(_head(Path(path)).lstrip()):
+        from pitstop.compare.report_side import side_from_trace_report
+
+        return side_from_trace_report(path)
     from pitstop.compare.trace_side import side_from_trace
 
     return side_from_trace(path)

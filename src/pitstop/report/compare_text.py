@@ -48,7 +48,8 @@ def render(c: Any, console: Console) -> None:
     console.print(f"[bold]pitstop compare[/]: two {'doctor reports' if c.kind == 'doctor' else 'traces'}")
     for tag, side in (("A", a), ("B", b)):
         extra = f"; rank(s) {', '.join(map(str, side.ranks))}" if side.ranks else ""
-        console.print(f"  {tag}: {side.path}  ({len(side.steps)} steps on {side.device or 'unknown device'}{extra})")
+        n = len(side.steps)
+        console.print(f"  {tag}: {side.path}  ({n} step{'' if n == 1 else 's'} on {side.device or 'unknown device'}{extra})")
         for note in side.notes:
             console.print(f"     [dim]{note}[/]")
     s = c.step
