@@ -132,7 +132,9 @@ class StepProfiler:
 
 
 class Tracer:
-    """``torch.profiler`` around a few steps, exported as a Chrome/Perfetto trace."""
+    """``torch.profiler`` around a few steps, exported as a Chrome/Perfetto trace. Each traced
+    step is marked ``ProfilerStep#N`` (a ``user_annotation``, as ``profile.step()`` marks them
+    under a schedule), so ``pitstop trace`` finds the steps in the doctor's trace."""
 
     def __init__(self, out_dir: str) -> None:
         import torch
@@ -143,15 +145,33 @@ class Tracer:
         self.prof = profile(activities=acts, record_shapes=True)
         self.path: str | None = None
         self.active = False
+        self.steps = 0
+        self._mark: Any = None
 
     def start(self) -> None:
         self.prof.__enter__()
         self.active = True
+        self.step()
+
+    def step(self) -> None:
+        """The current traced step ended and the next one begins."""
+        from torch.profiler import record_function
+
+        self._end_mark()
+        self._mark = record_function(f"ProfilerStep#{self.steps}")
+        self._mark.__enter__()
+        self.steps += 1
+
+    def _end_mark(self) -> None:
+        if self._mark is not None:
+            mark, self._mark = self._mark, None
+            mark.__exit__(None, None, None)
 
     def stop(self) -> str | None:
         if not self.active:
             return self.path
         self.active = False
+        self._end_mark()
         self.prof.__exit__(None, None, None)
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / "pitstop_trace.json"
@@ -188,6 +208,8 @@ class ProfiledStep:
             self._tracer.start()
         if ended == "traced" and nxt != "traced" and self._tracer is not None:
             self.trace_path = self._tracer.stop()
+        elif ended == "traced" and nxt == "traced" and self._tracer is not None:
+            self._tracer.step()
 
     def _start(self, models: list[Any], compiled: bool) -> None:
         names: dict[int, str] = {}
