@@ -16,10 +16,11 @@ from torch import nn
 
 from pitstop.doctor import frameworks
 from pitstop.doctor import memory as mem
+from pitstop.doctor.compile_records import CompileRecord
 from pitstop.doctor.instrument import Instrumentation
 from pitstop.doctor.observations import Observations
 from pitstop.doctor.profiled import peak_for
-from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CompileRecord, CpuRecord, Flops, ForwardCounts,
+from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, ForwardCounts,
                                     Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,
                                     MemoryRecord, ModelRecord, OddSize, OptimizerRecord, ProbeResult, SampledSite,
                                     Settings, Site, StepTime)
@@ -220,7 +221,7 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.h2d = H2D(**{k: v / n_obs for k, v in inst.h2d.items()}) if n_obs and inst.h2d else None
     o.memory = _memory(inst, device, models)
     o.flops = _flops(inst, o)
-    o.compile = _compile_info(models)
+    o.compile = _compile_info(inst, models)
     o.framework = from_json(FrameworkRecord, (inst.framework or frameworks.detect_imports()).to_dict())
     o.batch = _batch(inst, models)
     if o.batch:
@@ -314,17 +315,13 @@ def _flops(inst: Instrumentation, o: Observations) -> Flops:
                  peak_source=source)
 
 
-def _compile_info(models) -> CompileRecord:
-    compiled = any(info.get("compiled") for _, info in models)
-    breaks = None
-    if "torch._dynamo" in sys.modules:
-        try:
-            from torch._dynamo.utils import counters
-
-            breaks = int(sum(counters["graph_break"].values()))
-        except Exception:
-            breaks = None
-    return CompileRecord(compiled=compiled, graph_breaks=breaks)
+def _compile_info(inst: Instrumentation, models) -> CompileRecord:
+    """What dynamo reported (:mod:`pitstop.doctor.compile_watch`); ``calls``: forwards of the
+    compiled models, seen at their boundary."""
+    compiled = [info for _, info in models if info.get("compiled")]
+    calls = sum(sum(info["forwards"].get(k, 0) for k in ("train", "eval_no_grad", "eval_inference_mode", "eval_with_grad"))
+                for info in compiled)
+    return inst.compile_watch.record(bool(compiled), calls)
 
 
 def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> dict[str, ProbeResult]:

@@ -17,9 +17,11 @@ uninstalls them, and routes the end of a step to each:
 - :class:`~pitstop.doctor.syncs.SyncRecorder` (``sync``): syncs and copies by call site;
 - :class:`~pitstop.doctor.memory.MemoryRecorder` (``memory``): activations, peaks, graph census;
 - :class:`~pitstop.doctor.profiled.ProfiledStep` (``profiled``): the profiled step and the trace;
-- :class:`~pitstop.doctor.stacks.StackSampler` (``sampler``): where host time goes.
+- :class:`~pitstop.doctor.stacks.StackSampler` (``sampler``): where host time goes;
+- :class:`~pitstop.doctor.compile_watch.CompileWatch` (``compile_watch``, both modes): what
+  TorchDynamo reports (graph breaks, recompiles, compile time) once the script compiles.
 
-``mode="light"`` installs only the step boundaries: wall time per step and the loss, for
+``mode="light"`` installs only the step boundaries (and the compile watch): wall time per step and the loss, for
 A/B trials.
 """
 
@@ -31,6 +33,7 @@ from typing import Any
 import torch
 
 from pitstop.doctor.boundaries import StepBoundaries
+from pitstop.doctor.compile_watch import CompileWatch
 from pitstop.doctor.cores import machine_counters
 from pitstop.doctor.loaders import LoaderObserver
 from pitstop.doctor.memory import MemoryRecorder
@@ -71,6 +74,7 @@ class Instrumentation:
                                      sampler=self.sampler, cuda=cuda)
         self.data = LoaderObserver(self.log)
         self.sync = SyncRecorder(self.log, self.data, self.bounds)
+        self.compile_watch = CompileWatch(self.log.kind)
 
     def _count(self, mid: int, kind: str, where: str) -> None:
         self.forward.count(mid, kind, where)
@@ -102,8 +106,9 @@ class Instrumentation:
     # -- install / uninstall -------------------------------------------------------------
     def install(self) -> Instrumentation:
         self.bounds.install()
+        self.compile_watch.install(self.patches)
         if self.full:
-            self.forward.install()
+            self.forward.install(self.patches)
             self.data.install(self.patches)
             self.sync.install(self.patches)
             self.memory.install(self.bounds)
@@ -124,6 +129,7 @@ class Instrumentation:
         self.sync.uninstall()
         self.bounds.uninstall()
         self.forward.uninstall()
+        self.compile_watch.uninstall()
         self.patches.restore()
 
     # -- routing the end of a step -----------------------------------------------------------

@@ -19,6 +19,8 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from pitstop.doctor.patching import compiling
+
 __all__ = [
     "storage_key", "unique_bytes", "param_bytes", "grad_bytes", "state_bytes", "rss_bytes",
     "peak_rss_bytes", "capacity_bytes", "graph_nodes", "MemoryRecorder",
@@ -116,6 +118,10 @@ def graph_nodes(limit: int = 500_000) -> int:
     return len(seen)
 
 
+def _unpack(t: Any) -> Any:
+    return t
+
+
 class MemoryRecorder:
     """Memory while the script runs (full mode).
 
@@ -149,7 +155,9 @@ class MemoryRecorder:
         import torch
 
         self.backward = backward
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        # called by autograd from inside compiled code too: never a frame dynamo compiles
+        pack = torch.compiler.disable(self._pack) if hasattr(torch, "compiler") else self._pack
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
         self._saved_hooks.__enter__()
 
     def uninstall(self) -> None:
@@ -164,6 +172,8 @@ class MemoryRecorder:
         """Count the bytes autograd saves; return a detached alias (same storage, no copy).
         Returning ``t`` itself would make a saved *output* reference its own ``grad_fn``: a
         cycle that leaks every graph that is never back-propagated (eval with grad on)."""
+        if compiling():  # AOTAutograd's own saved tensors: not the doctor's to count
+            return t
         if not self.log.passive and not self.backward.in_backward:
             key = storage_key(t)
             if key is not None and key not in self._param_keys and key not in self._acts:

@@ -16,7 +16,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
-from pitstop.doctor.patching import Patches, as_method, user_site
+from pitstop.doctor.patching import Patches, as_method, compiling, user_site
 from pitstop.doctor.steps import StepLog
 
 __all__ = ["install_sync_patches", "SyncRecorder", "TENSOR_SYNCS"]
@@ -33,6 +33,8 @@ perf = time.perf_counter
 
 def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, float], None]) -> Callable:
     def wrapper(self, *args: Any, **kwargs: Any):
+        if compiling():  # traced by dynamo: the original op, as if unpatched
+            return original(self, *args, **kwargs)
         t0 = perf()
         try:
             return original(self, *args, **kwargs)
@@ -48,6 +50,8 @@ def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, floa
 
 def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, float], None]) -> Callable:
     def wrapper(*args: Any, **kwargs: Any):
+        if compiling():
+            return original(*args, **kwargs)
         t0 = perf()
         try:
             return original(*args, **kwargs)
@@ -158,6 +162,8 @@ class SyncRecorder:
             self.on_sync(kind, site, seconds)
 
     def _tensor_to(self, t, *args, **kwargs):
+        if compiling():
+            return self._orig_to(t, *args, **kwargs)
         t0 = perf()
         out = self._orig_to(t, *args, **kwargs)
         if not self.log.passive and out is not t and t.device.type == "cpu" and out.device.type == "cuda":
