@@ -62,17 +62,19 @@ def parse_graph_break(text: str, torch_dir: str) -> GraphBreak | None:
     (every frame is torch's or pitstop's)."""
     lines = text.splitlines()
     reason = ""
-    tail = text.split("Graph Break Reason:", 1)[1] if "Graph Break Reason:" in text else text
-    for ln in tail.splitlines():
+    older = re.search(r"Graph break: (.+?) from user code", text)  # torch <= 2.5 wording
+    if older:
+        reason = older.group(1).strip()
+    tail = text.split("Graph Break Reason:", 1)[1] if "Graph Break Reason:" in text else ""
+    for ln in tail.splitlines() if not reason else ():
         s = ln.strip()
         if s.startswith("User code traceback") or s.startswith("File "):
             break
         if s and not s.startswith(_GENERIC):
             reason = s
             break
-    if not reason:  # "Graph break: <reason> from user code at:" (older torch)
-        m = re.search(r"Graph break: (.+?) from user code", text)
-        reason = m.group(1).strip() if m else (lines[0].strip() if lines else "graph break")
+    if not reason:
+        reason = lines[0].strip() if lines else "graph break"
     frames = []
     for i, ln in enumerate(lines):
         m = _FRAME.match(ln)

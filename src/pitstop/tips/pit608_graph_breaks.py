@@ -69,3 +69,80 @@ class GraphBreaks(Tip):
         "PyTorch docs, torch.cond: https://pytorch.org/docs/stable/generated/torch.cond.html",
         "PyTorch docs, torch._dynamo.explain / TORCH_LOGS: https://pytorch.org/docs/stable/torch.compiler_faq.html",
     )
+
+
+# --- doctor face ---
+import re  # noqa: E402
+
+from pitstop.doctor.check import SEVERITIES, Check, ms, pct, severity_for  # noqa: E402
+
+
+def _fix_for(reason: str, source: str | None) -> str:
+    """The fix that fits the cause dynamo gave."""
+    text = f"{reason} {source or ''}"
+    if any(k in text for k in (".item()", "item()", ".tolist()", "tolist", ".numpy()", "numpy")):
+        return ("keep the value on the device (`torch.where(cond, a, b)` instead of a Python `if` on it; "
+                "`torch.cond(pred, true_fn, false_fn, (x,))` for a real branch), or move the read out of "
+                "`forward` into the loop, every N steps")
+    if "print" in text or "logging" in text or "warn" in text:
+        return "move the print/logging of tensors out of `forward` (log from the loop, every N steps)"
+    if "data-dependent" in text.lower() or "jump" in text.lower() or "if " in (source or ""):
+        return ("replace the Python branch on a tensor value by `torch.where` or `torch.cond(pred, true_fn, "
+                "false_fn, (x,))`, or decide it outside the compiled function")
+    return ("move the call dynamo cannot trace out of the compiled `forward`, or wrap it as a custom op "
+            "(`torch.library.custom_op`); `torch.compile(model, fullgraph=True)` shows the first one as an error")
+
+
+def _short(where: str | None) -> str:
+    if not where:
+        return "an unknown line"
+    path, _, line = where.rpartition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{line}"
+
+
+class GraphBreakCheck(Check, tip="PIT608"):
+    """One finding per graph break of the user's code (dynamo's reason, the user's line),
+    ranked by what it measurably costs: the host-device sync at that line when the break reads
+    a value (the doctor times it), otherwise unmeasured (``medium``: fusion stops there)."""
+
+    looks_at = "graph breaks dynamo reported in the user's compiled code"
+    #: most findings listed one by one; the rest are summed up in the last one.
+    most = 5
+
+    def skip_reason(self, obs):
+        if not obs.compiled:
+            return "nothing is torch.compile'd in this run"
+        return super().skip_reason(obs)
+
+    def check(self, obs, th):
+        c = obs.compile
+        if c is None or not c.graph_breaks:
+            return
+        calls = f"each of the {c.calls} calls of the compiled model runs through it" if c.calls else ""
+        if not c.breaks:  # counted (torch._dynamo counters) but not located: the log artifacts were off
+            yield self.finding(
+                th, title=f"{c.graph_breaks} torch.compile graph breaks", severity="medium",
+                evidence=f"dynamo counted {c.graph_breaks} graph breaks ({c.source}); their lines were not reported.",
+                fix='list them with TORCH_LOGS="graph_breaks" python train.py; ' + _fix_for("", None))
+            return
+        steps, step = max(obs.steps_observed, 1), obs.mean_step
+        for b in c.breaks[:self.most]:
+            sync = sum(s.seconds for s in obs.syncs if s.where == b.where) / steps
+            share = sync / step if sync and step else None
+            sev = severity_for(share, th)
+            sev = sev if SEVERITIES.index(sev) < SEVERITIES.index("medium") else "medium"
+            where = f"{_short(b.where)}" + (f" in `{b.function}`" if b.function else "")
+            source = re.sub(r"\s+#.*$", "", b.source or "")
+            evidence = f"dynamo: {b.reason}" + (f" at `{source}`" if source else "") + ". "
+            evidence += "The compiled graph ends there and a new one starts after it, with Python in between"
+            evidence += f"; {calls}" if calls else ""
+            if sync:
+                evidence += f"; the value read there costs {ms(sync)} per step ({pct(share)} of the step)"
+            yield self.finding(th, title=f"torch.compile graph break at {where}", evidence=evidence + ".",
+                               fix=_fix_for(b.reason, b.source), share=share, severity=sev,
+                               where=[b.where] if b.where else [])
+        rest = c.breaks[self.most:]
+        if rest:
+            yield self.finding(th, title=f"{len(rest)} more graph breaks", severity="low",
+                               evidence="; ".join(f"{_short(b.where)}: {b.reason}" for b in rest[:10]),
+                               fix=_fix_for("", None), where=[b.where for b in rest if b.where])
