@@ -159,7 +159,7 @@ def test_an_item_branch_is_pit608_at_its_line():
     d = _doctor("item_branch.py")
     c = d["observations"]["compile"]
     assert c["graph_breaks"] == 1 == _alone("item_branch.py")
-    line = next(n for n, t in enumerate((SCRIPTS / "item_branch.py").read_text().splitlines(), 1) if "# PIT608" in t)
+    line = next(n for n, t in enumerate((SCRIPTS / "item_branch.py").read_text().splitlines(), 1) if t.rstrip().endswith("# PIT608"))
     (f,) = [f for f in d["findings"] if f["code"] == "PIT608"]
     assert f["where"] == [f"{SCRIPTS / 'item_branch.py'}:{line}"] and "item()" in f["evidence"]
 

@@ -146,3 +146,174 @@ class GraphBreakCheck(Check, tip="PIT608"):
             yield self.finding(th, title=f"{len(rest)} more graph breaks", severity="low",
                                evidence="; ".join(f"{_short(b.where)}: {b.reason}" for b in rest[:10]),
                                fix=_fix_for("", None), where=[b.where for b in rest if b.where])
+
+
+# --- lint face ---
+from pitstop.lint.rule import LintRule, cst, nodes  # noqa: E402
+
+_READS = {"item", "tolist", "numpy"}
+#: tensor methods/functions whose result is a tensor value: a Python branch on it is data-dependent
+_VALUE_METHODS = {"any", "all", "sum", "max", "min", "mean", "norm", "abs", "amax", "amin", "isnan", "isinf",
+                  "std", "var", "prod", "count_nonzero", "allclose", "equal", "argmax", "argmin"}
+_VALUE_FUNCS = {f"torch.{m}" for m in _VALUE_METHODS}
+#: shape and metadata reads: static for dynamo (a guard, not a break)
+_STATIC = {"shape", "size", "dim", "ndim", "numel", "dtype", "device", "is_cuda", "requires_grad"}
+
+
+def _walk(node):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+class CompiledReadRule(LintRule, tip="PIT608"):
+    """A value read (``.item()``, ``.tolist()``, ``.numpy()``), a ``print`` of computed values
+    or a Python ``if``/``while`` on a tensor's value inside code this file compiles: the
+    ``forward`` of a module passed to ``torch.compile(...)`` or compiled with ``.compile()``
+    (and of the file's modules it builds in ``__init__``), or a function decorated with or
+    passed to ``torch.compile``. Nothing is reported where the file does not compile that code."""
+
+    message = "graph break in compiled code: keep the value on the device (torch.where / torch.cond) or move it out of forward"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.classes: set[str] = set()
+        self.functions: set[str] = set()
+        self.instances: dict[str, str] = {}     # "model" / "self.encoder" -> class built there
+        self.children: dict[str, set[str]] = {}  # class -> classes its __init__ builds
+        self.compiled: set[tuple[str | None, str]] = set()
+        self.candidates: list[tuple[tuple[str | None, str], object, str]] = []
+
+    # -- what the file defines and compiles -------------------------------------------------
+    def visit_ClassDef(self, node):
+        self.classes.add(node.name.value)
+
+    def visit_FunctionDef(self, node):
+        cls = self.ctx.current_class()
+        owner = cls.name.value if cls is not None and self.ctx.current_function() is None else None
+        if owner is None:
+            self.functions.add(node.name.value)
+        for dec in node.decorators:
+            target = dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator
+            if self.ctx.qualname(target) == "torch.compile":
+                self.compiled.add((owner, node.name.value))
+
+    def _built_class(self, value) -> str | None:
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+            return value.func.value
+        if isinstance(value, cst.Call) and self.ctx.call_name(value) == "torch.compile":
+            args = nodes.positional(value)
+            return self._built_class(args[0].value) if args else None
+        return None
+
+    def visit_Assign(self, node):
+        built = self._built_class(node.value)
+        if built is None:
+            return
+        for t in node.targets:
+            key = nodes.dotted(t.target)
+            if key:
+                self.instances[key] = built
+                cls, fn = self.ctx.current_class(), self.ctx.current_function()
+                if key.startswith("self.") and cls is not None and fn is not None and fn.name.value == "__init__":
+                    self.children.setdefault(cls.name.value, set()).add(built)
+
+    def _target(self, expr) -> tuple[str | None, str] | None:
+        built = self._built_class(expr)
+        if built is not None:
+            return (built, "forward")
+        key = nodes.dotted(expr)
+        if key is None:
+            return None
+        if key.endswith(".forward") and key[:-8] in self.instances:
+            return (self.instances[key[:-8]], "forward")
+        if key in self.instances:
+            return (self.instances[key], "forward")
+        return (None, key)  # a function by name (kept only if the file defines it)
+
+    # -- candidates ----------------------------------------------------------------------------
+    def _where(self) -> tuple[str | None, str] | None:
+        fn = self.ctx.current_function()
+        if fn is None:
+            return None
+        cls = self.ctx.current_class()
+        # a method is the class's; a nested function or a module-level one is a function
+        frames = self.ctx.function_frames()
+        owner = cls.name.value if cls is not None and not any(getattr(f, "kind", None) == "function" for f in frames) else None
+        return (owner, fn.name.value)
+
+    def _candidate(self, node, message: str) -> None:
+        key = self._where()
+        if key is not None:
+            self.candidates.append((key, node, message))
+
+    def visit_Call(self, node):
+        name = self.ctx.call_name(node)
+        if name == "torch.compile":
+            args = nodes.positional(node)
+            target = self._target(args[0].value) if args else None
+            if target is not None:
+                self.compiled.add(target)
+            return
+        method = nodes.method(node)
+        if method == "compile" and not node.args and isinstance(node.func, cst.Attribute):
+            key = nodes.dotted(node.func.value)
+            if key in self.instances:
+                self.compiled.add((self.instances[key], "forward"))
+        if method in _READS and not nodes.method(nodes.receiver(node)) in _READS:
+            self._candidate(node, f".{method}() in compiled code reads a tensor value on the host: a graph break "
+                                  "(and a sync) on every call; keep it on the device (torch.where / torch.cond) or "
+                                  "move the read out of forward")
+        elif isinstance(node.func, cst.Name) and node.func.value == "print" and self._computed(node):
+            self._candidate(node, "print of computed values in compiled code: a graph break on every call; log "
+                                  "from the training loop instead")
+
+    def _computed(self, call) -> bool:
+        for a in call.args:
+            v = a.value
+            if isinstance(v, (cst.SimpleString, cst.ConcatenatedString, cst.Integer, cst.Float)):
+                continue
+            if isinstance(v, cst.FormattedString) and not any(isinstance(p, cst.FormattedStringExpression) for p in v.parts):
+                continue
+            return True
+        return False
+
+    def _branch(self, test) -> None:
+        found = None
+        for n in _walk(test):
+            if isinstance(n, cst.Attribute) and n.attr.value in _STATIC:
+                return
+            if isinstance(n, cst.Call):
+                if nodes.method(n) in _READS:
+                    return  # reported at the read itself
+                if isinstance(n.func, cst.Name) and n.func.value in ("len", "isinstance", "hasattr", "getattr"):
+                    return
+                if nodes.method(n) in _STATIC:
+                    return
+                if found is None and (nodes.method(n) in _VALUE_METHODS or self.ctx.call_name(n) in _VALUE_FUNCS):
+                    found = n
+        if found is not None:
+            self._candidate(test, "Python branch on a tensor's value in compiled code: a graph break on every "
+                                  "call; use torch.where or torch.cond(pred, true_fn, false_fn, operands)")
+
+    def visit_If(self, node):
+        self._branch(node.test)
+
+    def visit_While(self, node):
+        self._branch(node.test)
+
+    def visit_IfExp(self, node):
+        self._branch(node.test)
+
+    # -- decided on the whole file -----------------------------------------------------------------
+    def finish(self):
+        compiled = {c for c in self.compiled if c[0] is not None or c[1] in self.functions}
+        todo = [c for c, fn in compiled if c is not None]
+        while todo:  # the modules a compiled module builds in __init__ run inside its graph
+            for child in self.children.get(todo.pop(), ()):
+                if (child, "forward") not in compiled:
+                    compiled.add((child, "forward"))
+                    todo.append(child)
+        for key, node, message in self.candidates:
+            if key in compiled:
+                self.report(node, message)
