@@ -82,6 +82,8 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
             if not (timed_out and device == "cuda"):  # a hung GPU would hang the read too
                 inst.read_losses()
             result.steps = list(inst.records)
+            if inst.compile_watch.used or inst.compile_watch.compilations:
+                result.compile = inst.compile_watch.record(False, 0)
             result.device = device
             result.trace_path = inst.trace_path
             if device == "cuda" and torch.cuda.is_initialized():

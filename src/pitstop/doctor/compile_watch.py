@@ -44,6 +44,7 @@ _FAILURE = re.compile(r"^\s*-\s*(?:\d+/\d+:\s*)?(?P<guard>.+?)\s*$")
 _LIMIT = re.compile(r"hit config\.(?P<name>\w+) \((?P<value>\d+)\)")
 _LIMIT_FN = re.compile(r"function: '(?P<fn>[^']+)' \((?P<file>.+?):(?P<line>\d+)\)")
 _LIMIT_REASON = re.compile(r"last reason: (?P<reason>.+)")
+_NUMBER = re.compile(r"==\s*-?\d+(?:\.\d+)?(?:e-?\d+)?$")
 _VALUES = re.compile(r"\.?\s*expected [^,]+, actual .+$")
 
 
@@ -146,7 +147,7 @@ class CompileWatch:
     def __init__(self, step_kind: Any = lambda: None) -> None:
         self.step_kind = step_kind
         self.armed = False
-        self.used = False
+        self.used = False  # the script called torch.compile / Module.compile
         self.logs = False  # the graph_breaks/recompiles artifacts are read
         self._breaks: dict[tuple, GraphBreak] = {}
         self._recompiles: dict[tuple, Recompile] = {}
@@ -166,11 +167,13 @@ class CompileWatch:
 
         def compile_(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
+            watch.used = True
             watch.arm()
             return out
 
         def module_compile(module: Any, *args: Any, **kwargs: Any) -> Any:
             out = original_method(module, *args, **kwargs)
+            watch.used = True
             watch.arm()
             return out
 
@@ -180,7 +183,6 @@ class CompileWatch:
             self.arm()
 
     def arm(self) -> None:
-        self.used = True
         if self.armed:
             return
         self.armed = True
@@ -262,7 +264,7 @@ class CompileWatch:
         if parsed is None:
             return
         fn, where, example = parsed
-        guard = _VALUES.sub("", example).strip()
+        guard = _NUMBER.sub("== <value>", _VALUES.sub("", example).strip())
         key = (fn, where, guard)
         old = self._recompiles.get(key)
         self._recompiles[key] = Recompile(function=fn, where=where, guard=guard, example=example,
@@ -275,7 +277,7 @@ class CompileWatch:
 
     # -- the record ------------------------------------------------------------------------------
     def record(self, compiled_models: bool, calls: int) -> CompileRecord:
-        compiled = compiled_models or self.used
+        compiled = compiled_models or self.used or self.compilations > 0
         if not compiled:
             return CompileRecord()
         graphs, counted = None, None

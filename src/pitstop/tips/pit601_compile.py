@@ -160,6 +160,48 @@ class CompileCheck(Check, tip="PIT601"):
 from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 
 
+def _short(where):
+    path, _, line = (where or "?").rpartition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{line}" if path else where or "?"
+
+
+def compile_facts(records):
+    """``(text, veto)`` from the trial runs' compile records (``CompileRecord``): "2 graph breaks
+    (model.py:45 `if h.max().item() > 1:`), recompiled 6 times (tensor 'ids' size mismatch at
+    index 1)"; ``veto`` when a function hit dynamo's recompile limit."""
+    import re
+
+    breaks, recompiles, hits = {}, {}, {}
+    for rec in records:  # each run compiled afresh: the most any run saw
+        for b in rec.breaks:
+            breaks[(b.where, b.reason)] = b
+        per_run = {}
+        for r in rec.recompiles:
+            per_run[r.guard] = per_run.get(r.guard, 0) + r.count
+        for guard, n in per_run.items():
+            recompiles[guard] = max(recompiles.get(guard, 0), n)
+        for h in rec.limit_hits:
+            hits[(h.function, h.where)] = h
+    parts = []
+    if breaks:
+        first = list(breaks.values())[:2]
+        said = ", ".join(f"{_short(b.where)} `{re.sub(r'[ ]+#.*$', '', b.source)}`" if b.source else
+                         f"{_short(b.where)}: {b.reason}" for b in first)
+        parts.append(f"{len(breaks)} graph break{'s' if len(breaks) > 1 else ''} ({said}"
+                     + (", ..." if len(breaks) > 2 else "") + ")")
+    if recompiles:
+        n = sum(recompiles.values())
+        guard = max(recompiles, key=recompiles.get)
+        parts.append(f"recompiled {n} time{'s' if n > 1 else ''} ({guard})")
+    veto = None
+    if hits:
+        h = next(iter(hits.values()))
+        veto = (f"`{h.function}` ({_short(h.where)}) hit dynamo's {h.limit_name} ({h.limit}) during the trial and "
+                "ran eagerly after it: compile is not kept")
+        parts.append(f"hit the {h.limit_name}: eager after it")
+    return ", ".join(parts), veto
+
+
 class CompileKnob(Knob, tip="PIT601"):
     """``torch.compile`` of the top-level model's forward. Expensive to try (compilation
     takes tens of seconds on a small CPU), so it runs last in each round; the one-off compile
@@ -233,6 +275,19 @@ class CompileKnob(Knob, tip="PIT601"):
             return compiled_forward
 
         on_model(lambda model: wrap_forward(model, compiled), order=self.order)
+
+    def explain(self, value, records, trial):
+        """The graph breaks and recompiles dynamo reported in the trial's runs (the same facts
+        as the doctor's PIT608/PIT609), and a veto when a function hit the recompile limit: it
+        ran eagerly for the rest of the trial, so keeping compile would keep nothing."""
+        from pitstop.tune.explanation import Explanation
+
+        if not records:
+            return None
+        text, veto = compile_facts(records)
+        if not text and trial.status in ("slower", "no_gain"):
+            text = "one graph, no recompiles: the compiled step itself is not faster here"
+        return Explanation(text=text, veto=veto) if text or veto else None
 
     def snippet(self, value, ctx):
         arg = "" if value == "default" else f", mode={value!r}"

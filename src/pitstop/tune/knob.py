@@ -184,6 +184,13 @@ class Knob(Face, face="K"):
         """Extra JSON-able arguments :meth:`apply_in_child` needs (e.g. the device type)."""
         return {"device": ctx.device}
 
+    def explain(self, value: Any, records: list[Any], trial: Any) -> Any:
+        """What the trial's runs showed beyond their speed, as a
+        :class:`pitstop.tune.explanation.Explanation` (None: nothing to add). ``records``: the
+        runs' :class:`pitstop.doctor.compile_records.CompileRecord` (runs that compiled
+        anything); ``trial``: the judged :class:`pitstop.tune.result.Trial` (status, speed)."""
+        return None
+
     def snippet(self, value: Any, ctx: Context) -> str:
         """Python lines to paste into the user's training script."""
         return ""
