@@ -75,3 +75,15 @@ def test_tune_names_the_varying_dimension_in_the_compile_verdict():
     t = _tune("new_length.py")
     assert "graph break" not in t["explanation"]
     assert "tensor 'ids' size mismatch at index 1" in t["explanation"]
+
+
+def test_extra_modes_only_where_they_can_pay_and_each_is_a_recipe():
+    from pitstop import Recipe
+    from pitstop.tune.knob import Context
+
+    knob = CompileKnob()
+    assert knob.values(Context(device="cpu")) == ["default"]
+    cuda = knob.values(Context(device="cuda"))
+    assert cuda[0] == "default" and {"reduce-overhead", "max-autotune-no-cudagraphs"} <= set(cuda)
+    for v in cuda:
+        Recipe(**knob.recipe_fields(v, Context(device="cuda")))

@@ -22,14 +22,18 @@ class Compile(Tip):
         "\"static graphs\" heading is dated: compile also handles changing shapes, by recompiling "
         "for them. Seed 004's \"tensor fusion\" example (`FusedLinear`) fuses nothing: it still "
         "runs two matmuls (see PIT606). Graph breaks split the graph and lose fusion: count "
-        "them."
+        "them (PIT608). Until issue 22 the doctor's own forward hooks and saved-tensor hook ran inside "
+        "the compiled region and broke it: a clean compiled MLP showed 3 breaks under the doctor "
+        "and 0 alone; they now return at once while dynamo traces (0, as alone)."
     )
 
     what = """
-        At run time the doctor checks whether the model runs compiled and, when it does, counts
-        graph breaks. `tune` switches compilation on and measures it A/B on your
-        own training; `pitstop bench PIT601` measures compile time and compiled-vs-eager speed on
-        this machine.
+        At run time the doctor checks whether the model runs compiled; what compile then does to
+        it is PIT608 (graph breaks, with dynamo's reason and your line) and PIT609 (recompiles,
+        the recompile limit, compile time inside the measured steps). `tune` switches
+        compilation on and measures it A/B on your own training, and its verdict says why a
+        compiled run was slower (the same breaks and recompiles); `pitstop bench PIT601`
+        measures compile time and compiled-vs-eager speed on this machine.
     """
     why = """
         In eager mode every op is a separate kernel that reads its inputs from memory and writes
@@ -237,8 +241,16 @@ class CompileKnob(Knob, tip="PIT601"):
                 return Applicability(False, "torch.compile's CPU backend (inductor) needs a C++ compiler; none on PATH")
         return Applicability(True)
 
+    #: modes tried beyond the default, where they can pay: on CUDA, CUDA graphs remove the
+    #: per-kernel launch cost (``reduce-overhead``) and Inductor's autotuner picks among kernel
+    #: candidates (``max-autotune-no-cudagraphs``). On a CPU only the default mode is tried:
+    #: CPU autotuning benchmarks GEMM templates at compile time, minutes on a small machine,
+    #: and there are no launches for CUDA graphs to save. Each mode is its own trial, with its
+    #: compile time reported beside its speed.
+    cuda_modes = ("max-autotune-no-cudagraphs", "reduce-overhead")
+
     def values(self, ctx):
-        return ["default"]
+        return ["default", *self.cuda_modes] if ctx.on_cuda else ["default"]
 
     def label(self, value):
         return "torch.compile" if value == "default" else f"torch.compile(mode={value!r})"

@@ -17,14 +17,22 @@ class GraphBreaks(Tip):
         "and starts another, with the code between them run eagerly by Python; fusion cannot "
         "cross it, and a break that reads a tensor value (`.item()`) also makes the host wait "
         "for the device. `TORCH_LOGS=graph_breaks` prints each break with its reason and line; "
-        "`torch.compile(model, fullgraph=True)` turns the first one into an error."
+        "`torch.compile(model, fullgraph=True)` turns the first one into an error. Measured here "
+        "(torch 2.13 CPU, 2 shared cores): a `.item()`-driven `if` in `forward` "
+        "(tests/fixtures/compile/item_branch.py) is 1 break, at that line, and dynamo also "
+        "recompiles the code after it once for the Python float the read returned; `pitstop tune` "
+        "measured that compiled step 0.11x of eager (interval 0.03-0.49x, 3 pairs, machine load ~10), "
+        "with 71 s of cold Inductor compile (10 s from its cache)."
     )
 
     what = """
         Finds the places where TorchDynamo stops tracing a compiled function or module and falls
         back to Python: a `.item()`, `.tolist()` or `.numpy()` in `forward`, a `print` of a
-        tensor, a Python `if` on a tensor's value, or a call dynamo does not support. Each break
-        is reported with dynamo's reason and the user's `file:line`.
+        tensor, a Python `if` on a tensor's value, or a call dynamo does not support. The
+        doctor reports each break the user's code causes with dynamo's reason and the user's
+        `file:line` (its own instrumentation stays out of the compiled graphs, see
+        `docs/compile.md`); lint flags the same reads inside code the file compiles, and `tune`
+        names the breaks when a compiled trial comes out slower.
     """
     why = """
         `torch.compile` fuses the ops of one graph. At a break dynamo compiles what it has traced

@@ -17,14 +17,20 @@ class Recompiles(Tip):
         "sequence length that changes every step under `dynamic=False` recompiles every step; "
         "once the recompile limit (`torch._dynamo.config.recompile_limit`, 8 by default) is "
         "reached, dynamo stops compiling that function and it runs eagerly for the rest of the "
-        "process, with only a warning. Compile time then buys nothing."
+        "process, with only a warning. Compile time then buys nothing. Measured here (torch 2.13 "
+        "CPU, 2 shared cores, `aot_eager` backend, tests/fixtures/compile/new_length.py): 8 "
+        "recompiles on \"tensor 'ids' size mismatch at index 1\", then the limit; compiling took "
+        "5.3 s of the 8.7 s of observed steps (61%). Compiled by `pitstop tune` (default "
+        "`dynamic=None`) the same model recompiled once and then ran with a symbolic length."
     )
 
     what = """
         Records each recompilation of a compiled function or module while the training runs:
         the guard that failed (e.g. "tensor 'x' size mismatch at index 1"), the function, how
         often, and whether the recompile limit was hit, after which the function runs eagerly.
-        Compile time spent in the observed steps is counted against the step time it saved.
+        Compile time spent in the observed steps is counted against them, as the finding's
+        share of the step time. `tune` never keeps compile when a trial hit the limit, and its
+        verdict names the failing guard.
     """
     why = """
         Every recompilation runs dynamo and Inductor again: seconds to minutes on the critical
