@@ -87,3 +87,26 @@ def test_extra_modes_only_where_they_can_pay_and_each_is_a_recipe():
     assert cuda[0] == "default" and {"reduce-overhead", "max-autotune-no-cudagraphs"} <= set(cuda)
     for v in cuda:
         Recipe(**knob.recipe_fields(v, Context(device="cuda")))
+
+
+def test_the_dynamic_knob_applies_only_to_static_compiles_that_recompiled():
+    from pitstop.tips.pit609_recompiles import DynamicShapesKnob
+    from pitstop.tune.knob import Context
+
+    knob = DynamicShapesKnob()
+    assert knob.applies(Context(compiled=True, static_shapes=True, recompiles=4))
+    assert knob.applies(Context(compiled=True, static_shapes=True, recompiles=1, recompile_limit_hit=True))
+    assert "does not compile" in knob.applies(Context(compiled=False)).reason
+    assert "dynamic=False" in knob.applies(Context(compiled=True, static_shapes=False, recompiles=9)).reason
+    assert not knob.applies(Context(compiled=True, static_shapes=True, recompiles=1))
+
+
+@pytest.mark.slow
+def test_tune_tries_dynamic_shapes_on_a_static_compile_that_recompiles():
+    out = run_cli("tune", "--only", "PIT609", "--steps", "4", "--warmup", "2", "--max-pairs", "3", "--format", "json",
+                  str(SCRIPTS / "new_length.py"), "--", "--backend", "aot_eager", timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (t,) = [t for t in json.loads(out.stdout)["trials"] if t["knobs"][0]["code"] == "PIT609"]
+    assert t["status"] != "not_applicable", t["reason"]
+    # with dynamic=None the length becomes symbolic after one recompile: no limit hit, no veto
+    assert t["explanation"] == "recompiled 1 time (tensor 'ids' size mismatch at index 1)"

@@ -78,6 +78,8 @@ class CompileRecord:
     #: forwards of compiled models the doctor saw at their boundary (each runs through the breaks
     #: on its code path).
     calls: int = 0
+    #: a compile call of the script passed ``dynamic=False`` (sizes never become symbolic).
+    static: bool = False
     #: how the events were collected ("torch._logging artifacts ...", "dynamo counters only").
     source: str = ""
 

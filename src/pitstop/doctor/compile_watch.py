@@ -148,6 +148,7 @@ class CompileWatch:
         self.step_kind = step_kind
         self.armed = False
         self.used = False  # the script called torch.compile / Module.compile
+        self.static = False  # ... with dynamic=False
         self.logs = False  # the graph_breaks/recompiles artifacts are read
         self._breaks: dict[tuple, GraphBreak] = {}
         self._recompiles: dict[tuple, Recompile] = {}
@@ -167,12 +168,14 @@ class CompileWatch:
 
         def compile_(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
+            watch.static = watch.static or kwargs.get("dynamic") is False
             watch.used = True
             watch.arm()
             return out
 
         def module_compile(module: Any, *args: Any, **kwargs: Any) -> Any:
             out = original_method(module, *args, **kwargs)
+            watch.static = watch.static or kwargs.get("dynamic") is False
             watch.used = True
             watch.arm()
             return out
@@ -296,4 +299,4 @@ class CompileWatch:
             compiled=True, graph_breaks=len(breaks) if self.logs else counted, breaks=breaks,
             recompiles=sorted(self._recompiles.values(), key=lambda r: -r.count), limit_hits=list(self._limits),
             compilations=self.compilations, compile_s=self.compile_s, compile_s_observed=self.compile_s_observed,
-            graphs=graphs, calls=calls, source=how)
+            graphs=graphs, calls=calls, static=self.static, source=how)

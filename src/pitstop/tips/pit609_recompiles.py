@@ -148,3 +148,77 @@ class RecompileCheck(Check, tip="PIT609"):
                          f"backend again." + in_window,
                 fix=recompile_fix(r.guard), share=share, severity=None if share else "medium",
                 where=[r.where] if r.where else [])
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class DynamicShapesKnob(Knob, tip="PIT609"):
+    """For a script that compiles with ``dynamic=False`` and recompiled in the survey: the
+    same compile with ``dynamic=None`` (torch's default), where a size that changed once is
+    compiled symbolically instead of once per value. Script mode patches ``torch.compile`` and
+    ``nn.Module.compile`` in the child to drop ``dynamic=False``; the Recipe's ``compile`` mode
+    compiles with ``dynamic=None`` already."""
+
+    name = "dynamic"
+    title = "torch.compile with dynamic=None"
+    order = 91
+    expensive = True
+    #: recompilations in the survey before it is worth a trial (one per distinct shape is normal)
+    at_least = 2
+
+    def applies(self, ctx):
+        if not ctx.compiled:
+            return Applicability(False, "the script does not compile its model (PIT601 tries compiling it)")
+        if not ctx.static_shapes:
+            return Applicability(False, "the script's torch.compile does not pass dynamic=False: changing sizes "
+                                        "already become symbolic after one recompile")
+        if ctx.recompiles < self.at_least and not ctx.recompile_limit_hit:
+            return Applicability(False, f"{ctx.recompiles} recompiles in the survey: nothing to save")
+        return Applicability(True)
+
+    def values(self, ctx):
+        return ["dynamic=None"]
+
+    def label(self, value):
+        return "torch.compile(dynamic=None)"
+
+    def phases(self, value, ctx):
+        return ("forward", "backward", "eval")
+
+    def recipe_fields(self, value, ctx):
+        return {"compile": "default"}  # the engine's torch.compile uses dynamic=None
+
+    def apply_in_child(self, value, **options):
+        import torch
+
+        compile_, module_compile = torch.compile, torch.nn.Module.compile
+
+        def dynamic_compile(*args, **kwargs):
+            if kwargs.get("dynamic") is False:
+                kwargs["dynamic"] = None
+            return compile_(*args, **kwargs)
+
+        def dynamic_module_compile(module, *args, **kwargs):
+            if kwargs.get("dynamic") is False:
+                kwargs["dynamic"] = None
+            return module_compile(module, *args, **kwargs)
+
+        torch.compile = dynamic_compile
+        torch.nn.Module.compile = dynamic_module_compile
+
+    def explain(self, value, records, trial):
+        from pitstop.tips.pit601_compile import compile_facts
+        from pitstop.tune.explanation import Explanation
+
+        if not records:
+            return None
+        text, veto = compile_facts(records)
+        return Explanation(text=text or "no recompiles left", veto=veto)
+
+    def snippet(self, value, ctx):
+        return """
+            model = torch.compile(model)   # dynamic=None (the default): a size that changes becomes symbolic
+            # or keep dynamic=False and mark the varying dimension: torch._dynamo.mark_dynamic(ids, 1)
+        """

@@ -47,6 +47,9 @@ class Context:
     input_dims: int | None = None            # dims of the model's first input (4 = images)
     autocast: str | None = None              # autocast dtype already active in training forwards
     compiled: bool = False                   # the script compiles the model itself
+    recompiles: int = 0                      # recompilations dynamo reported in the survey
+    recompile_limit_hit: bool = False        # ... and a function hit the recompile limit (runs eagerly)
+    static_shapes: bool = False              # the script compiles with dynamic=False
     optimizer: str | None = None             # class name of the (first) optimizer
     optimizer_mode: str | None = None        # "fused" | "foreach" | "for-loop"
     fused_available: bool = False            # the optimizer class accepts fused=True
