@@ -100,8 +100,21 @@ CASES = {
         observations(optimizers=[optimizer()]),
     ),
     "CompileCheck": (
-        observations(compile={"compiled": True, "graph_breaks": 3}),
+        observations(compile={"compiled": True, "graph_breaks": 0, "compile_s": 3.0, "compile_s_observed": 0.5}),
+        observations(compile={"compiled": True, "graph_breaks": 0, "compile_s": 3.0}),
+    ),
+    "GraphBreakCheck": (
+        observations(compile={"compiled": True, "graph_breaks": 1, "breaks": [
+            {"reason": "Unsupported Tensor.item() call", "where": "train.py:22", "function": "forward"}]}),
         observations(compile={"compiled": True, "graph_breaks": 0}),
+    ),
+    "RecompileCheck": (
+        observations(compile={"compiled": True, "graph_breaks": 0, "recompiles": [
+            {"function": "forward", "where": "lm.py:21", "guard": "tensor 'ids' size mismatch at index 1",
+             "example": "tensor 'ids' size mismatch at index 1. expected 8, actual 9", "count": 8}],
+            "limit_hits": [{"function": "forward", "where": "lm.py:21", "limit": 8}]}),
+        observations(compile={"compiled": True, "graph_breaks": 0, "recompiles": [
+            {"function": "forward", "where": "lm.py:21", "guard": "g", "example": "g", "count": 1}]}),
     ),
     "CudnnBenchmarkCheck": (
         observations(device="cuda", kernels={"conv": {"float32": 4}, "conv_input_shapes": {"32x3x32x32": 5}}),

@@ -144,8 +144,8 @@ class _Capture(logging.Filter):
 class CompileWatch:
     """See the module docstring. ``step_kind`` returns the doctor's current step kind."""
 
-    def __init__(self, step_kind: Any = lambda: None) -> None:
-        self.step_kind = step_kind
+    def __init__(self, step_kind: Any = lambda: None, on_arm: Any = None) -> None:
+        self.step_kind, self.on_arm = step_kind, on_arm
         self.armed = False
         self.used = False  # the script called torch.compile / Module.compile
         self.static = False  # ... with dynamic=False
@@ -191,6 +191,8 @@ class CompileWatch:
         self.armed = True
         import torch
 
+        if self.on_arm is not None:
+            self.on_arm()
         self._torch_dir = _torch_dir()
         user_logs = bool(os.environ.get("TORCH_LOGS"))
         if not user_logs:

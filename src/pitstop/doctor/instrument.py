@@ -74,7 +74,7 @@ class Instrumentation:
                                      sampler=self.sampler, cuda=cuda)
         self.data = LoaderObserver(self.log)
         self.sync = SyncRecorder(self.log, self.data, self.bounds)
-        self.compile_watch = CompileWatch(self.log.kind)
+        self.compile_watch = CompileWatch(self.log.kind, on_arm=self.memory.compiled_code if self.full else None)
 
     def _count(self, mid: int, kind: str, where: str) -> None:
         self.forward.count(mid, kind, where)

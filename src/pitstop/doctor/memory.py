@@ -149,16 +149,29 @@ class MemoryRecorder:
         self._acts: dict[tuple[int, int], int] = {}
         self._param_keys: set[tuple[int, int]] = set()
         self._saved_hooks: Any = None
+        self._compiled = False  # the script compiles: the pack hook is kept out of dynamo
         self.backward: Any = None
 
     def install(self, backward: Any) -> None:
         import torch
 
         self.backward = backward
-        # called by autograd from inside compiled code too: never a frame dynamo compiles
-        pack = torch.compiler.disable(self._pack) if hasattr(torch, "compiler") else self._pack
+        pack = torch.compiler.disable(self._pack) if self._compiled else self._pack
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
         self._saved_hooks.__enter__()
+
+    def compiled_code(self) -> None:
+        """The script compiles: autograd also calls the pack hook from compiled code, where
+        dynamo would compile it as a frame of its own; from now on it is wrapped in
+        ``torch.compiler.disable`` (about 3 us more per saved tensor, so only then)."""
+        import torch
+
+        if self._compiled or not hasattr(torch, "compiler"):
+            return
+        self._compiled = True
+        if self._saved_hooks is not None:
+            self.uninstall()
+            self.install(self.backward)
 
     def uninstall(self) -> None:
         if self._saved_hooks is not None:

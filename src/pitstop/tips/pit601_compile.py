@@ -144,11 +144,13 @@ from pitstop.doctor.check import Check  # noqa: E402
 
 
 class CompileCheck(Check, tip="PIT601"):
-    """Whether the model runs compiled. What compile does to it is measured and reported by
-    PIT608 (graph breaks) and PIT609 (recompiles, compile time); this check only says why the
-    doctor does not try compiling an eager model."""
+    """What compile does to a compiled model is PIT608 (graph breaks) and PIT609 (recompiles);
+    this check reports compilation *inside the observed steps* that is not a recompile (the
+    first compile of a graph, a lazily compiled backward, the eval-mode graph): those steps
+    then time the compiler, not the training. For an eager model it only says why the doctor
+    does not try compiling."""
 
-    looks_at = "whether the trained model is torch.compile'd (its breaks and recompiles: PIT608, PIT609)"
+    looks_at = "whether the trained model is torch.compile'd and compiles inside the observed steps"
 
     def skip_reason(self, obs):
         if not (obs.compile and obs.compile.compiled):
@@ -157,7 +159,18 @@ class CompileCheck(Check, tip="PIT601"):
         return super().skip_reason(obs)
 
     def check(self, obs, th):
-        return iter(())
+        c = obs.compile
+        window = obs.mean_step * obs.steps_observed
+        if not (c.compile_s_observed and window) or c.recompiles:  # recompiles: PIT609 reports that time
+            return
+        share = c.compile_s_observed / window
+        yield self.finding(
+            th, title="torch.compile compiled inside the observed steps",
+            evidence=f"{c.compile_s_observed:.1f} s of the {window:.1f} s of observed steps were compiling "
+                     f"({c.compile_s:.1f} s over the run, {c.compilations} compilations): the step times include it.",
+            fix="measure after compilation (pitstop doctor --warmup N); in the script, run a step of each kind "
+                "(training and evaluation) before timing anything",
+            share=share)
 
 
 # --- knob face ---
