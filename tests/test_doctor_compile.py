@@ -174,3 +174,17 @@ def test_a_new_length_every_step_is_pit609_with_the_failing_guard_and_the_limit(
     (f,) = [f for f in d["findings"] if f["code"] == "PIT609"]
     assert f["severity"] == "high" and "mark_dynamic(ids, 1)" in f["fix"]
     assert "PIT608" not in _compile_codes(d)
+
+
+@pytest.mark.slow
+def test_the_compile_probe_times_the_compiled_model_against_eager_without_recompiling():
+    out = run_cli("doctor", "--format", "json", "--steps", "3", "--warmup", "1", str(SCRIPTS / "clean_mlp.py"), "--",
+                  "--backend", "aot_eager", timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    d = json.loads(out.stdout)
+    p = d["observations"]["probes"]["compile"]
+    assert "skipped" not in p and "error" not in p, p
+    assert set(p["seconds"]) == {"eager", "compiled"} and all(s > 0 for s in p["seconds"].values())
+    assert d["observations"]["compile"]["recompiles"] == []
+    # whichever is faster here (never assumed), PIT608/PIT609 have nothing to say
+    assert _compile_codes(d) <= {"PIT601"}

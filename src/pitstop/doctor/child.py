@@ -75,7 +75,7 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
 
         result = RunResult(spec=spec, status=status, message=message, exit_code=exit_code, traceback=tb)
         if inst is not None:
-            inst.uninstall()
+            inst.uninstall(keep_forward_hooks=inst.full and inst.compile_watch.used)  # compiled graphs guard on them
             import torch
 
             device = device_of(inst)
@@ -105,6 +105,7 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
                     result.observations = observations(inst, probes=False)
                 except Exception:
                     pass
+            inst.release()
         result.elapsed = time.perf_counter() - started
         result.write(result_path)
         _written = True

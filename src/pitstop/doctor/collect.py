@@ -332,6 +332,6 @@ def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> di
     args = inst.last_train_args.get(id(model)) if model is not None else None
     kwargs = inst.last_train_kwargs.get(id(model)) if model is not None else None
     dim = inst.train_layout.get(id(model), 0) if model is not None else 0
-    model = frameworks.unwrap(model)  # probe the user's module, not Fabric's/DDP's wrapper
+    wrapped, model = model, frameworks.unwrap(model)  # probe the user's module, not Fabric's/DDP's wrapper
     return run_probes(o, model=model, args=args, kwargs=kwargs, batch_dim=dim, compiled=bool(info.get("compiled")),
-                      optimizers=list(inst.optimizers.values()), budget_s=budget)
+                      optimizers=list(inst.optimizers.values()), budget_s=budget, wrapped=wrapped)

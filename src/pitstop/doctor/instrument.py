@@ -120,7 +120,10 @@ class Instrumentation:
         self.log.start()
         return self
 
-    def uninstall(self) -> None:
+    def uninstall(self, *, keep_forward_hooks: bool = False) -> None:
+        """Remove every hook and patch. ``keep_forward_hooks``: leave the global forward hooks
+        (inert: the log is paused) until :meth:`release`: a compiled model's guards include
+        them, and the probes time it without recompiling."""
         self.log.pause()
         if self.sampler is not None:
             self.sampler.stop()
@@ -128,9 +131,14 @@ class Instrumentation:
         self.memory.uninstall()
         self.sync.uninstall()
         self.bounds.uninstall()
-        self.forward.uninstall()
+        if not keep_forward_hooks:
+            self.forward.uninstall()
         self.compile_watch.uninstall()
         self.patches.restore()
+
+    def release(self) -> None:
+        """Remove the forward hooks :meth:`uninstall` kept."""
+        self.forward.uninstall()
 
     # -- routing the end of a step -----------------------------------------------------------
     def _end_step(self) -> None:

@@ -79,6 +79,13 @@ def compile_lines(obs: Observations) -> list[str]:
         out.append(f"  recompiled {r.function} ({_short(r.where)}) {r.count}x: {r.guard}")
     for h in c.limit_hits:
         out.append(f"  {h.function} ({_short(h.where)}) hit {h.limit_name}={h.limit}: runs eagerly after it")
+    p = obs.probes.get("compile")
+    if p is not None and p.seconds:
+        line = (f"  compiled vs eager forward+backward: {1e3 * p.seconds.get('compiled', 0):.2f} ms vs "
+                f"{1e3 * p.seconds.get('eager', 0):.2f} ms ({p.speedup:.2f}x)")
+        even = p.extra.get("break_even_steps")
+        out.append(line + (f"; the compile time pays off after {even:,} steps" if even else
+                           "; the compile time is not paid back at this speed"))
     out.append(f"  (from {c.source})")
     return out
 

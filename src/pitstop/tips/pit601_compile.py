@@ -160,6 +160,18 @@ class CompileCheck(Check, tip="PIT601"):
 
     def check(self, obs, th):
         c = obs.compile
+        p = obs.probes.get("compile")
+        if p is not None and p.interval is not None and p.interval[1] < 1 / th.probe_speedup and p.seconds:
+            eager, compiled = p.seconds.get("eager", 0.0), p.seconds.get("compiled", 0.0)
+            share = min(1.0, (compiled - eager) / obs.mean_step) if obs.mean_step else None
+            yield self.finding(
+                th, title="the compiled model is slower than eager",
+                evidence=f"forward+backward on the last batch: compiled {compiled * 1e3:.2f} ms, eager "
+                         f"{eager * 1e3:.2f} ms ({p.speedup:.2f}x, interval {p.interval[0]:.2f}-{p.interval[1]:.2f}x, "
+                         f"{p.runs} rounds); compiling took {c.compile_s:.1f} s over the run.",
+                fix="remove torch.compile for this model, or first remove its graph breaks and recompiles "
+                    "(PIT608, PIT609) and measure again with pitstop tune",
+                share=share)
         window = obs.mean_step * obs.steps_observed
         if not (c.compile_s_observed and window) or c.recompiles:  # recompiles: PIT609 reports that time
             return
@@ -171,6 +183,43 @@ class CompileCheck(Check, tip="PIT601"):
             fix="measure after compilation (pitstop doctor --warmup N); in the script, run a step of each kind "
                 "(training and evaluation) before timing anything",
             share=share)
+
+
+# --- doctor probe face ---
+from pitstop.doctor.probe import Probe, ProbeSkip  # noqa: E402
+
+
+class CompiledVsEagerProbe(Probe, tip="PIT601"):
+    """The compiled model against the same module run eagerly, forward + backward on the last
+    training batch, on the live model (no copies, no new compile: a call that would recompile
+    makes the probe skip). With the compile time the doctor saw, the steps after which
+    compiling pays off (``break_even_steps``, forward+backward time only)."""
+
+    name = "compile"
+
+    def skip_reason(self, obs):
+        if not obs.compiled:
+            return "the model is not compiled"
+        return None
+
+    def run(self, ctx):
+        compiled, eager = ctx.compiled_pair()
+        batch = ctx.batch(whole=True)
+        try:
+            with ctx.no_recompile():
+                result = ctx.compare(what=ctx.describe(eager, batch), baseline="eager", keep_threads=True,
+                                     variants={"eager": ctx.fwd_bwd(eager, batch),
+                                               "compiled": ctx.fwd_bwd(compiled, batch)})
+        except ProbeSkip:
+            raise
+        except Exception as exc:  # torch raises its own error type when a call would recompile
+            raise ProbeSkip(f"timing the compiled model would recompile it ({type(exc).__name__})") from exc
+        secs = result.seconds or {}
+        saved = secs.get("eager", 0.0) - secs.get("compiled", 0.0)
+        c = ctx.obs.compile
+        if saved > 0 and c is not None and c.compile_s:
+            result.extra["break_even_steps"] = int(c.compile_s / saved) + 1
+        yield self.name, result
 
 
 # --- knob face ---
