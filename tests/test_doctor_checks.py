@@ -271,7 +271,9 @@ def test_distributed_sampler_is_quiet_on_one_process():
 
 def test_probe_skip_reasons():
     p = {c.tip: c() for c in PROBES.values()}
-    assert set(p) == {"PIT104", "PIT301", "PIT501"}, "a new probe: add its skip cases here"
+    assert set(p) == {"PIT104", "PIT301", "PIT501", "PIT601"}, "a new probe: add its skip cases here"
+    assert "not compiled" in p["PIT601"].skip_reason(observations(models=[model()]))
+    assert p["PIT601"].skip_reason(observations(compile={"compiled": True})) is None
     assert p["PIT104"].skip_reason(observations(models=[model(conv2d=2)])) is None
     assert "Conv2d" in p["PIT104"].skip_reason(observations(models=[model()]))
     assert "channels_last" in p["PIT104"].skip_reason(observations(models=[model(conv2d=2)],

@@ -30,7 +30,10 @@ class Compile(Tip):
     what = """
         At run time the doctor checks whether the model runs compiled; what compile then does to
         it is PIT608 (graph breaks, with dynamo's reason and your line) and PIT609 (recompiles,
-        the recompile limit, compile time inside the measured steps). `tune` switches
+        the recompile limit, compile time inside the measured steps); a probe times the
+        compiled model against the same module run eagerly (forward + backward on the last
+        batch, without recompiling) and gives the steps after which the compile time pays off,
+        and PIT601 reports a compiled model that is decidedly slower than eager. `tune` switches
         compilation on and measures it A/B on your own training, and its verdict says why a
         compiled run was slower (the same breaks and recompiles); `pitstop bench PIT601`
         measures compile time and compiled-vs-eager speed on this machine.

@@ -21,7 +21,9 @@ class Recompiles(Tip):
         "CPU, 2 shared cores, `aot_eager` backend, tests/fixtures/compile/new_length.py): 8 "
         "recompiles on \"tensor 'ids' size mismatch at index 1\", then the limit; compiling took "
         "5.3 s of the 8.7 s of observed steps (61%). Compiled by `pitstop tune` (default "
-        "`dynamic=None`) the same model recompiled once and then ran with a symbolic length."
+        "`dynamic=None`) the same model recompiled once and then ran with a symbolic length; "
+        "`pitstop tune --only PIT609` on the `dynamic=False` script kept `dynamic=None` at 127x "
+        "(4 steps after 2 warm-up, every baseline step recompiling; break-even after 10 steps)."
     )
 
     what = """
