@@ -122,8 +122,9 @@ def test_pit609_limit_hit_is_high_with_the_guard_and_the_fix():
 
 
 # -- real runs ---------------------------------------------------------------------------------------------
-def _doctor(script: str, *script_args: str, steps: int = 3) -> dict:
-    out = run_cli("doctor", "--no-probes", "--format", "json", "--steps", str(steps), "--warmup", "1",
+def _doctor(script: str, *script_args: str, steps: int = 3, html: str | None = None) -> dict:
+    extra = ["--html", html] if html else []
+    out = run_cli("doctor", "--no-probes", "--format", "json", "--steps", str(steps), "--warmup", "1", *extra,
                   str(SCRIPTS / script), "--", "--backend", "aot_eager", *script_args, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
@@ -165,8 +166,10 @@ def test_an_item_branch_is_pit608_at_its_line():
 
 
 @pytest.mark.slow
-def test_a_new_length_every_step_is_pit609_with_the_failing_guard_and_the_limit():
-    d = _doctor("new_length.py", steps=9)
+def test_a_new_length_every_step_is_pit609_with_the_failing_guard_and_the_limit(tmp_path):
+    d = _doctor("new_length.py", steps=9, html=str(tmp_path / "report.html"))
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "<h2>torch.compile</h2>" in page and "hit recompile_limit=8" in page
     c = d["observations"]["compile"]
     assert c["limit_hits"] and c["limit_hits"][0]["function"] == "forward"
     (r,) = c["recompiles"]
