@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from pitstop.doctor.patching import compiling
+from pitstop.doctor.patching import compiling_check
 
 __all__ = [
     "storage_key", "unique_bytes", "param_bytes", "grad_bytes", "state_bytes", "rss_bytes",
@@ -150,6 +150,7 @@ class MemoryRecorder:
         self._param_keys: set[tuple[int, int]] = set()
         self._saved_hooks: Any = None
         self._compiled = False  # the script compiles: the pack hook is kept out of dynamo
+        self._compiling = compiling_check()
         self.backward: Any = None
 
     def install(self, backward: Any) -> None:
@@ -185,7 +186,7 @@ class MemoryRecorder:
         """Count the bytes autograd saves; return a detached alias (same storage, no copy).
         Returning ``t`` itself would make a saved *output* reference its own ``grad_fn``: a
         cycle that leaks every graph that is never back-propagated (eval with grad on)."""
-        if compiling():  # AOTAutograd's own saved tensors: not the doctor's to count
+        if self._compiling():  # AOTAutograd's own saved tensors: not the doctor's to count
             return t
         if not self.log.passive and not self.backward.in_backward:
             key = storage_key(t)

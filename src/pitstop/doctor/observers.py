@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from pitstop.doctor.batch import Layout, first_tensor, primary_input, seq_layout
-from pitstop.doctor.patching import compiling, user_site
+from pitstop.doctor.patching import compiling_check, user_site
 
 if TYPE_CHECKING:
     from pitstop.doctor.boundaries import StepBoundaries
@@ -72,6 +72,7 @@ class ModelObserver:
         self._layout_probe: tuple[int, torch.Tensor] | None = None
         self._handles: list[Any] = []
         self._warning: Any = None
+        self._compiling = compiling_check()
 
     def install(self, patches: Any = None) -> None:
         from torch.nn.modules import module as module_mod
@@ -93,7 +94,7 @@ class ModelObserver:
 
     def _compile(self, original, module, args, kwargs) -> Any:
         """``model.compile()`` puts the module's hooks inside the compiled region, where they do
-        nothing (:func:`compiling`): observe its calls at the boundary instead."""
+        nothing (:func:`~pitstop.doctor.patching.compiling_check`): observe its calls at the boundary instead."""
         out = original(module, *args, **kwargs)
         inner = getattr(module, "_compiled_call_impl", None)
         if inner is not None:
@@ -110,7 +111,7 @@ class ModelObserver:
 
     # -- forward ----------------------------------------------------------------------
     def _fwd_pre(self, module, args, kwargs: dict | None = None) -> None:
-        if compiling():  # inside a compiled region: observed at its boundary only
+        if self._compiling():  # inside a compiled region: observed at its boundary only
             return
         log = self.log
         if log.passive:
@@ -140,7 +141,7 @@ class ModelObserver:
             flow.pre(module, args)
 
     def _fwd_post(self, module, args, output) -> None:
-        if compiling():
+        if self._compiling():
             return
         log = self.log
         if log.passive:
