@@ -285,3 +285,11 @@ def test_probe_skip_reasons():
     assert "model" in p["PIT301"].skip_reason(observations())
     assert p["PIT501"].skip_reason(observations(optimizers=[optimizer()])) is None
     assert "optimizer" in p["PIT501"].skip_reason(observations())
+
+
+def test_graph_growth_while_torch_compile_builds_graphs_is_not_pit202():
+    growing = {"nodes": [10, 40, 70], "steps": [0, 2, 4], "live_losses": 0, "losses_tracked": 5}
+    compiling = {"compiled": True, "compile_s": 3.0, "compile_s_observed": 1.0}
+    assert findings_of(CHECKS["RetainedGraphCheck"], observations(graph=growing, compile=compiling)) == []
+    kept = {**growing, "live_losses": 4}  # the script's own losses kept: still reported
+    assert findings_of(CHECKS["RetainedGraphCheck"], observations(graph=kept, compile=compiling))
