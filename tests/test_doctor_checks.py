@@ -118,8 +118,21 @@ CASES = {
         observations(optimizers=[optimizer()]),
     ),
     "CompileCheck": (
-        observations(compile={"compiled": True, "graph_breaks": 3}),
+        observations(compile={"compiled": True, "graph_breaks": 0, "compile_s": 3.0, "compile_s_observed": 0.5}),
+        observations(compile={"compiled": True, "graph_breaks": 0, "compile_s": 3.0}),
+    ),
+    "GraphBreakCheck": (
+        observations(compile={"compiled": True, "graph_breaks": 1, "breaks": [
+            {"reason": "Unsupported Tensor.item() call", "where": "train.py:22", "function": "forward"}]}),
         observations(compile={"compiled": True, "graph_breaks": 0}),
+    ),
+    "RecompileCheck": (
+        observations(compile={"compiled": True, "graph_breaks": 0, "recompiles": [
+            {"function": "forward", "where": "lm.py:21", "guard": "tensor 'ids' size mismatch at index 1",
+             "example": "tensor 'ids' size mismatch at index 1. expected 8, actual 9", "count": 8}],
+            "limit_hits": [{"function": "forward", "where": "lm.py:21", "limit": 8}]}),
+        observations(compile={"compiled": True, "graph_breaks": 0, "recompiles": [
+            {"function": "forward", "where": "lm.py:21", "guard": "g", "example": "g", "count": 1}]}),
     ),
     "CudnnBenchmarkCheck": (
         observations(device="cuda", kernels={"conv": {"float32": 4}, "conv_input_shapes": {"32x3x32x32": 5}}),
@@ -316,7 +329,9 @@ def test_no_sync_finding_gives_the_measured_rounds_and_saving():
 
 def test_probe_skip_reasons():
     p = {c.tip: c() for c in PROBES.values()}
-    assert set(p) == {"PIT104", "PIT301", "PIT501"}, "a new probe: add its skip cases here"
+    assert set(p) == {"PIT104", "PIT301", "PIT501", "PIT601"}, "a new probe: add its skip cases here"
+    assert "not compiled" in p["PIT601"].skip_reason(observations(models=[model()]))
+    assert p["PIT601"].skip_reason(observations(compile={"compiled": True})) is None
     assert p["PIT104"].skip_reason(observations(models=[model(conv2d=2)])) is None
     assert "Conv2d" in p["PIT104"].skip_reason(observations(models=[model()]))
     assert "channels_last" in p["PIT104"].skip_reason(observations(models=[model(conv2d=2)],
@@ -328,3 +343,11 @@ def test_probe_skip_reasons():
     assert "model" in p["PIT301"].skip_reason(observations())
     assert p["PIT501"].skip_reason(observations(optimizers=[optimizer()])) is None
     assert "optimizer" in p["PIT501"].skip_reason(observations())
+
+
+def test_graph_growth_while_torch_compile_builds_graphs_is_not_pit202():
+    growing = {"nodes": [10, 40, 70], "steps": [0, 2, 4], "live_losses": 0, "losses_tracked": 5}
+    compiling = {"compiled": True, "compile_s": 3.0, "compile_s_observed": 1.0}
+    assert findings_of(CHECKS["RetainedGraphCheck"], observations(graph=growing, compile=compiling)) == []
+    kept = {**growing, "live_losses": 4}  # the script's own losses kept: still reported
+    assert findings_of(CHECKS["RetainedGraphCheck"], observations(graph=kept, compile=compiling))

@@ -47,7 +47,10 @@ Runner API (what ``pitstop tune`` builds on)
   ``result.losses`` and ``result.peak_memory`` (CUDA max allocated, else peak RSS) are there.
 - (d) ``mode="light"``: only the optimizer step hooks and the ``backward`` / ``GradScaler.scale``
   wrappers are installed (no module hooks, no sync patches, no saved-tensor hooks, no
-  profiled step), so A/B trials are not slowed by the instrumentation.
+  profiled step), so A/B trials are not slowed by the instrumentation; the compile watch
+  (``torch.compile`` / ``Module.compile`` wrapped to arm it, nothing else until the script
+  compiles) is installed in both modes, and ``result.compile`` is what dynamo reported
+  (:class:`~pitstop.doctor.compile_records.CompileRecord`, ``None`` when nothing compiled).
 - (e) :class:`RunResult` is a dataclass; ``to_dict()`` / ``from_dict()`` round-trip JSON.
   ``status`` is one of ``stopped`` (normal: the doctor stopped the script after the planned
   steps), ``finished``, ``exited`` (``exit_code``), ``error`` (``traceback``), ``timeout``,

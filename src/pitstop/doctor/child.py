@@ -84,13 +84,15 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
 
         result = RunResult(spec=spec, status=status, message=message, exit_code=exit_code, traceback=tb)
         if inst is not None:
-            inst.uninstall()
+            inst.uninstall(keep_forward_hooks=inst.full and inst.compile_watch.used)  # compiled graphs guard on them
             import torch
 
             device = device_of(inst)
             if not (timed_out and device == "cuda"):  # a hung GPU would hang the read too
                 inst.read_losses()
             result.steps = list(inst.records)
+            if inst.compile_watch.used or inst.compile_watch.compilations:
+                result.compile = inst.compile_watch.record(False, 0)
             result.device = device
             result.trace_path = inst.trace_path
             if device == "cuda" and torch.cuda.is_initialized():
@@ -112,6 +114,7 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
                     result.observations = observations(inst, probes=False)
                 except Exception:
                     pass
+            inst.release()
         result.elapsed = time.perf_counter() - started
         result.write(result_path)
         _written = True

@@ -16,10 +16,11 @@ from torch import nn
 
 from pitstop.doctor import frameworks
 from pitstop.doctor import memory as mem
+from pitstop.doctor.compile_records import CompileRecord
 from pitstop.doctor.instrument import Instrumentation
 from pitstop.doctor.observations import Observations
 from pitstop.doctor.profiled import peak_for
-from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CompileRecord, CpuRecord, Flops, ForwardCounts,
+from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, ForwardCounts,
                                     Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,
                                     MemoryRecord, ModelRecord, OddSize, OptimizerRecord, ProbeResult, SampledSite,
                                     Settings, Site, StepTime)
@@ -221,7 +222,7 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.h2d = H2D(**{k: v / n_obs for k, v in inst.h2d.items()}) if n_obs and inst.h2d else None
     o.memory = _memory(inst, device, models)
     o.flops = _flops(inst, o)
-    o.compile = _compile_info(models)
+    o.compile = _compile_info(inst, models)
     o.framework = from_json(FrameworkRecord, (inst.framework or frameworks.detect_imports()).to_dict())
     o.batch = _batch(inst, models)
     if o.batch:
@@ -315,17 +316,13 @@ def _flops(inst: Instrumentation, o: Observations) -> Flops:
                  peak_source=source)
 
 
-def _compile_info(models) -> CompileRecord:
-    compiled = any(info.get("compiled") for _, info in models)
-    breaks = None
-    if "torch._dynamo" in sys.modules:
-        try:
-            from torch._dynamo.utils import counters
-
-            breaks = int(sum(counters["graph_break"].values()))
-        except Exception:
-            breaks = None
-    return CompileRecord(compiled=compiled, graph_breaks=breaks)
+def _compile_info(inst: Instrumentation, models) -> CompileRecord:
+    """What dynamo reported (:mod:`pitstop.doctor.compile_watch`); ``calls``: forwards of the
+    compiled models, seen at their boundary."""
+    compiled = [info for _, info in models if info.get("compiled")]
+    calls = sum(sum(info["forwards"].get(k, 0) for k in ("train", "eval_no_grad", "eval_inference_mode", "eval_with_grad"))
+                for info in compiled)
+    return inst.compile_watch.record(bool(compiled), calls)
 
 
 def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> dict[str, ProbeResult]:
@@ -336,6 +333,6 @@ def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> di
     args = inst.last_train_args.get(id(model)) if model is not None else None
     kwargs = inst.last_train_kwargs.get(id(model)) if model is not None else None
     dim = inst.train_layout.get(id(model), 0) if model is not None else 0
-    model = frameworks.unwrap(model)  # probe the user's module, not Fabric's/DDP's wrapper
+    wrapped, model = model, frameworks.unwrap(model)  # probe the user's module, not Fabric's/DDP's wrapper
     return run_probes(o, model=model, args=args, kwargs=kwargs, batch_dim=dim, compiled=bool(info.get("compiled")),
-                      optimizers=list(inst.optimizers.values()), budget_s=budget)
+                      optimizers=list(inst.optimizers.values()), budget_s=budget, wrapped=wrapped)

@@ -20,8 +20,10 @@ uninstalls them, and routes the end of a step to each:
 - :class:`~pitstop.doctor.stacks.StackSampler` (``sampler``): where host time goes;
 - :class:`~pitstop.doctor.distributed.DistRecorder` (``dist``, one rank of a torchrun job
   only): collectives, DDP's gradient reduction, batch fingerprints.
+- :class:`~pitstop.doctor.compile_watch.CompileWatch` (``compile_watch``, both modes): what
+  TorchDynamo reports (graph breaks, recompiles, compile time) once the script compiles.
 
-``mode="light"`` installs only the step boundaries: wall time per step and the loss, for
+``mode="light"`` installs only the step boundaries (and the compile watch): wall time per step and the loss, for
 A/B trials.
 """
 
@@ -33,6 +35,7 @@ from typing import Any
 import torch
 
 from pitstop.doctor.boundaries import StepBoundaries
+from pitstop.doctor.compile_watch import CompileWatch
 from pitstop.doctor.cores import machine_counters
 from pitstop.doctor.loaders import LoaderObserver
 from pitstop.doctor.memory import MemoryRecorder
@@ -78,6 +81,7 @@ class Instrumentation:
             from pitstop.doctor.distributed import DistRecorder
 
             self.dist = DistRecorder(self.log, self.patches)
+        self.compile_watch = CompileWatch(self.log.kind, on_arm=self.memory.compiled_code if self.full else None)
 
     def _count(self, mid: int, kind: str, where: str) -> None:
         self.forward.count(mid, kind, where)
@@ -109,8 +113,9 @@ class Instrumentation:
     # -- install / uninstall -------------------------------------------------------------
     def install(self) -> Instrumentation:
         self.bounds.install()
+        self.compile_watch.install(self.patches)
         if self.full:
-            self.forward.install()
+            self.forward.install(self.patches)
             if self.dist is not None:  # before the loader observer: fingerprints run inside its timed wait
                 self.dist.install()
             self.data.install(self.patches)
@@ -124,7 +129,10 @@ class Instrumentation:
         self.log.start()
         return self
 
-    def uninstall(self) -> None:
+    def uninstall(self, *, keep_forward_hooks: bool = False) -> None:
+        """Remove every hook and patch. ``keep_forward_hooks``: leave the global forward hooks
+        (inert: the log is paused) until :meth:`release`: a compiled model's guards include
+        them, and the probes time it without recompiling."""
         self.log.pause()
         if self.sampler is not None:
             self.sampler.stop()
@@ -132,8 +140,14 @@ class Instrumentation:
         self.memory.uninstall()
         self.sync.uninstall()
         self.bounds.uninstall()
-        self.forward.uninstall()
+        if not keep_forward_hooks:
+            self.forward.uninstall()
+        self.compile_watch.uninstall()
         self.patches.restore()
+
+    def release(self) -> None:
+        """Remove the forward hooks :meth:`uninstall` kept."""
+        self.forward.uninstall()
 
     # -- routing the end of a step -----------------------------------------------------------
     def _end_step(self) -> None:

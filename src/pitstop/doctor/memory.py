@@ -19,6 +19,8 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from pitstop.doctor.patching import compiling_check
+
 __all__ = [
     "storage_key", "unique_bytes", "param_bytes", "grad_bytes", "state_bytes", "rss_bytes",
     "peak_rss_bytes", "capacity_bytes", "graph_nodes", "MemoryRecorder",
@@ -116,6 +118,10 @@ def graph_nodes(limit: int = 500_000) -> int:
     return len(seen)
 
 
+def _unpack(t: Any) -> Any:
+    return t
+
+
 class MemoryRecorder:
     """Memory while the script runs (full mode).
 
@@ -143,14 +149,30 @@ class MemoryRecorder:
         self._acts: dict[tuple[int, int], int] = {}
         self._param_keys: set[tuple[int, int]] = set()
         self._saved_hooks: Any = None
+        self._compiled = False  # the script compiles: the pack hook is kept out of dynamo
+        self._compiling = compiling_check()
         self.backward: Any = None
 
     def install(self, backward: Any) -> None:
         import torch
 
         self.backward = backward
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
+        pack = torch.compiler.disable(self._pack) if self._compiled else self._pack
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
         self._saved_hooks.__enter__()
+
+    def compiled_code(self) -> None:
+        """The script compiles: autograd also calls the pack hook from compiled code, where
+        dynamo would compile it as a frame of its own; from now on it is wrapped in
+        ``torch.compiler.disable`` (about 3 us more per saved tensor, so only then)."""
+        import torch
+
+        if self._compiled or not hasattr(torch, "compiler"):
+            return
+        self._compiled = True
+        if self._saved_hooks is not None:
+            self.uninstall()
+            self.install(self.backward)
 
     def uninstall(self) -> None:
         if self._saved_hooks is not None:
@@ -164,6 +186,8 @@ class MemoryRecorder:
         """Count the bytes autograd saves; return a detached alias (same storage, no copy).
         Returning ``t`` itself would make a saved *output* reference its own ``grad_fn``: a
         cycle that leaks every graph that is never back-propagated (eval with grad on)."""
+        if self._compiling():  # AOTAutograd's own saved tensors: not the doctor's to count
+            return t
         if not self.log.passive and not self.backward.in_backward:
             key = storage_key(t)
             if key is not None and key not in self._param_keys and key not in self._acts:

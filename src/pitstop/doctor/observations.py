@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CompileRecord, CpuRecord, Flops, Forwards,
+from pitstop.doctor.compile_records import CompileRecord
+from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, Forwards,
                                     FrameworkRecord, GraphRecord, Kernels, LoaderRecord, MemoryRecord, ModelRecord,
                                     OptimizerRecord, ProbeResult, SampledSite, Settings, Site, StepTime)
 from pitstop.doctor.dist_records import JobRecord
@@ -139,7 +140,7 @@ class Observations:
     graph: GraphRecord | None = None
     #: host-to-device copies per observed step on CUDA: ``blocking``, ``non_blocking``.
     h2d: H2D | None = None
-    #: ``compiled`` (any torch.compile'd model), ``graph_breaks`` (dynamo counters).
+    #: what torch.compile did (:mod:`pitstop.doctor.compile_records`): breaks, recompiles, compile time.
     compile: CompileRecord | None = None
     #: quick hardware probes (registered :class:`~pitstop.doctor.probe.Probe` faces), by
     #: key ("precision", "channels_last", "optimizer", ...): the standard result of

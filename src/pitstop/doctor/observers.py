@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from pitstop.doctor.batch import Layout, first_tensor, primary_input, seq_layout
-from pitstop.doctor.patching import user_site
+from pitstop.doctor.patching import compiling_check, user_site
 
 if TYPE_CHECKING:
     from pitstop.doctor.boundaries import StepBoundaries
@@ -70,20 +71,48 @@ class ModelObserver:
         self._ac_pending: str | None = None  # device whose autocast state the first inner call confirms
         self._layout_probe: tuple[int, torch.Tensor] | None = None
         self._handles: list[Any] = []
+        self._warning: Any = None
+        self._compiling = compiling_check()
 
-    def install(self) -> None:
+    def install(self, patches: Any = None) -> None:
         from torch.nn.modules import module as module_mod
 
         self._handles.append(module_mod.register_module_forward_pre_hook(self._fwd_pre))
         self._handles.append(module_mod.register_module_forward_hook(self._fwd_post, always_call=True))
+        # the global hooks fire once more for torch.compile's OptimizedModule: expected, say nothing
+        warnings.filterwarnings("ignore", message=r"Using `torch.compile\(module\)` when there are global hooks")
+        self._warning = warnings.filters[0]
+        if patches is not None:
+            original = patches.set(torch.nn.Module, "compile", lambda module, *a, **k: self._compile(original, module, a, k))
 
     def uninstall(self) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self._warning in warnings.filters:
+            warnings.filters.remove(self._warning)
+
+    def _compile(self, original, module, args, kwargs) -> Any:
+        """``model.compile()`` puts the module's hooks inside the compiled region, where they do
+        nothing (:func:`~pitstop.doctor.patching.compiling_check`): observe its calls at the boundary instead."""
+        out = original(module, *args, **kwargs)
+        inner = getattr(module, "_compiled_call_impl", None)
+        if inner is not None:
+            def boundary(*a: Any, **kw: Any) -> Any:
+                self._fwd_pre(module, a, kw)
+                output = None
+                try:
+                    output = inner(*a, **kw)
+                    return output
+                finally:
+                    self._fwd_post(module, a, output)
+            module._compiled_call_impl = boundary
+        return out
 
     # -- forward ----------------------------------------------------------------------
-    def _fwd_pre(self, module, args) -> None:
+    def _fwd_pre(self, module, args, kwargs: dict | None = None) -> None:
+        if self._compiling():  # inside a compiled region: observed at its boundary only
+            return
         log = self.log
         if log.passive:
             return
@@ -93,7 +122,7 @@ class ModelObserver:
             if grad and self.cuda:
                 self.memory.phase("forward", True)
             if not self.bounds.in_backward:
-                kwargs = _caller_kwargs()
+                kwargs = _caller_kwargs() if kwargs is None else kwargs
                 self._top_call = (args, kwargs, log.unaccounted())
                 if self.sampler is not None:
                     self.sampler.close()
@@ -112,6 +141,8 @@ class ModelObserver:
             flow.pre(module, args)
 
     def _fwd_post(self, module, args, output) -> None:
+        if self._compiling():
+            return
         log = self.log
         if log.passive:
             return
@@ -184,7 +215,8 @@ class ModelObserver:
     def _model_info(self, module) -> dict[str, Any]:
         p = next(module.parameters(), None)
         device = p.device.type if p is not None else "cpu"
-        compiled = type(module).__name__ == "OptimizedModule" or hasattr(module, "_orig_mod")
+        compiled = type(module).__name__ == "OptimizedModule" or hasattr(module, "_orig_mod") \
+            or getattr(module, "_compiled_call_impl", None) is not None
         # a strong reference: the script's frames are gone by the time the report is built
         return {"ref": (lambda m=module: m), "forwards": Counter(), "device": device if device in ("cpu", "cuda") else "cpu",
                 "compiled": compiled}

@@ -8,10 +8,29 @@ from typing import Any
 
 from pitstop.doctor.frameworks import framework_file, resolve_site
 
-__all__ = ["Patches", "user_site", "internal_dirs", "as_method"]
+__all__ = ["Patches", "user_site", "internal_dirs", "as_method", "compiling", "compiling_check"]
 
 _DOCTOR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MISSING = object()
+
+
+def compiling_check() -> Any:
+    """The function that is True while TorchDynamo traces the calling code
+    (``torch.compiler.is_compiling``, torch >= 2.3; ``torch._dynamo.is_compiling`` before).
+    Every hook and patch of the doctor returns at once when it is true: dynamo then traces a
+    constant and nothing of the doctor enters the user's graphs (no graph breaks, no guards on
+    the doctor's state, no recompiles). Recorders bind it once (0.2 us a call)."""
+    import torch
+
+    check = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    if check is None:  # torch < 2.3
+        from torch._dynamo import is_compiling as check
+    return check
+
+
+def compiling() -> bool:
+    """:func:`compiling_check`, looked up on each call."""
+    return compiling_check()()
 
 
 def internal_dirs() -> tuple[str, ...]:

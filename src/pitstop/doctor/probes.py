@@ -183,6 +183,17 @@ class ProbeBatch(tuple):
         return self
 
 
+class _EagerCall(torch.nn.Module):
+    """A ``model.compile()``'d module called past its compiled path (``_call_impl``)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module._call_impl(*args, **kwargs)
+
+
 class ProbeContext:
     """What a probe may use (in the child, after the script was stopped).
 
@@ -192,8 +203,9 @@ class ProbeContext:
 
     def __init__(self, obs: Observations, *, model: torch.nn.Module | None, args: tuple | None,
                  compiled: bool, optimizers: list, budget_s: float = 1.0, kwargs: dict | None = None,
-                 batch_dim: int = 0) -> None:
+                 batch_dim: int = 0, wrapped: torch.nn.Module | None = None) -> None:
         self.obs, self.device, self.budget_s = obs, obs.device, budget_s
+        self._wrapped = wrapped
         self.optimizers = optimizers
         #: the most parameter bytes a probe copies (:data:`MAX_PROBE_BYTES`).
         self.max_bytes = MAX_PROBE_BYTES
@@ -212,6 +224,27 @@ class ProbeContext:
             raise ProbeSkip("model too large to copy for a probe")
         m = copy.deepcopy(self._model).train()
         return m.to(memory_format=memory_format) if memory_format is not None else m
+
+    def compiled_pair(self) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """The live compiled model as the script called it and the same module run eagerly (no
+        copies: compiling a copy would take as long as the script's own compile). Time them
+        under :meth:`no_recompile`; the batch must be the one they trained on (:meth:`batch`
+        with ``whole=True``)."""
+        w = self._wrapped
+        if not self._compiled or w is None or self._model is None:
+            raise ProbeSkip("the model is not torch.compile'd")
+        if getattr(w, "_compiled_call_impl", None) is not None:  # model.compile(): the module itself
+            return w, _EagerCall(w)
+        return w, self._model
+
+    @staticmethod
+    def no_recompile() -> Any:
+        """A context in which a call that would recompile raises instead
+        (``torch.compiler.set_stance("fail_on_recompile")``, torch >= 2.6)."""
+        stance = getattr(torch.compiler, "set_stance", None)
+        if stance is None:
+            raise ProbeSkip("torch < 2.6 has no torch.compiler.set_stance to time without recompiling")
+        return stance("fail_on_recompile")
 
     def batch_size(self) -> int | None:
         first = self._first()
@@ -237,15 +270,16 @@ class ProbeContext:
                 self._n = min(b, PROBE_SAMPLES) if b else 0
         return self._n
 
-    def batch(self, memory_format: torch.memory_format | None = None) -> tuple:
+    def batch(self, memory_format: torch.memory_format | None = None, whole: bool = False) -> tuple:
         """The first :meth:`samples` samples (along the batch dimension the doctor inferred)
         of every tensor argument of the last training forward, positional or keyword, that
         shares the batch size (the first positional one optionally converted)."""
         first = self._first()
         if first is None:
             raise ProbeSkip("no training forward with a tensor batch was captured")
-        d, n = self._dim, self.samples()
+        d = self._dim
         b = first.shape[d]
+        n = b if whole else self.samples()
 
         def cut(a):
             if isinstance(a, torch.Tensor) and a.dim() > d and a.shape[d] == b:
@@ -284,7 +318,7 @@ class ProbeContext:
 
     # -- timing -----------------------------------------------------------------------
     def compare(self, *, what: str, baseline: str, variants: dict[str, Callable[[], Any]],
-                **extra: Any) -> ProbeResult:
+                keep_threads: bool = False, **extra: Any) -> ProbeResult:
         """Time ``variants`` (:func:`time_variants`) and compare every candidate with
         ``baseline``. Returns the standard probe result:
 
@@ -295,7 +329,8 @@ class ProbeContext:
         ``compute_only`` (True: see the module docs), plus ``extra``. A candidate whose first
         call raises ``RuntimeError`` is ``unavailable`` (with the error's first line) and not
         timed; with no candidate left the result has only ``unavailable``. Whether the machine
-        is busy is decided once, before timing, and said once, in ``measure_why``.
+        is busy is decided once, before timing, and said once, in ``measure_why``. ``keep_threads``: never
+        drop to one thread on a busy machine (compiled code would recompile).
         """
         from pitstop.paired import Pair, decide
 
@@ -311,7 +346,7 @@ class ProbeContext:
         threads = torch.get_num_threads()
         load = contention(variants) if self.device == "cpu" else None
         measure = probe_measure(load, threads)
-        single = measure is not None and measure.name == "cpu" and threads > 1
+        single = measure is not None and measure.name == "cpu" and threads > 1 and not keep_threads
         if single:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
             torch.set_num_threads(1)
         try:
@@ -343,10 +378,10 @@ def probe_classes() -> list[type[Probe]]:
 
 def run_probes(obs: Observations, *, model: torch.nn.Module | None, args: tuple | None, compiled: bool,
                optimizers: list, budget_s: float = 1.0, kwargs: dict | None = None,
-               batch_dim: int = 0) -> dict[str, ProbeResult]:
+               batch_dim: int = 0, wrapped: torch.nn.Module | None = None) -> dict[str, ProbeResult]:
     """Run every registered probe; each result (or ``skipped`` / ``error``) by its key."""
     ctx = ProbeContext(obs, model=model, args=args, compiled=compiled, optimizers=optimizers, budget_s=budget_s,
-                       kwargs=kwargs, batch_dim=batch_dim)
+                       kwargs=kwargs, batch_dim=batch_dim, wrapped=wrapped)
     out: dict[str, ProbeResult] = {}
     devices = [torch.cuda.current_device()] if obs.device == "cuda" and torch.cuda.is_initialized() else []
     for cls in probe_classes():

@@ -17,7 +17,7 @@ from pitstop.machine import HardwareNote
 
 __all__ = ["StepTime", "Breakdown", "Site", "SampledSite", "BatchRecord", "CpuRecord", "MemoryRecord",
            "OptimizerRecord", "OddSize", "LinearPair", "ForwardCounts", "Forwards", "ModelRecord", "LoaderRecord",
-           "Kernels", "Flops", "Settings", "GraphRecord", "H2D", "CompileRecord", "FrameworkRecord", "Speedup",
+           "Kernels", "Flops", "Settings", "GraphRecord", "H2D", "FrameworkRecord", "Speedup",
            "Gain", "ProbeResult"]
 
 
@@ -313,12 +313,6 @@ class H2D:
     @property
     def copies(self) -> float:
         return self.blocking + self.non_blocking
-
-
-@dataclass(frozen=True)
-class CompileRecord:
-    compiled: bool = False
-    graph_breaks: int | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pitstop.doctor.compile_records import CompileRecord
 from pitstop.doctor.observations import Observations
+from pitstop.jsoncodec import from_json, to_json
 
 __all__ = ["Setup", "RunSpec", "StepRecord", "RunResult", "STATUSES", "MODES", "MAX_TIMEOUT"]
 
@@ -187,6 +189,7 @@ class RunResult:
     observations: Observations | None = None  # full mode only (see observations.py)
     trace_path: str | None = None
     returncode: int | None = None     # the child process's exit status
+    compile: CompileRecord | None = None  # what dynamo reported, when the script compiled (both modes)
 
     @property
     def observed(self) -> list[StepRecord]:
@@ -216,6 +219,7 @@ class RunResult:
             "observations": self.observations.to_dict() if self.observations is not None else None,
             "trace_path": self.trace_path,
             "returncode": self.returncode,
+            "compile": to_json(self.compile) if self.compile is not None else None,
         }
 
     @classmethod
@@ -233,6 +237,7 @@ class RunResult:
             observations=Observations.from_dict(d["observations"]) if d.get("observations") is not None else None,
             trace_path=d.get("trace_path"),
             returncode=d.get("returncode"),
+            compile=from_json(CompileRecord, d["compile"]) if d.get("compile") else None,
         )
 
     def write(self, path: str | Path) -> None:

@@ -16,7 +16,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
-from pitstop.doctor.patching import Patches, as_method, user_site
+from pitstop.doctor.patching import Patches, as_method, compiling_check, user_site
 from pitstop.doctor.steps import StepLog
 
 __all__ = ["install_sync_patches", "SyncRecorder", "TENSOR_SYNCS"]
@@ -32,7 +32,11 @@ perf = time.perf_counter
 
 
 def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, float], None]) -> Callable:
+    compiling = compiling_check()
+
     def wrapper(self, *args: Any, **kwargs: Any):
+        if compiling():  # traced by dynamo: the original op, as if unpatched
+            return original(self, *args, **kwargs)
         t0 = perf()
         try:
             return original(self, *args, **kwargs)
@@ -47,7 +51,11 @@ def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, floa
 
 
 def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, float], None]) -> Callable:
+    compiling = compiling_check()
+
     def wrapper(*args: Any, **kwargs: Any):
+        if compiling():
+            return original(*args, **kwargs)
         t0 = perf()
         try:
             return original(*args, **kwargs)
@@ -124,6 +132,7 @@ class SyncRecorder:
         self.new_step()
         self._debug_off: Callable[[], None] | None = None
         self._orig_to: Any = None
+        self._compiling = compiling_check()
 
     def new_step(self) -> None:
         self.step_syncs: Counter[tuple[str, str]] = Counter()
@@ -158,6 +167,8 @@ class SyncRecorder:
             self.on_sync(kind, site, seconds)
 
     def _tensor_to(self, t, *args, **kwargs):
+        if self._compiling():
+            return self._orig_to(t, *args, **kwargs)
         t0 = perf()
         out = self._orig_to(t, *args, **kwargs)
         if not self.log.passive and out is not t and t.device.type == "cpu" and out.device.type == "cuda":

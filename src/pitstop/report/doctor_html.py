@@ -10,7 +10,7 @@ import html
 
 from pitstop.report.doctor_probes import gate_note, speedup_cell, unavailable_text
 from pitstop.report.doctor_ranks import rank_rows
-from pitstop.report.doctor_terminal import framework_line, impact_label, site_lines, throughput_text
+from pitstop.report.doctor_terminal import compile_lines, framework_line, impact_label, site_lines, throughput_text
 from pitstop.report.html import bar_chart, html_page, inline_code, line_chart, stacked_bar
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
 
@@ -78,6 +78,15 @@ def doctor_html(diag) -> str:
         note = f'<p class="muted">peak: {_esc(m.get("peak_source", ""))}; capacity {fmt_bytes(m.get("capacity"))}</p>'
         sections.append(("Memory", chart.to_html() + note))
 
+    c = diag.observations.compile
+    if c is not None and c.compiled:
+        rows = [["graphs", "n/a" if c.graphs is None else str(c.graphs)],
+                ["graph breaks", "n/a" if c.graph_breaks is None else str(c.graph_breaks)],
+                ["recompiles", str(c.recompile_count)],
+                ["compile time", f"{c.compile_s:.1f} s in {c.compilations} compilations, "
+                                 f"{c.compile_s_observed:.1f} s inside the observed steps"]]
+        details = "".join(f"<p><code>{_esc(line.strip())}</code></p>" for line in compile_lines(diag.observations)[1:])
+        sections.append(("torch.compile", _table(["measure", "value"], rows) + details))
     if d["findings"]:
         rows = [[str(i), f"<code>{_esc(f['code'])}</code>", _esc(f["severity"]), _esc(impact_label(f)),
                  f"<b>{_esc(f['title'])}</b><br>{inline_code(f['evidence'])}<br><i>fix:</i> {inline_code(f['fix'])}"]

@@ -13,7 +13,7 @@ from pitstop.report.doctor_probes import gate_note, probe_line
 from pitstop.report.doctor_ranks import render_ranks
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
-__all__ = ["render", "impact_label", "framework_line", "throughput_text", "site_lines"]
+__all__ = ["render", "impact_label", "framework_line", "throughput_text", "site_lines", "compile_lines"]
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -53,6 +53,41 @@ def site_lines(obs: Observations) -> list[str]:
         sites = [s for s in found if s.share >= 0.1][:3]
         if sites:
             out.append(f"{label}: " + ", ".join(f"{s.where} ({100 * s.share:.0f}% of samples)" for s in sites))
+    return out
+
+
+def _short(where: str | None) -> str:
+    if not where:
+        return "?"
+    path, _, line = where.rpartition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{line}"
+
+
+def compile_lines(obs: Observations) -> list[str]:
+    """The compile section: a summary line, then one line per graph break, recompiled guard
+    and recompile-limit hit (empty when nothing was compiled)."""
+    c = obs.compile
+    if c is None or not c.compiled:
+        return []
+    graphs = f"{c.graphs} graphs, " if c.graphs is not None else ""
+    breaks = "graph breaks unknown" if c.graph_breaks is None else f"{c.graph_breaks} graph breaks"
+    head = (f"torch.compile: {graphs}{breaks}, {c.recompile_count} recompiles; {c.compilations} compilations took "
+            f"{c.compile_s:.1f} s ({c.compile_s_observed:.1f} s inside the observed steps)")
+    out = [head]
+    for b in c.breaks[:5]:
+        out.append(f"  break at {_short(b.where)}" + (f" in {b.function}" if b.function else "") + f": {b.reason}")
+    for r in c.recompiles[:5]:
+        out.append(f"  recompiled {r.function} ({_short(r.where)}) {r.count}x: {r.guard}")
+    for h in c.limit_hits:
+        out.append(f"  {h.function} ({_short(h.where)}) hit {h.limit_name}={h.limit}: runs eagerly after it")
+    p = obs.probes.get("compile")
+    if p is not None and p.seconds:
+        line = (f"  compiled vs eager forward+backward: {1e3 * p.seconds.get('compiled', 0):.2f} ms vs "
+                f"{1e3 * p.seconds.get('eager', 0):.2f} ms ({p.speedup:.2f}x)")
+        even = p.extra.get("break_even_steps")
+        out.append(line + (f"; the compile time pays off after {even:,} steps" if even else
+                           "; the compile time is not paid back at this speed"))
+    out.append(f"  (from {c.source})")
     return out
 
 
@@ -140,6 +175,8 @@ def render(diag, file: IO[str] | None = None) -> None:
         for name, p in diag.observations.probes.items():
             note = gate_note(p, diag.thresholds.probe_speedup)
             con.print(f"probe {name}: {probe_line(p, diag.observations.device)}" + (f"; {note}" if note else ""))
+    for line in compile_lines(diag.observations):
+        con.print(line, markup=False, highlight=False)
     findings = d["findings"]
     if findings:
         table = Table(title=f"Findings ({len(findings)}, ranked by impact)", title_justify="left", show_lines=True)

@@ -126,7 +126,7 @@ def _trials_table(result: TuneResult) -> Any:
         codes = " ".join(dict.fromkeys(s.code for s in t.settings))
         verdict = VERDICT_TEXT.get(t.status, t.status)
         style = _STYLE.get(t.status, "")
-        reason = t.reason + (_compile_text(t) if t.compile else "") + (f"; {t.hardware.text()}" if t.hardware else "")
+        reason = t.reason + (_compile_text(t) if t.compile else "") + (f"; {t.hardware.text()}" if t.hardware else "") + (f"; {t.explanation}" if t.explanation else "")
         sp = t.speedup
         table.add_row(t.name, codes, f"{t.steps_per_s:.2f}" if t.steps_per_s else "-", _speed(sp),
                       str(sp["rounds"]) if sp else "-", _mem(t.memory_change),

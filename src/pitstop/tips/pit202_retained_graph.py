@@ -154,6 +154,8 @@ class RetainedGraphCheck(Check, tip="PIT202"):
         growth = (nodes[-1] - nodes[0]) / max(steps[-1] - steps[0], 1) if len(nodes) >= 2 else 0.0
         if not (growing and growth >= th.graph_growth_nodes) and live < 2:
             return
+        if live < 2 and obs.compile is not None and obs.compile.compile_s_observed > 0:
+            return  # torch.compile built new graphs during the observed steps: they hold the nodes counted (PIT609)
         parts = []
         if live >= 2:
             parts.append(f"{live} of the {g.losses_tracked if g.losses_tracked is not None else live} earlier steps' loss tensors are still alive")

@@ -22,14 +22,21 @@ class Compile(Tip):
         "\"static graphs\" heading is dated: compile also handles changing shapes, by recompiling "
         "for them. Seed 004's \"tensor fusion\" example (`FusedLinear`) fuses nothing: it still "
         "runs two matmuls (see PIT606). Graph breaks split the graph and lose fusion: count "
-        "them."
+        "them (PIT608). Until issue 22 the doctor's own forward hooks and saved-tensor hook ran inside "
+        "the compiled region and broke it: a clean compiled MLP showed 3 breaks under the doctor "
+        "and 0 alone; they now return at once while dynamo traces (0, as alone)."
     )
 
     what = """
-        At run time the doctor checks whether the model runs compiled and, when it does, counts
-        graph breaks. `tune` switches compilation on and measures it A/B on your
-        own training; `pitstop bench PIT601` measures compile time and compiled-vs-eager speed on
-        this machine.
+        At run time the doctor checks whether the model runs compiled; what compile then does to
+        it is PIT608 (graph breaks, with dynamo's reason and your line) and PIT609 (recompiles,
+        the recompile limit, compile time inside the measured steps); a probe times the
+        compiled model against the same module run eagerly (forward + backward on the last
+        batch, without recompiling) and gives the steps after which the compile time pays off,
+        and PIT601 reports a compiled model that is decidedly slower than eager. `tune` switches
+        compilation on and measures it A/B on your own training, and its verdict says why a
+        compiled run was slower (the same breaks and recompiles); `pitstop bench PIT601`
+        measures compile time and compiled-vs-eager speed on this machine.
     """
     why = """
         In eager mode every op is a separate kernel that reads its inputs from memory and writes
@@ -140,7 +147,13 @@ from pitstop.doctor.check import Check  # noqa: E402
 
 
 class CompileCheck(Check, tip="PIT601"):
-    looks_at = "torch.compile'd models and their graph breaks"
+    """What compile does to a compiled model is PIT608 (graph breaks) and PIT609 (recompiles);
+    this check reports compilation *inside the observed steps* that is not a recompile (the
+    first compile of a graph, a lazily compiled backward, the eval-mode graph): those steps
+    then time the compiler, not the training. For an eager model it only says why the doctor
+    does not try compiling."""
+
+    looks_at = "whether the trained model is torch.compile'd and compiles inside the observed steps"
 
     def skip_reason(self, obs):
         if not (obs.compile and obs.compile.compiled):
@@ -149,19 +162,113 @@ class CompileCheck(Check, tip="PIT601"):
         return super().skip_reason(obs)
 
     def check(self, obs, th):
-        breaks = obs.compile.graph_breaks if obs.compile else None
-        if breaks:
+        c = obs.compile
+        p = obs.probes.get("compile")
+        if p is not None and p.interval is not None and p.interval[1] < 1 / th.probe_speedup and p.seconds:
+            eager, compiled = p.seconds.get("eager", 0.0), p.seconds.get("compiled", 0.0)
+            share = min(1.0, (compiled - eager) / obs.mean_step) if obs.mean_step else None
             yield self.finding(
-                th, title="torch.compile graph breaks",
-                evidence=f"{breaks} graph breaks while the compiled model ran: each one splits the graph and "
-                         "falls back to eager Python between the pieces.",
-                fix='find them with TORCH_LOGS="graph_breaks" python train.py and remove them '
-                    "(prints, .item(), data-dependent control flow in forward)",
-                severity="medium")
+                th, title="the compiled model is slower than eager",
+                evidence=f"forward+backward on the last batch: compiled {compiled * 1e3:.2f} ms, eager "
+                         f"{eager * 1e3:.2f} ms ({p.speedup:.2f}x, interval {p.interval[0]:.2f}-{p.interval[1]:.2f}x, "
+                         f"{p.runs} rounds); compiling took {c.compile_s:.1f} s over the run.",
+                fix="remove torch.compile for this model, or first remove its graph breaks and recompiles "
+                    "(PIT608, PIT609) and measure again with pitstop tune",
+                share=share)
+        window = obs.mean_step * obs.steps_observed
+        if not (c.compile_s_observed and window) or c.recompiles:  # recompiles: PIT609 reports that time
+            return
+        share = c.compile_s_observed / window
+        yield self.finding(
+            th, title="torch.compile compiled inside the observed steps",
+            evidence=f"{c.compile_s_observed:.1f} s of the {window:.1f} s of observed steps were compiling "
+                     f"({c.compile_s:.1f} s over the run, {c.compilations} compilations): the step times include it.",
+            fix="measure after compilation (pitstop doctor --warmup N); in the script, run a step of each kind "
+                "(training and evaluation) before timing anything",
+            share=share)
+
+
+# --- doctor probe face ---
+from pitstop.doctor.probe import Probe, ProbeSkip  # noqa: E402
+
+
+class CompiledVsEagerProbe(Probe, tip="PIT601"):
+    """The compiled model against the same module run eagerly, forward + backward on the last
+    training batch, on the live model (no copies, no new compile: a call that would recompile
+    makes the probe skip). With the compile time the doctor saw, the steps after which
+    compiling pays off (``break_even_steps``, forward+backward time only)."""
+
+    name = "compile"
+
+    def skip_reason(self, obs):
+        if not obs.compiled:
+            return "the model is not compiled"
+        return None
+
+    def run(self, ctx):
+        compiled, eager = ctx.compiled_pair()
+        batch = ctx.batch(whole=True)
+        try:
+            with ctx.no_recompile():
+                result = ctx.compare(what=ctx.describe(eager, batch), baseline="eager", keep_threads=True,
+                                     variants={"eager": ctx.fwd_bwd(eager, batch),
+                                               "compiled": ctx.fwd_bwd(compiled, batch)})
+        except ProbeSkip:
+            raise
+        except Exception as exc:  # torch raises its own error type when a call would recompile
+            raise ProbeSkip(f"timing the compiled model would recompile it ({type(exc).__name__})") from exc
+        secs = result.seconds or {}
+        saved = secs.get("eager", 0.0) - secs.get("compiled", 0.0)
+        c = ctx.obs.compile
+        if saved > 0 and c is not None and c.compile_s:
+            result.extra["break_even_steps"] = int(c.compile_s / saved) + 1
+        yield self.name, result
 
 
 # --- knob face ---
 from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+def _short(where):
+    path, _, line = (where or "?").rpartition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{line}" if path else where or "?"
+
+
+def compile_facts(records):
+    """``(text, veto)`` from the trial runs' compile records (``CompileRecord``): "2 graph breaks
+    (model.py:45 `if h.max().item() > 1:`), recompiled 6 times (tensor 'ids' size mismatch at
+    index 1)"; ``veto`` when a function hit dynamo's recompile limit."""
+    import re
+
+    breaks, recompiles, hits = {}, {}, {}
+    for rec in records:  # each run compiled afresh: the most any run saw
+        for b in rec.breaks:
+            breaks[(b.where, b.reason)] = b
+        per_run = {}
+        for r in rec.recompiles:
+            per_run[r.guard] = per_run.get(r.guard, 0) + r.count
+        for guard, n in per_run.items():
+            recompiles[guard] = max(recompiles.get(guard, 0), n)
+        for h in rec.limit_hits:
+            hits[(h.function, h.where)] = h
+    parts = []
+    if breaks:
+        first = list(breaks.values())[:2]
+        said = ", ".join(f"{_short(b.where)} `{re.sub(r'[ ]+#.*$', '', b.source)}`" if b.source else
+                         f"{_short(b.where)}: {b.reason}" for b in first)
+        parts.append(f"{len(breaks)} graph break{'s' if len(breaks) > 1 else ''} ({said}"
+                     + (", ..." if len(breaks) > 2 else "") + ")")
+    if recompiles:
+        n = sum(recompiles.values())
+        guard = max(recompiles, key=recompiles.get)
+        parts.append(f"recompiled {n} time{'s' if n > 1 else ''} ({guard})")
+    veto = None
+    if hits:
+        h = next(iter(hits.values()))
+        veto = (f"`{h.function}` ({_short(h.where)}) hit dynamo's {h.limit_name} ({h.limit}) during the trial and "
+                "ran eagerly after it: compile is not kept")
+        parts.append(f"hit the {h.limit_name}: eager after it")
+    return ", ".join(parts), veto
 
 
 class CompileKnob(Knob, tip="PIT601"):
@@ -199,8 +306,16 @@ class CompileKnob(Knob, tip="PIT601"):
                 return Applicability(False, "torch.compile's CPU backend (inductor) needs a C++ compiler; none on PATH")
         return Applicability(True)
 
+    #: modes tried beyond the default, where they can pay: on CUDA, CUDA graphs remove the
+    #: per-kernel launch cost (``reduce-overhead``) and Inductor's autotuner picks among kernel
+    #: candidates (``max-autotune-no-cudagraphs``). On a CPU only the default mode is tried:
+    #: CPU autotuning benchmarks GEMM templates at compile time, minutes on a small machine,
+    #: and there are no launches for CUDA graphs to save. Each mode is its own trial, with its
+    #: compile time reported beside its speed.
+    cuda_modes = ("max-autotune-no-cudagraphs", "reduce-overhead")
+
     def values(self, ctx):
-        return ["default"]
+        return ["default", *self.cuda_modes] if ctx.on_cuda else ["default"]
 
     def label(self, value):
         return "torch.compile" if value == "default" else f"torch.compile(mode={value!r})"
@@ -237,6 +352,19 @@ class CompileKnob(Knob, tip="PIT601"):
             return compiled_forward
 
         on_model(lambda model: wrap_forward(model, compiled), order=self.order)
+
+    def explain(self, value, records, trial):
+        """The graph breaks and recompiles dynamo reported in the trial's runs (the same facts
+        as the doctor's PIT608/PIT609), and a veto when a function hit the recompile limit: it
+        ran eagerly for the rest of the trial, so keeping compile would keep nothing."""
+        from pitstop.tune.explanation import Explanation
+
+        if not records:
+            return None
+        text, veto = compile_facts(records)
+        if not text and trial.status in ("slower", "no_gain"):
+            text = "one graph, no recompiles: the compiled step itself is not faster here"
+        return Explanation(text=text, veto=veto) if text or veto else None
 
     def snippet(self, value, ctx):
         arg = "" if value == "default" else f", mode={value!r}"

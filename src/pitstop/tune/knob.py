@@ -47,6 +47,9 @@ class Context:
     input_dims: int | None = None            # dims of the model's first input (4 = images)
     autocast: str | None = None              # autocast dtype already active in training forwards
     compiled: bool = False                   # the script compiles the model itself
+    recompiles: int = 0                      # recompilations dynamo reported in the survey
+    recompile_limit_hit: bool = False        # ... and a function hit the recompile limit (runs eagerly)
+    static_shapes: bool = False              # the script compiles with dynamic=False
     optimizer: str | None = None             # class name of the (first) optimizer
     optimizer_mode: str | None = None        # "fused" | "foreach" | "for-loop"
     fused_available: bool = False            # the optimizer class accepts fused=True
@@ -195,6 +198,13 @@ class Knob(Face, face="K"):
     def child_kwargs(self, value: Any, ctx: Context) -> dict[str, Any]:
         """Extra JSON-able arguments :meth:`apply_in_child` needs (e.g. the device type)."""
         return {"device": ctx.device}
+
+    def explain(self, value: Any, records: list[Any], trial: Any) -> Any:
+        """What the trial's runs showed beyond their speed, as a
+        :class:`pitstop.tune.explanation.Explanation` (None: nothing to add). ``records``: the
+        runs' :class:`pitstop.doctor.compile_records.CompileRecord` (runs that compiled
+        anything); ``trial``: the judged :class:`pitstop.tune.result.Trial` (status, speed)."""
+        return None
 
     def snippet(self, value: Any, ctx: Context) -> str:
         """Python lines to paste into the user's training script."""

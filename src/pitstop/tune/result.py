@@ -19,7 +19,8 @@ JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when u
                  "confidence", "rounds_won", "rounds"} | null,
                  "memory_change", "loss_check": {"status", "deviation", "tolerance",
                  "message"} | null, "compile": {"compile_s", "compile_s_cached",
-                 "break_even_steps"} | null, "recipe": {...changed Recipe fields...}, "runs": int,
+                 "break_even_steps"} | null, "explanation": str | null (the knob's facts of its runs,
+                 e.g. graph breaks and recompiles), "recipe": {...changed Recipe fields...}, "runs": int,
                  "run_step_times": [median step seconds of each run],
                  "hardware": {"feature", "cpu", "missing", "slowdown", "text"} | null}],
      "combination": [{"added", "status", "reason", "speedup_vs_previous"}],
@@ -79,6 +80,7 @@ class Run:
     warmup_s: float | None = None                 # the warmup steps
     budget_cut: bool = False                      # its timeout was cut by the search's budget
     stderr_lines: list[str] = field(default_factory=list)  # what the script wrote to stderr
+    compile: Any = None                           # CompileRecord: what dynamo reported (runs that compiled)
 
     @property
     def ok(self) -> bool:
@@ -155,6 +157,7 @@ class Trial:
     loss_check: Any = None                        # LossCheck
     memory_change: int | None = None              # bytes vs the baseline's peak
     compile: CompileCost | None = None
+    explanation: str | None = None                # the knob's facts of its runs (pitstop.tune.explanation)
     recipe: Any = None                            # pitstop.Recipe with the trial's fields (None: baseline)
     recipe_fields: dict[str, Any] = field(default_factory=dict)   # the fields it changes
     reduced_precision: bool = False
@@ -226,6 +229,7 @@ class Trial:
                 "speedup": self.speedup, "memory_change": self.memory_change,
                 "loss_check": self.loss_check.to_dict() if self.loss_check is not None else None,
                 "compile": self.compile.to_dict() if self.compile is not None else None,
+                "explanation": self.explanation,
                 "recipe": dict(self.recipe_fields), "runs": len(self.runs),
                 "run_step_times": [_num(r.median_step) for r in self.runs],
                 "peak_memory": self.peak_memory,

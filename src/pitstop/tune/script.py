@@ -51,6 +51,7 @@ def run_from_result(result: Any, steps: int) -> Run:
               run_delays=[s.run_delay for s in observed], actives=[s.main_active for s in observed],
               gpu_times=[s.gpu for s in observed])
     run.warmup_s = sum(run.warmup_times)
+    run.compile = result.compile
     run.batch_size = next((s.batch_size for s in recs if s.batch_size), None)
     status = result.status
     text = f"{result.message}\n{result.traceback or ''}"

@@ -21,6 +21,7 @@ from typing import Any
 
 from pitstop.paired import Pair, Sample, decide
 from pitstop.tune.equivalence import check_losses
+from pitstop.tune.explanation import explain_trial
 from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.progress import NullProgress
@@ -253,6 +254,7 @@ class TuneSession:
         if check.status == "unchecked":
             trial.reason += "; loss not captured, equivalence unchecked"
         _compile_cost(trial, self.baseline)
+        explain_trial(trial, self.knob)
 
     def measure_singles(self) -> None:
         """Every single trick vs the baseline, paired and adaptive."""
