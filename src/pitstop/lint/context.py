@@ -7,7 +7,9 @@ FileContext is the composition of four parts, each in its own module:
   classes);
 - :class:`pitstop.lint.position.Position` and :class:`pitstop.lint.facts.FileFacts`: facts about
   the file and the place being visited (``qualname``, ``call_name``, ``loop``, ``site``,
-  ``value_of``, ``device_implied``, ``dataset_kind``, ``argparse_default``, ...);
+  ``value_of``, ``device_implied``, ``dataset_kind``, ...) and :class:`pitstop.lint.dataflow.DataFlow`:
+  values and call targets followed within the linted files (``constant``, ``argparse_default``,
+  ``sync_helper``);
 - :class:`pitstop.lint.matchers.Matchers`: the questions rules ask of nodes (``is_optimizer``,
   ``is_model_call``, ``grad_mode``, ...);
 - :class:`pitstop.lint.sink.ReportSink`: what rules emit (``report``, ``fix``, ``source_of``).
@@ -23,6 +25,7 @@ from typing import Any
 
 import libcst as cst
 
+from pitstop.lint.dataflow import DataFlow
 from pitstop.lint.facts import FileFacts
 from pitstop.lint.frames import Scope
 from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, is_test_file, loss_names
@@ -34,7 +37,7 @@ __all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "DDP", "MODULE_BAS
            "loss_names"]
 
 
-class FileContext(FileWalk, Position, Matchers, FileFacts, ReportSink):
+class FileContext(FileWalk, Position, Matchers, FileFacts, DataFlow, ReportSink):
     """What rules can ask about the file being linted; see the module docstring."""
 
     def __init__(self, module: cst.Module, rule_classes: list[type], filename: str = "", project: Any = None,

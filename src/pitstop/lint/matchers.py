@@ -90,8 +90,13 @@ class Matchers:
         return bool(q and q.startswith("torch.optim.") and ".lr_scheduler." not in q)
 
     def optimizer_class(self, node: cst.CSTNode | None) -> str | None:
-        """``torch.optim.AdamW`` when ``node`` constructs a torch.optim optimizer, else None."""
+        """``torch.optim.AdamW`` when ``node`` constructs a torch.optim optimizer, else None; also
+        through a name bound to the class (``optimizer_class = torch.optim.AdamW`` ...
+        ``optimizer_class(params, ...)``)."""
         q = self.call_name(node) if node is not None else None
+        if q is None and isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+            bound = self.value_of(node.func)
+            q = self.qualname(bound) if isinstance(bound, (cst.Name, cst.Attribute)) else None
         if q and q.startswith("torch.optim.") and q.rsplit(".", 1)[1][:1].isupper() \
                 and ".lr_scheduler." not in q and ".swa_utils." not in q:
             return q
