@@ -57,6 +57,12 @@ ACCEPTED_FALSE: dict[tuple[str, str, str], str] = {
     ("pytorch-examples/distributed/rpc/parameter_server/rpc_parameter_server.py", "PIT102",
      "train_loader = torch.utils.data.DataLoader("):
         "batches go over RPC to the parameter server: the lint does not follow rpc_sync/remote calls",
+    ("pytorch-examples/gcn/main.py", "PIT502", "optimizer = Adam(gcn.parameters(), lr=args.lr, weight_decay=args.l2)"):
+        "the model holds no bias (--include-bias is off by default) and no norm layer: the lint does not see "
+        "which parameters a model class has",
+    ("pytorch-examples/gat/main.py", "PIT502", "optimizer = Adam(gat_net.parameters(), lr=args.lr, weight_decay=args.l2)"):
+        "the GAT layers hold only weight matrices and attention vectors: the lint does not see which parameters "
+        "a model class has",
     ("pytorch-examples/time_sequence_prediction/train.py", "PIT404", "data = torch.load('traindata.pt')"):
         "a CPU-only script; PIT404 stays on for CPU scripts, which can load checkpoints saved on a GPU",
 }
