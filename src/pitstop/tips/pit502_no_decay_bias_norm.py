@@ -29,8 +29,10 @@ class NoDecayBiasNorm(Tip):
         a module constant, or an argparse option of the same file whose default is non-zero (the
         message names it); `weight_decay=0.0` and values the file does not pin down are not
         flagged. The optimizer may be named through a variable (`optimizer_class =
-        torch.optim.AdamW` ... `optimizer_class(...)`). Reported at the call, no fix is
-        offered. At run time the doctor inspects the optimizer's parameter groups and reports
+        torch.optim.AdamW` ... `optimizer_class(...)`). Files that wrap the model with PEFT
+        (`import peft`) are not flagged: the trainable parameters are then the adapters (LoRA
+        matrices, prompt embeddings), mostly without biases or norm weights. Reported at the
+        call, no fix is offered. At run time the doctor inspects the optimizer's parameter groups and reports
         biases and normalization parameters that receive non-zero weight decay. The helper
         `pitstop.param_groups(model, weight_decay)` builds the two groups.
     """
@@ -94,6 +96,8 @@ class DecayOnBiasRule(LintRule, tip="PIT502"):
         params = nodes.arg(node, "params", 0)
         if params is None or not _all_parameters(ctx, params.value):
             return
+        if any(m == "peft" or m.startswith("peft.") for m in ctx.info.imported_modules):
+            return  # a PEFT model: the trainable parameters are adapters (LoRA matrices, prompts), not the base's
         wd = nodes.kwarg(node, "weight_decay")
         cls = q.rsplit(".", 1)[1]
         if wd is None:
