@@ -33,8 +33,9 @@ _NOT_FORWARD = re.compile(
     r"validate|verify|assert|compare|merge|broadcast|gather|move|cast|clone|deepcopy|materiali[sz]e|shard|"
     r"quantize|fuse|profile|describe|dump|train|eval|test|evaluate|pretrain|finetune|fit|run|parallelize)(_|$)",
     re.I)
-#: owners of ``X.backward(loss)``: the loss is the argument (accelerate, Fabric, DeepSpeed engines)
-_BACKWARD_OWNER = re.compile(r"accelerator|fabric|engine|deepspeed|booster", re.I)
+#: owners of ``X.backward(loss)``: the loss is the argument (accelerate, Fabric, DeepSpeed engines, apex/DeepSpeed
+#: FP16 optimizer wrappers: ``optimizer.backward(loss)``)
+_BACKWARD_OWNER = re.compile(r"accelerator|fabric|engine|deepspeed|booster|optim", re.I)
 _TEST_FILE = re.compile(r"(^|[\\/])(test_[^\\/]*|[^\\/]*_test|conftest)\.py$")
 _TEST_FUNC = re.compile(r"^test(_|$)")
 _DUMMY = re.compile(r"dummy|boring|toy|mock|fake|placeholder", re.I)
