@@ -145,9 +145,18 @@ def copies_in_repository(manifest: dict | None = None) -> list[str]:
     """Tracked files of this repository whose bytes equal a corpus file (there must be none)."""
     hashes = {d: f"{r['github']}@{r['commit'][:12]}:{p}" for r in (manifest or load_manifest())["repo"]
               for p, d in r["files"].items()}
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    try:
+        proc = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True)
+    except OSError:
+        proc = None
+    if proc is not None and proc.returncode == 0:
+        names = [n for n in proc.stdout.decode().split("\0") if n]
+    else:  # not a git checkout: every file but virtual environments and caches
+        skip = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".ruff_cache", "node_modules"}
+        names = [f.relative_to(ROOT).as_posix() for f in ROOT.rglob("*")
+                 if f.is_file() and not skip & set(f.relative_to(ROOT).parts)]
     found = []
-    for name in filter(None, tracked.decode().split("\0")):
+    for name in names:
         f = ROOT / name
         if f.is_file() and _sha(f.read_bytes()) in hashes:
             found.append(f"{name} == {hashes[_sha(f.read_bytes())]}")
