@@ -77,3 +77,26 @@ def test_messages_say_what_the_file_pins_down():
     assert "non_blocking=True" in by_code["PIT102"] and "only when" in by_code["PIT102"]
     assert "default weight_decay" not in by_code["PIT502"] and "--wd defaults to 0.05" in by_code["PIT502"]
     assert "--dataloader_num_workers defaults to 0" in by_code["PIT101"]
+
+
+def test_argparse_defaults_follow_dest_and_give_up_on_conflicts():
+    """``dest=`` and ``--a-b`` -> ``a_b`` name the attribute; two parsers that disagree on a default
+    make the value unknown (no finding), as does an option without a literal default."""
+    src = '''
+import argparse
+from torch.utils.data import DataLoader
+p = argparse.ArgumentParser()
+p.add_argument("--data-workers", type=int, default=0)
+p.add_argument("-j", dest="jobs", type=int, default=0)
+p.add_argument("--other", type=int, default=0)
+q = argparse.ArgumentParser()
+q.add_argument("--other", type=int, default=4)
+p.add_argument("--computed", type=int, default=len([1, 2]))
+args = p.parse_args()
+a = DataLoader(files, batch_size=8, shuffle=True, num_workers=args.data_workers)
+b = DataLoader(files, batch_size=8, shuffle=True, num_workers=args.jobs)
+c = DataLoader(files, batch_size=8, shuffle=True, num_workers=args.other)
+d = DataLoader(files, batch_size=8, shuffle=True, num_workers=args.computed)
+'''
+    lines = sorted(f.line for f in lint_source(src, "train.py", rules_for(["PIT101"])))
+    assert lines == [12, 13]
