@@ -23,7 +23,8 @@ class MultipleOf8(Tip):
     )
 
     what = """
-        Flags `nn.Linear`, `nn.ConvNd` and `nn.ConvTransposeNd` constructors with an integer size
+        Flags `nn.Linear`, `nn.ConvNd`, `nn.ConvTransposeNd`, `nn.LSTM`/`nn.GRU` (input and hidden
+        size) and `nn.MultiheadAttention` (embed_dim) constructors with an integer size
         of 64 or more that is not divisible by 8 (a language model's vocabulary shows up at its
         output projection, `nn.Linear(d_model, vocab)`): a literal, a module-level name bound
         once to one (`VOCAB = 50257`), or an argparse option of the same file (`args.hidden`
@@ -89,6 +90,9 @@ _SIZES = {
     "torch.nn.ConvTranspose1d": (("in_channels", 0), ("out_channels", 1)),
     "torch.nn.ConvTranspose2d": (("in_channels", 0), ("out_channels", 1)),
     "torch.nn.ConvTranspose3d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.LSTM": (("input_size", 0), ("hidden_size", 1)),
+    "torch.nn.GRU": (("input_size", 0), ("hidden_size", 1)),
+    "torch.nn.MultiheadAttention": (("embed_dim", 0),),
 }
 
 
