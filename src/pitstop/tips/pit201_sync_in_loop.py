@@ -89,6 +89,9 @@ class SyncInLoop(Tip):
 from pitstop.lint.rule import LintRule, cst, nodes
 
 _SYNCS = frozenset({"item", "cpu", "numpy", "tolist"})
+#: methods a framework calls once per training step (as ``pitstop.lint.position.STEP_METHODS``; not imported
+#: here: loading the catalog must not load libcst)
+_STEP_METHODS = frozenset({"training_step", "compute_loss", "forward"})
 
 
 class SyncInLoopRule(LintRule, tip="PIT201"):
@@ -118,8 +121,10 @@ class SyncInLoopRule(LintRule, tip="PIT201"):
         """A call, in the training loop, of a function of the linted files whose body reads a device
         value on the host (``get_sigmas(t)`` doing ``.nonzero().item()``): the read runs every step."""
         ctx = self.ctx
-        if ctx.loop() is None and not ctx.site().framework_step:
-            return
+        if ctx.loop() is None:
+            fn = ctx.current_function()
+            if fn is None or fn.name.value not in _STEP_METHODS or not ctx.site().framework_step:
+                return
         found = ctx.sync_helper(node)
         if found is None:
             return
