@@ -1,7 +1,8 @@
 """pitstop doctor on real training scripts, run unchanged, checked against their own numbers.
 
-The scripts are the pinned copies of the lint corpus (``tests/lint_corpus/``, NOTICE.md) and,
-for makemore, ``tests/real_scripts/`` (its NOTICE: repository, commit, licence); nothing is fetched at run time. Each case copies its files into a fresh
+The scripts come from the lint corpus, built outside the repository from pinned commits by
+``benchmarks/lint_corpus_build.py`` (tests/lint_corpus/MANIFEST.toml: repository, commit, sha256;
+makemore is there too); nothing is fetched at run time. Each case copies its files into a fresh
 working directory, writes tiny synthetic data in the format the script reads (what
 nanoGPT's ``data/shakespeare_char/prepare.py`` writes, a word corpus laid out like
 wikitext-2, a text file for chargpt, a names file for makemore), runs
@@ -34,14 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ROOT / "tests"  # sources: tests/lint_corpus (pinned there for lint) and tests/real_scripts
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import lint_corpus_build  # noqa: E402  (where the corpus lives: --out, $PITSTOP_LINT_CORPUS or the cache)
 STEPS, WARMUP = 10, 2
 
 
 @dataclass(frozen=True)
 class Case:
     name: str
-    files: str                     # folder under tests/, copied into the working directory (at ``into``)
+    files: str                     # folder of the built corpus, copied into the working directory (at ``into``)
     script: str                    # path of the script inside the working directory
     args: tuple[str, ...]
     batch: int                     # the script's own batch (from its configuration)
@@ -94,28 +96,28 @@ def _prepare(case: Case, work: Path) -> None:
 
 
 CASES = {c.name: c for c in (
-    Case("nanogpt", "lint_corpus/nanoGPT", "train.py",
+    Case("nanogpt", "nanoGPT", "train.py",
          ("--dataset=shakespeare_char", "--device=cpu", "--compile=False", "--dtype=float32", "--batch_size=8",
           "--block_size=32", "--n_layer=2", "--n_head=2", "--n_embd=64", "--dropout=0.0",
           "--gradient_accumulation_steps=2", "--max_iters=100000", "--eval_interval=100000", "--eval_iters=1",
           "--log_interval=1", "--wandb_log=False"),
          batch=8, samples_per_step=16, batch_dim=0, time_pattern=r"^iter (\d+): loss [\d.]+, time ([\d.]+)ms"),
-    Case("wlm-lstm", "lint_corpus/pytorch-examples/word_language_model", "word_language_model/main.py",
+    Case("wlm-lstm", "pytorch-examples/word_language_model", "word_language_model/main.py",
          ("--data", "data", "--model", "LSTM", "--emsize", "32", "--nhid", "32", "--nlayers", "1", "--epochs", "1",
           "--log-interval", "2", "--save", "model.pt"),
          batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward", offset=-1, span=2, into="word_language_model",
          time_pattern=r"\|\s+(\d+)/\s*\d+ batches .*ms/batch\s+([\d.]+)"),
-    Case("wlm-transformer", "lint_corpus/pytorch-examples/word_language_model", "word_language_model/main.py",
+    Case("wlm-transformer", "pytorch-examples/word_language_model", "word_language_model/main.py",
          ("--data", "data", "--model", "Transformer", "--emsize", "32", "--nhid", "32", "--nlayers", "1",
           "--nhead", "2", "--epochs", "1", "--log-interval", "2", "--save", "model.pt"),
          batch=20, samples_per_step=20, batch_dim=1, step_boundary="backward", offset=-1, span=2, into="word_language_model",
          time_pattern=r"\|\s+(\d+)/\s*\d+ batches .*ms/batch\s+([\d.]+)"),
-    Case("chargpt", "lint_corpus/minGPT", "projects/chargpt/chargpt.py",
+    Case("chargpt", "minGPT", "projects/chargpt/chargpt.py",
          ("--model.model_type=None", "--model.n_layer=2", "--model.n_head=2", "--model.n_embd=64",
           "--data.block_size=32", "--trainer.batch_size=16", "--trainer.max_iters=100000"),
          batch=16, samples_per_step=16, batch_dim=0, pythonpath=".", offset=-1,
          time_pattern=r"^iter_dt ([\d.]+)ms; iter (\d+):", wrong_ways=("more workers",)),
-    Case("makemore", "real_scripts/makemore", "makemore.py",
+    Case("makemore", "makemore", "makemore.py",
          ("-i", "names.txt", "-o", "out", "--type", "transformer", "--n-layer", "2", "--n-head", "2",
           "--n-embd", "32", "--n-embd2", "32", "--batch-size", "32", "--max-steps", "100000"),
          batch=32, samples_per_step=32, batch_dim=0,
@@ -155,7 +157,7 @@ def run_case(case: Case, keep: Path | None = None, probes: bool = False, timeout
     """Run one case; returns the doctor's numbers, the script's own, and the failed checks."""
     work = Path(tempfile.mkdtemp(prefix=f"pitstop-real-{case.name}-"))
     try:
-        shutil.copytree(TESTS / case.files, work / case.into, dirs_exist_ok=True)
+        shutil.copytree(lint_corpus_build.corpus_dir() / case.files, work / case.into, dirs_exist_ok=True)
         _prepare(case, work)
         env = dict(os.environ)
         paths = [str(ROOT / "src")] + ([str(work / case.pythonpath)] if case.pythonpath else [])
@@ -214,6 +216,9 @@ def _compare(case: Case, d: dict, script_output: str) -> dict:
 
 def main(argv: list[str]) -> int:
     names = argv or list(CASES)
+    if not lint_corpus_build.is_built():
+        print(lint_corpus_build.skip_reason())
+        return 2
     bad = 0
     for name in names:
         r = run_case(CASES[name])

@@ -1,4 +1,7 @@
-"""Precision and recall of `pitstop lint` on the labelled real-code corpus (tests/lint_corpus).
+"""Precision and recall of `pitstop lint` on the labelled real-code corpus.
+
+The corpus is built outside the repository by benchmarks/lint_corpus_build.py (pinned commits and
+hashes in tests/lint_corpus/MANIFEST.toml; cache: $PITSTOP_LINT_CORPUS or ~/.cache/pitstop/lint-corpus).
 
     python benchmarks/lint_precision.py                      # the pitstop this interpreter imports
     python benchmarks/lint_precision.py --src main=/work/main/src --src branch=src
@@ -29,8 +32,11 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT / "tests" / "lint_corpus"
-LABELS = CORPUS / "labels.toml"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import lint_corpus_build  # noqa: E402
+
+CORPUS = lint_corpus_build.corpus_dir()
+LABELS = ROOT / "tests" / "lint_corpus" / "labels.toml"
 VERDICTS = ("true", "false", "debatable")
 
 
@@ -185,7 +191,7 @@ def run_lint(src: str | None = None, corpus: Path = CORPUS, extra: tuple[str, ..
     if src is not None:
         env["PYTHONPATH"] = str(Path(src).resolve())
     proc = subprocess.run([sys.executable, "-m", "pitstop", "lint", "--isolated", "--format", "json", "--exit-zero",
-                           *extra, "."], cwd=corpus, env=env, capture_output=True, text=True)
+                           *extra, *lint_corpus_build.lint_repos()], cwd=corpus, env=env, capture_output=True, text=True)
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError:
@@ -245,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unlabelled", action="store_true", help="also list unlabelled findings with their context")
     p.add_argument("--absent", action="store_true", help="also list labelled-true findings that are not reported")
     args = p.parse_args(argv)
+    if not lint_corpus_build.is_built(CORPUS):
+        print(lint_corpus_build.skip_reason(CORPUS))
+        return 2
     labels = load_labels()
     variants = [tuple(s.split("=", 1)) if "=" in s else (s, s) for s in args.src or []] or [("this", None)]
     failed = 0

@@ -1,6 +1,6 @@
 """Lint throughput: lines/second over a generated corpus of realistic training code.
 
-    python benchmarks/lint_speed.py [--lines 50000] [--repeats 3] [--jobs N] [--corpus tests/lint_corpus]
+    python benchmarks/lint_speed.py [--lines 50000] [--repeats 3] [--jobs N] [--corpus ~/.cache/pitstop/lint-corpus]
 
 Runs every pitstop lint rule single-process and in parallel (one worker per core) over the
 same corpus; when TorchFix is installed (extra ``compare``) the same corpus goes through
@@ -197,8 +197,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lines", type=int, default=50_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--corpus", type=Path, help="lint the *.py files of this folder (e.g. tests/lint_corpus: real "
-                                                "training code) instead of a generated corpus")
+    ap.add_argument("--corpus", type=Path, help="lint the *.py files of this folder (e.g. the lint corpus that "
+                                                "benchmarks/lint_corpus_build.py builds: real training code) "
+                                                "instead of a generated corpus")
     args = ap.parse_args(argv)
     try:
         import torchfix  # noqa: F401

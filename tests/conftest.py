@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-# third-party training code that tests lint, never import or collect (tests/lint_corpus/NOTICE.md)
+# tests/lint_corpus holds the corpus manifest and labels only (the code is built outside the repository)
 collect_ignore = ["lint_corpus"]
 
 

@@ -1,5 +1,6 @@
-"""Real training scripts run unchanged under ``pitstop doctor`` (pinned copies under
-``tests/lint_corpus/`` and ``tests/real_scripts/``, synthetic data written locally; see benchmarks/doctor_real_scripts.py):
+"""Real training scripts run unchanged under ``pitstop doctor`` (files of the lint corpus, built outside
+the repository by ``benchmarks/lint_corpus_build.py``; skipped when it is not built; synthetic data
+written locally; see benchmarks/doctor_real_scripts.py):
 the reported batch size, samples per step, step boundary and step times match the
 script's own numbers, and no finding points the wrong way."""
 
@@ -12,7 +13,12 @@ import pytest
 
 from conftest import ROOT
 
-pytestmark = pytest.mark.slow
+_build_spec = importlib.util.spec_from_file_location("lint_corpus_build", ROOT / "benchmarks" / "lint_corpus_build.py")
+_build = importlib.util.module_from_spec(_build_spec)
+sys.modules.setdefault("lint_corpus_build", _build)
+_build_spec.loader.exec_module(_build)
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not _build.is_built(), reason=_build.skip_reason())]
 
 
 def _bench():

@@ -217,7 +217,7 @@ def test_pit302_old_torch_fallbacks_are_left_alone():
             scaler = torch.amp.GradScaler(device=device)
         except (AttributeError, TypeError):
             scaler = torch.cuda.amp.GradScaler()
-        scaler = torch.amp.GradScaler(device=device) if _TORCH_GREATER_EQUAL_2_4 else torch.cuda.amp.GradScaler()
+        scaler = torch.amp.GradScaler(device=device) if _HAS_TORCH_AMP else torch.cuda.amp.GradScaler()
         try:
             from torch.amp import GradScaler
         except ImportError:

@@ -1,90 +1,43 @@
 """One traversal of one file, feeding every selected rule: :class:`FileContext`.
 
-The walk is a plain recursive descent over the libcst tree's fields (about 14x cheaper than
-libcst's own visitor machinery, which rebuilds every node on the way up); whitespace and
-punctuation nodes are skipped. While walking it keeps the frames rules ask about (scopes
-with their imports and bindings, loops, ``if`` blocks, ``with`` blocks) and collects the
-file-wide facts (training loops, "CUDA implied", nn.Module classes). Rules report through
-:meth:`FileContext.report`; a report may carry a ``when`` predicate that is judged after the
-whole file was seen (a loop is a training loop only once its ``.backward()`` was found).
+FileContext is the composition of four parts, each in its own module:
+
+- :class:`pitstop.lint.walk.FileWalk`: the tree walk, the frames (scopes, loops, ``if``/``with``
+  blocks) and the file-wide facts collected on the way (training loops, "CUDA implied", nn.Module
+  classes);
+- :class:`pitstop.lint.position.Position` and :class:`pitstop.lint.facts.FileFacts`: facts about
+  the file and the place being visited (``qualname``, ``call_name``, ``loop``, ``site``,
+  ``value_of``, ``device_implied``, ``dataset_kind``, ...) and :class:`pitstop.lint.dataflow.DataFlow`:
+  values and call targets followed within the linted files (``constant``, ``argparse_default``,
+  ``sync_helper``);
+- :class:`pitstop.lint.matchers.Matchers`: the questions rules ask of nodes (``is_optimizer``,
+  ``is_model_call``, ``grad_mode``, ...);
+- :class:`pitstop.lint.sink.ReportSink`: what rules emit (``report``, ``fix``, ``source_of``).
+  A report may carry a ``when`` predicate that is judged after the whole file was seen (a loop
+  is a training loop only once its ``.backward()`` was found).
+
+Rules see one object, ``self.ctx``; every name they used before the split still works.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import libcst as cst
 
+from pitstop.lint.dataflow import DataFlow
 from pitstop.lint.facts import FileFacts
-from pitstop.lint.frames import ACCUMULATION_NAME, Cond, Loop, Scope, StepSite, WithBlock
+from pitstop.lint.frames import Scope
 from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, is_test_file, loss_names
-from pitstop.lint.nodes import bound_names, dotted, last_name, string_value
+from pitstop.lint.position import Position
+from pitstop.lint.sink import FixSpec, Pending, ReportSink
+from pitstop.lint.walk import FileWalk, children, find
 
 __all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "DDP", "MODULE_BASES", "AUTOCASTS", "children", "find",
            "loss_names"]
 
-#: libcst node fields the walk never enters (whitespace and punctuation: no rule looks at them).
-_SKIP = frozenset({"lpar", "rpar", "comma", "leading_lines", "lines_after_decorators", "header",
-                   "footer", "semicolon", "newline", "trailing_whitespace", "equal", "dot", "colon",
-                   "operator", "attr", "keyword", "asynchronous", "star", "default_indent",
-                   "default_newline", "encoding", "has_trailing_newline", "value_string"})
-_FIELDS: dict[type, tuple[str, ...]] = {}
-#: methods a framework calls once per training step (Lightning, HF Trainer)
-_STEP_METHODS = frozenset({"training_step", "compute_loss", "forward"})
 
-
-def _fields(t: type) -> tuple[str, ...]:
-    f = _FIELDS.get(t)
-    if f is None:
-        f = _FIELDS[t] = tuple(x.name for x in dataclasses.fields(t)
-                               if x.name not in _SKIP and not x.name.startswith("whitespace"))
-    return f
-
-
-def children(node: cst.CSTNode):
-    """The semantic child nodes of ``node`` in field order (no whitespace/punctuation)."""
-    for name in _fields(type(node)):
-        v = getattr(node, name)
-        if isinstance(v, cst.CSTNode):
-            yield v
-        elif isinstance(v, (tuple, list)):
-            for c in v:
-                if isinstance(c, cst.CSTNode):
-                    yield c
-
-
-def find(node: cst.CSTNode, pred: Callable[[cst.CSTNode], bool], *, into_functions: bool = False):
-    """First node in ``node``'s subtree (itself included) satisfying ``pred``, or None."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if pred(n):
-            return n
-        if not into_functions and n is not node and isinstance(n, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            continue
-        stack.extend(reversed(list(children(n))))
-    return None
-
-
-@dataclass(frozen=True)
-class FixSpec:
-    applicability: str
-    message: str
-    edits: tuple  # ((original node, replacement: str | CSTNode), ...)
-
-
-@dataclass
-class Pending:
-    code: str
-    node: Any
-    message: str
-    fix: FixSpec | None
-    when: Callable[[], bool] | None
-
-
-class FileContext(Matchers, FileFacts):
+class FileContext(FileWalk, Position, Matchers, FileFacts, DataFlow, ReportSink):
     """What rules can ask about the file being linted; see the module docstring."""
 
     def __init__(self, module: cst.Module, rule_classes: list[type], filename: str = "", project: Any = None,
@@ -113,299 +66,4 @@ class FileContext(Matchers, FileFacts):
                 v, lv = self._hooks.setdefault(name, ([], []))
                 v.extend(getattr(rule, m) for m in visits)
                 lv.extend(getattr(rule, m) for m in leaves)
-        self._plans: dict[type, tuple] = {}
-        self._special = {
-            cst.Module: self._walk_module, cst.FunctionDef: self._walk_function,
-            cst.Lambda: self._walk_lambda, cst.ClassDef: self._walk_class, cst.For: self._walk_for,
-            cst.While: self._walk_while, cst.If: self._walk_if, cst.With: self._walk_with,
-        }
-        self._pre = {cst.Call: self._pre_call, cst.Import: self._pre_import, cst.ImportFrom: self._pre_import_from,
-                     cst.SimpleString: self._pre_string, cst.FormattedString: self._pre_string,
-                     cst.Attribute: self._pre_attribute}
-        self._post = {cst.Assign: self._post_assign, cst.AnnAssign: self._post_assign}
-
-    # -- running -----------------------------------------------------------------------
-    def run(self) -> list[Pending]:
-        self._walk(self.module)
-        for rule in self.rules:
-            rule.finish()
-        return [p for p in self.pending if p.when is None or p.when()]
-
-    def _plan(self, t: type) -> tuple:
-        hooks = self._hooks.get(t.__name__, ((), ()))
-        plan = self._plans[t] = (hooks[0], self._pre.get(t), self._special.get(t), self._post.get(t), hooks[1])
-        return plan
-
-    def _walk(self, node: cst.CSTNode) -> None:
-        t = type(node)
-        plan = self._plans.get(t) or self._plan(t)
-        visits, pre, special, post, leaves = plan
-        self.ancestors.append(node)
-        if pre is not None:
-            pre(node)
-        for h in visits:
-            h(node)
-        if special is not None:
-            special(node)
-        else:
-            walk = self._walk
-            for name in _FIELDS.get(t) or _fields(t):
-                v = getattr(node, name)
-                if isinstance(v, cst.CSTNode):
-                    walk(v)
-                elif type(v) is tuple or type(v) is list:
-                    for c in v:
-                        if isinstance(c, cst.CSTNode):
-                            walk(c)
-        if post is not None:
-            post(node)
-        for h in leaves:
-            h(node)
-        self.ancestors.pop()
-
-    def _walk_all(self, nodes) -> None:
-        for n in nodes:
-            if isinstance(n, cst.CSTNode):
-                self._walk(n)
-
-    def _in_frame(self, frame: Any, body: cst.CSTNode) -> None:
-        self.stack.append(frame)
-        try:
-            self._walk(body)
-        finally:
-            self.stack.pop()
-
-    def _in_scope(self, scope: Scope, body: cst.CSTNode) -> None:
-        outer, self.scope = self.scope, scope
-        try:
-            self._in_frame(scope, body)
-        finally:
-            self.scope = outer
-
-    # -- compound statements -------------------------------------------------------
-    def _walk_module(self, node: cst.Module) -> None:
-        self.stack.append(self.scope)
-        self._walk_all(node.body)
-        self.stack.pop()
-
-    def _walk_function(self, node: cst.FunctionDef) -> None:
-        self._walk_all(d for d in node.decorators)
-        self._walk(node.params)
-        if node.returns is not None:
-            self._walk(node.returns)
-        self.scope.bind(node.name.value, node)
-        self._walk_callable_body("function", node)
-
-    def _walk_lambda(self, node: cst.Lambda) -> None:
-        self._walk(node.params)
-        self._walk_callable_body("lambda", node)
-
-    def _walk_callable_body(self, kind: str, node: cst.FunctionDef | cst.Lambda) -> None:
-        """The body of a function or lambda in a new scope that binds its parameters."""
-        scope = Scope(kind, node, self.scope)
-        for p in _params(node.params):
-            scope.bind(p)
-        self._in_scope(scope, node.body)
-
-    def _walk_class(self, node: cst.ClassDef) -> None:
-        self._walk_all(node.decorators)
-        self._walk_all(node.bases)
-        self._walk_all(node.keywords)
-        framework = self.framework_base(node)
-        if framework is not None:
-            self.framework_classes[node.name.value] = framework
-        for base in node.bases:
-            q = self.qualname(base.value)
-            if q in MODULE_BASES or (isinstance(base.value, cst.Name) and base.value.value in self.module_classes) \
-                    or (framework or "").endswith("LightningModule"):
-                self.module_classes.add(node.name.value)
-        self.scope.bind(node.name.value, node)
-        self._in_scope(Scope("class", node, self.scope), node.body)
-
-    def _walk_for(self, node: cst.For) -> None:
-        self._walk(node.iter)
-        self._walk(node.target)
-        targets = frozenset(bound_names(node.target))
-        for name in targets:
-            self.scope.bind(name)
-        loop = Loop(node, self.scope, targets, self._iterates_loader(node.iter))
-        self._in_frame(loop, node.body)
-        if node.orelse is not None:
-            self._walk(node.orelse)
-
-    def _walk_while(self, node: cst.While) -> None:
-        self._walk(node.test)
-        self._in_frame(Loop(node, self.scope), node.body)
-        if node.orelse is not None:
-            self._walk(node.orelse)
-
-    def _walk_if(self, node: cst.If) -> None:
-        self._walk(node.test)
-        guard = find(node.test, lambda n: isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo))
-        accumulation = guard is not None or self._accumulation_test(node.test)
-        self._in_frame(Cond(node, guard is not None, accumulation=accumulation), node.body)
-        if node.orelse is not None:
-            self._in_frame(Cond(node, False, orelse=True, accumulation=accumulation), node.orelse)
-
-    def _accumulation_test(self, test: cst.BaseExpression) -> bool:
-        loop = self.loop()
-        targets = loop.targets if loop is not None else frozenset()
-        return find(test, lambda n: isinstance(n, cst.Name) and (n.value in targets or ACCUMULATION_NAME.search(n.value))
-                    or isinstance(n, cst.Attribute) and ACCUMULATION_NAME.search(n.attr.value)) is not None
-
-    def _walk_with(self, node: cst.With) -> None:
-        self._walk_all(node.items)
-        for item in node.items:
-            if item.asname is not None:
-                for name in bound_names(item.asname.name):
-                    self.scope.bind(name)
-        calls = tuple(i.item for i in node.items if isinstance(i.item, cst.Call))
-        self._in_frame(WithBlock(node, calls), node.body)
-
-    # -- facts collected on the way --------------------------------------------------
-    def _pre_import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            full = _dotted_name(alias.name)
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self.scope.bind_import(alias.asname.name.value, full)
-            else:
-                head = full.split(".", 1)[0]
-                self.scope.bind_import(head, head)
-
-    def _pre_import_from(self, node: cst.ImportFrom) -> None:
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-            return
-        base = _dotted_name(node.module)
-        for alias in node.names:
-            name = _dotted_name(alias.name)
-            local = alias.asname.name.value if alias.asname is not None and isinstance(alias.asname.name, cst.Name) else name
-            self.scope.bind_import(local, f"{base}.{name}")
-
-    def _pre_string(self, node: cst.CSTNode) -> None:
-        if not self.cuda_implied:
-            s = string_value(node)
-            if s is not None and s.startswith("cuda"):
-                self.cuda_implied = True
-
-    def _pre_attribute(self, node: cst.Attribute) -> None:
-        if not self.cuda_implied and node.attr.value in ("cuda", "accelerator") and self.qualname(node.value) == "torch":
-            self.cuda_implied = True
-
-    def _pre_call(self, node: cst.Call) -> None:
-        func = node.func
-        if not isinstance(func, cst.Attribute):
-            return
-        name = func.attr.value
-        if name in ("backward", "manual_backward"):
-            loop = self.loop()
-            if loop is not None:
-                loop.backward_calls.append((node, self.backward_loss(node)))
-        elif name == "step":
-            if self.is_optimizer(func.value) or (
-                    node.args and "scaler" in (last_name(func.value) or "").lower()
-                    and self.is_optimizer(node.args[0].value)):
-                loop = self.loop()
-                if loop is not None:
-                    loop.steps.append((node, self.site().conditional(loop, accumulation=True)))
-        elif name == "cuda":
-            self.cuda_implied = True
-
-    def _post_assign(self, node) -> None:
-        value = node.value
-        targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        for target in targets:
-            key = dotted(target)
-            if key is not None:
-                self.scope.bind(key, value if len(targets) == 1 else None)
-            else:
-                for name in bound_names(target):
-                    self.scope.bind(name)
-
-    # -- what rules ask ----------------------------------------------------------------
-    @property
-    def parent(self) -> cst.CSTNode | None:
-        """Parent of the node being visited."""
-        return self.ancestors[-2] if len(self.ancestors) > 1 else None
-
-    def qualname(self, expr: cst.BaseExpression | None) -> str | None:
-        """``torch.optim.AdamW`` for ``T.optim.AdamW`` after ``import torch as T``; None when
-        the root name is local, a builtin or unknown. Matching is never by bare suffix."""
-        if isinstance(expr, cst.Name):
-            return self.scope.resolve(expr.value)
-        if isinstance(expr, cst.Attribute):
-            head = self.qualname(expr.value)
-            return None if head is None else f"{head}.{expr.attr.value}"
-        return None
-
-    def call_name(self, node: cst.CSTNode) -> str | None:
-        """Qualified name of the function a Call calls (None for anything else)."""
-        return self.qualname(node.func) if isinstance(node, cst.Call) else None
-
-    def function_frames(self) -> tuple:
-        """Frames from the innermost function/lambda scope (exclusive) to here."""
-        stack = self.stack
-        for i in range(len(stack) - 1, -1, -1):
-            f = stack[i]
-            if isinstance(f, Scope) and f.kind != "class":
-                return tuple(stack[i + 1:])
-        return tuple(stack)
-
-    def site(self) -> StepSite:
-        fn = self.current_function()
-        step = fn is not None and fn.name.value in _STEP_METHODS and (self.framework_class() or "").startswith(
-            ("lightning.", "pytorch_lightning.", "transformers.", "trl."))
-        return StepSite(self.function_frames(), step)
-
-    def loop(self) -> Loop | None:
-        """The innermost loop of the current function around the node."""
-        for f in reversed(self.stack):
-            if isinstance(f, Loop):
-                return f
-            if isinstance(f, Scope) and f.kind != "module":
-                return None
-        return None
-
-    def current_function(self) -> cst.FunctionDef | None:
-        for f in reversed(self.stack):
-            if isinstance(f, Scope) and f.kind == "function":
-                return f.node
-        return None
-
-    def current_class(self) -> cst.ClassDef | None:
-        for f in reversed(self.stack):
-            if isinstance(f, Scope) and f.kind == "class":
-                return f.node
-        return None
-
-    def value_of(self, expr: cst.BaseExpression | str, same_scope: bool = False) -> Any:
-        key = expr if isinstance(expr, str) else dotted(expr)
-        return None if key is None else self.scope.lookup(key, same_scope)
-
-    # -- reporting -----------------------------------------------------------------------
-    def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when) -> None:
-        self.pending.append(Pending(code, node, message, fix, when))
-
-    def source_of(self, node: cst.CSTNode) -> str:
-        """The source text of ``node`` (``code`` is a tip's code everywhere else)."""
-        return self.module.code_for_node(node)
-
-    @staticmethod
-    def fix(applicability: str, message: str, *edits: tuple) -> FixSpec:
-        """A fix made of ``(node, replacement)`` edits; a replacement is code or a node."""
-        return FixSpec(applicability, message, tuple(edits))
-
-
-def _params(params: cst.Parameters) -> list[str]:
-    out = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
-    for p in (params.star_arg, params.star_kwarg):
-        if isinstance(p, cst.Param):
-            out.append(p.name.value)
-    return out
-
-
-def _dotted_name(node: cst.CSTNode) -> str:
-    if isinstance(node, cst.Name):
-        return node.value
-    if isinstance(node, cst.Attribute):
-        return f"{_dotted_name(node.value)}.{node.attr.value}"
-    return ""
+        self._dispatch_tables()

@@ -33,8 +33,9 @@ _NOT_FORWARD = re.compile(
     r"validate|verify|assert|compare|merge|broadcast|gather|move|cast|clone|deepcopy|materiali[sz]e|shard|"
     r"quantize|fuse|profile|describe|dump|train|eval|test|evaluate|pretrain|finetune|fit|run|parallelize)(_|$)",
     re.I)
-#: owners of ``X.backward(loss)``: the loss is the argument (accelerate, Fabric, DeepSpeed engines)
-_BACKWARD_OWNER = re.compile(r"accelerator|fabric|engine|deepspeed|booster", re.I)
+#: owners of ``X.backward(loss)``: the loss is the argument (accelerate, Fabric, DeepSpeed engines, apex/DeepSpeed
+#: FP16 optimizer wrappers: ``optimizer.backward(loss)``)
+_BACKWARD_OWNER = re.compile(r"accelerator|fabric|engine|deepspeed|booster|optim", re.I)
 _TEST_FILE = re.compile(r"(^|[\\/])(test_[^\\/]*|[^\\/]*_test|conftest)\.py$")
 _TEST_FUNC = re.compile(r"^test(_|$)")
 _DUMMY = re.compile(r"dummy|boring|toy|mock|fake|placeholder", re.I)
@@ -90,8 +91,13 @@ class Matchers:
         return bool(q and q.startswith("torch.optim.") and ".lr_scheduler." not in q)
 
     def optimizer_class(self, node: cst.CSTNode | None) -> str | None:
-        """``torch.optim.AdamW`` when ``node`` constructs a torch.optim optimizer, else None."""
+        """``torch.optim.AdamW`` when ``node`` constructs a torch.optim optimizer, else None; also
+        through a name bound to the class (``optimizer_class = torch.optim.AdamW`` ...
+        ``optimizer_class(params, ...)``)."""
         q = self.call_name(node) if node is not None else None
+        if q is None and isinstance(node, cst.Call) and isinstance(node.func, cst.Name):
+            bound = self.value_of(node.func)
+            q = self.qualname(bound) if isinstance(bound, (cst.Name, cst.Attribute)) else None
         if q and q.startswith("torch.optim.") and q.rsplit(".", 1)[1][:1].isupper() \
                 and ".lr_scheduler." not in q and ".swa_utils." not in q:
             return q

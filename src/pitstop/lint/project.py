@@ -14,6 +14,7 @@ two example folders side by side (``mnist/``, ``imagenet/``) are two projects.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import re
@@ -35,7 +36,15 @@ _FROM = re.compile(r"^[ \t]*from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][\w.]*)[ \t]+import|import[ \t]+([A-Za-z_][\w.]*))", re.M)
 _GETITEM = re.compile(r"^([ \t]*)def[ \t]+__getitem__[ \t]*\([^)]*\)[^:\n]*:[ \t]*\n", re.M)
 _CALLED = re.compile(r"([A-Za-z_][\w.]*)[ \t]*\(")
-_CHEAP_CALLS = frozenset({"len", "int", "min", "max", "slice", "range", "float", "divmod", "isinstance", "tuple"})
+#: calls a synthetic/in-memory ``__getitem__`` may make and still leave workers nothing to do: indexing
+#: helpers, and small random or constant tensors (``torch.randint(...)``)
+_CHEAP_CALLS = frozenset({"len", "int", "min", "max", "slice", "range", "float", "divmod", "isinstance", "tuple",
+                          "randint", "rand", "randn", "randperm", "randrange", "zeros", "ones", "full", "arange",
+                          "tensor", "as_tensor", "long"})
+_TO_DEVICE = re.compile(r"\.cuda\(|\.to\(\s*(?:self\.)?(?:device|accelerator\.device|[\"']cuda)|"
+                        r"\bdevice\s*=\s*(?:self\.)?(?:device|accelerator\.device|[\"']cuda)")
+_HOST_READ = re.compile(r"\.(item|tolist|numpy)\(\s*\)")
+_MODULE_ASSIGN = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
 _MODULE_BASE = re.compile(r"^(?:torch\.)?(?:nn\.)?(?:Module|Sequential|ModuleList|ModuleDict)$|(?:^|\.)LightningModule$")
 
 
@@ -57,6 +66,21 @@ class ModuleInfo:
     called_classes: frozenset = frozenset()  # capitalised names called: ``MyDataset(...)``
     datasets: frozenset = frozenset()  # classes with a ``__getitem__``/``__iter__`` or a ``*Dataset`` base
     imported_modules: frozenset = frozenset()  # absolute module names imported: ``timm.data``
+    #: functions/methods defined once whose own body (nested defs left out) reads a device value on
+    #: the host: name -> (line of the read, ``item``/``tolist``/``numpy``)
+    host_reads: dict = field(default_factory=dict)
+    module_once: frozenset = frozenset()  # names assigned exactly once at module level (``VOCAB = 50257``)
+    #: Dataset classes that put their items on the accelerator (``.cuda()``, ``.to(device)``, ``device=device``
+    #: in the class body, e.g. latents encoded on the GPU up front): pinning them fails, workers cannot use CUDA
+    on_device: frozenset = frozenset()
+    #: functions whose body moves tensors to the accelerator (a ``collate_fn`` that does so)
+    device_functions: frozenset = frozenset()
+    #: functions whose body pads (``tokenizer.pad(``, ``pad_sequence(``) and reads no file: a collate_fn
+    #: over pre-tokenized rows, work a worker process would not take off the training loop
+    pad_functions: frozenset = frozenset()
+
+    def assigned_once(self, name: str) -> bool:
+        return name in self.module_once
 
 
 def scan_source(text: str, path: str = "") -> ModuleInfo:
@@ -88,13 +112,107 @@ def scan_source(text: str, path: str = "") -> ModuleInfo:
         if owner and body and calls <= _CHEAP_CALLS and not any(w in "\n".join(body) for w in ("for ", "while ", "open")):
             in_memory.add(owner[-1])
     sharded = "get_worker_info" in text
+    assigned: dict = {}
+    for m in _MODULE_ASSIGN.finditer(text):
+        assigned[m[1]] = assigned.get(m[1], 0) + 1
     unsharded = frozenset() if sharded else frozenset(
         name for name, bases in classes.items() if any(b.rsplit(".", 1)[-1] == "IterableDataset" for b in bases))
     return ModuleInfo(path, classes, frozenset(m[2] for m in _DEF.finditer(text)),
                       frozenset(m[1] for m in _NO_GRAD_DEF.finditer(text)),
                       frozenset(_METHOD_CALL.findall(text)), imports, frozenset(in_memory), unsharded,
                       frozenset(re.findall(r"(?<![\w.])([A-Z]\w*)[ \t]*\(", text)), frozenset(datasets),
-                      frozenset(a or b for a, b in _IMPORT.findall(text)))
+                      frozenset(a or b for a, b in _IMPORT.findall(text)), _host_reads(text) if ".item(" in text
+                      or ".tolist(" in text or ".numpy(" in text else {},
+                      frozenset(k for k, n in assigned.items() if n == 1),
+                      _on_device(text, datasets),
+                      _device_functions(text) if _TO_DEVICE.search(text) else frozenset(),
+                      _pad_functions(text) if ".pad(" in text or "pad_sequence(" in text else frozenset())
+
+
+def _blocks(text: str, pattern: re.Pattern, group: int) -> dict:
+    """name -> indented body (comments stripped) of the first ``class``/``def`` of that name."""
+    lines = text.splitlines()
+    starts, pos = [], 0
+    for line in lines:
+        starts.append(pos)
+        pos += len(line) + 1
+    out: dict = {}
+    for m in pattern.finditer(text):
+        name = m[group]
+        if name in out:
+            continue
+        first = bisect.bisect_right(starts, m.start()) - 1
+        head = lines[first] if 0 <= first < len(lines) else ""
+        indent = len(head.expandtabs()) - len(head.expandtabs().lstrip())
+        body = []
+        for line in lines[first + 1:]:
+            code = line.split("#", 1)[0]
+            if code.strip() and len(line.expandtabs()) - len(line.expandtabs().lstrip()) <= indent:
+                break
+            body.append(code)
+        out[name] = "\n".join(body)
+    return out
+
+
+def _on_device(text: str, datasets) -> frozenset:
+    if not datasets or not _TO_DEVICE.search(text):
+        return frozenset()
+    bodies = _blocks(text, _CLASS, 1)
+    return frozenset(n for n in datasets if _TO_DEVICE.search(bodies.get(n, "")))
+
+
+_PAD = re.compile(r"\.pad\(|pad_sequence\(")
+_IO = re.compile(r"\bopen\(|Image|imread|decode|load|read|\btokenizer\(|\.encode\(")
+
+
+def _pad_functions(text: str) -> frozenset:
+    return frozenset(n for n, body in _blocks(text, _DEF, 2).items() if _PAD.search(body) and not _IO.search(body))
+
+
+def _device_functions(text: str) -> frozenset:
+    return frozenset(n for n, body in _blocks(text, _DEF, 2).items() if _TO_DEVICE.search(body))
+
+
+def _host_reads(text: str) -> dict:
+    """Functions defined once whose own body (nested functions left out) has a host read."""
+    lines = text.splitlines()
+    defs = list(_DEF.finditer(text))
+    counts: dict = {}
+    for m in defs:
+        counts[m[2]] = counts.get(m[2], 0) + 1
+    starts = {}
+    pos = 0
+    for i, line in enumerate(lines):
+        starts[pos] = i
+        pos += len(line) + 1
+    out = {}
+    for m in defs:
+        name, indent = m[2], len(m[1].expandtabs())
+        if counts[name] != 1:
+            continue
+        first = starts.get(m.start())
+        if first is None:
+            continue
+        nested = None  # indent of a nested def being skipped
+        for j in range(first + 1, len(lines)):
+            line = lines[j]
+            code = line.split("#", 1)[0]
+            if not code.strip():
+                continue
+            ind = len(line.expandtabs()) - len(line.expandtabs().lstrip())
+            if ind <= indent:
+                break
+            if nested is not None and ind > nested:
+                continue
+            nested = None
+            if _DEF.match(line):
+                nested = ind
+                continue
+            hit = _HOST_READ.search(code)
+            if hit:
+                out[name] = (j + 1, hit[1])
+                break
+    return out
 
 
 @functools.lru_cache(maxsize=65536)
@@ -181,7 +299,7 @@ class ProjectIndex:
         return None
 
     def dataset_kind(self, path: str, name: str, _depth: int = 0) -> str | None:
-        """``"in_memory"`` / ``"unsharded_iterable"`` / ``"other"`` for a Dataset class ``name``
+        """``"on_device"`` / ``"in_memory"`` / ``"unsharded_iterable"`` / ``"other"`` for a Dataset class ``name``
         defined in, or imported into, ``path`` from the linted files; None when unknown."""
         info = self.modules.get(os.path.abspath(path))
         if info is None or _depth > 8:
@@ -220,6 +338,8 @@ class ProjectIndex:
 
 def dataset_kind(info: ModuleInfo, name: str) -> str | None:
     """The kind of Dataset class ``name`` as defined in ``info`` (see ProjectIndex.dataset_kind)."""
+    if name in info.on_device:
+        return "on_device"
     if name in info.in_memory:
         return "in_memory"
     if name in info.unsharded_iterable:

@@ -28,13 +28,15 @@ import libcst as cst
 
 from pitstop.lint.nodes import arg, dotted, is_false, last_name, string_value
 
-__all__ = ["loader_scope", "EVAL_NAME", "eval_only"]
+__all__ = ["loader_scope", "EVAL_NAME", "eval_only", "items_on_device"]
 
 #: names of evaluation-only objects (loaders, datasets, functions building them); a word start, so
 #: ``latest_loader``/``interval``/``retrieval`` are not evaluation and ``trainval`` is training
 EVAL_NAME = re.compile(r"(?<![a-z])(?:val|eval|test|predict|infer|sampl(?:e|ing)(?!r)|prompt|calib|holdout)", re.I)
 _TRAIN_NAME = re.compile(r"train|fit", re.I)
-_NO_WORKERS = frozenset({"in_memory", "unsharded_iterable"})
+#: dataset kinds that workers do not help: in memory, unsharded streams, items already on the accelerator
+#: (a forked worker cannot use CUDA)
+_NO_WORKERS = frozenset({"in_memory", "unsharded_iterable", "on_device"})
 _IN_MEMORY = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
                         "torch.utils.data.StackDataset"})
 
@@ -89,6 +91,8 @@ def loader_scope(ctx, call: cst.Call, in_memory: bool = True) -> Callable[[], bo
     if data is None or not in_memory:
         return lambda: True
     value = data.value
+    if _pretokenized(ctx, call, value):
+        return None
     if isinstance(value, cst.Name):
         if eval_only(value.value):
             return None
@@ -107,3 +111,72 @@ def loader_scope(ctx, call: cst.Call, in_memory: bool = True) -> Callable[[], bo
     if kinds and kinds <= _NO_WORKERS:
         return None
     return lambda: True
+
+
+def items_on_device(ctx, call: cst.Call) -> bool:
+    """The loader's batches are already on the accelerator: its dataset is a Dataset class (here or
+    in a linted sibling) that puts items on the device, or its ``collate_fn`` is a function of this
+    file that moves them there. Pinning such batches fails; nothing is left to copy."""
+    collate = arg(call, "collate_fn", 6)
+    if collate is not None and isinstance(collate.value, cst.Name) and collate.value.value in ctx.info.device_functions:
+        return True
+    data = arg(call, "dataset", 0)
+    value = data.value if data is not None else None
+    if isinstance(value, cst.Name):
+        bound = ctx.value_of(value)
+        value = bound if bound is not None else value
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
+        return ctx.dataset_kind(value.func.value) == "on_device"
+    kinds = {ctx.dataset_kind(name) for name in ctx.info.called_classes} - {None}
+    return bool(kinds) and kinds == {"on_device"}
+
+
+#: methods of a Hugging Face ``datasets.Dataset`` that return another one, rows kept as stored
+_DATASET_CHAIN = frozenset({"rename_column", "rename_columns", "remove_columns", "with_format", "set_format",
+                            "shuffle", "select", "filter", "train_test_split", "flatten", "cast_column"})
+#: collators that only stack or pad pre-tokenized rows
+_PAD_COLLATORS = frozenset({"default_data_collator", "DataCollatorWithPadding", "DataCollatorForSeq2Seq"})
+
+
+def _pretokenized(ctx, call: cst.Call, value) -> bool:
+    """A loader over rows a ``.map(...)`` computed up front (a pre-tokenized Hugging Face dataset:
+    ``tokenized["train"]``) whose ``collate_fn`` only stacks or pads them: per batch there is no
+    work a worker process would take off the training loop."""
+    mapped = False
+    for _ in range(8):
+        if isinstance(value, cst.Subscript):
+            value = value.value
+        elif isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            name = value.func.attr.value
+            if name == "map":
+                mapped = True
+                break
+            if name not in _DATASET_CHAIN:
+                return False
+            value = value.func.value
+        elif isinstance(value, cst.Name):
+            bound = ctx.value_of(value)
+            if bound is None:
+                return False
+            if _rebinds(bound, value.value):  # ``ds = ds.rename_column(...)``: the earlier binding is gone
+                mapped = re.search(rf"^[ \t]*{value.value}[ \t]*=[ \t]*[\w.\[\]\"']+\.map\(", ctx.source or "",
+                                   re.M) is not None
+                break
+            value = bound
+        else:
+            return False
+    if not mapped:
+        return False
+    collate = arg(call, "collate_fn", 6)
+    if collate is None:
+        return True
+    c = collate.value
+    name = last_name(c.func) if isinstance(c, cst.Call) else last_name(c)
+    return name in _PAD_COLLATORS or isinstance(c, cst.Name) and c.value in ctx.info.pad_functions
+
+
+def _rebinds(expr, name: str) -> bool:
+    """``expr`` is a method chain on the name ``name`` itself."""
+    while isinstance(expr, (cst.Call, cst.Attribute, cst.Subscript)):
+        expr = expr.func if isinstance(expr, cst.Call) else expr.value
+    return isinstance(expr, cst.Name) and expr.value == name

@@ -18,13 +18,17 @@ class DataloaderWorkers(Tip):
     )
 
     what = """
-        Flags a training `DataLoader` built without `num_workers` (the default is 0) or with a
-        literal `num_workers=0`. Not training loaders, and not flagged: evaluation loaders
+        Flags a training `DataLoader` built without `num_workers` (the default is 0), with a
+        literal `num_workers=0`, or with an argparse option of the same file whose default is 0
+        (`num_workers=args.dataloader_num_workers`, `default=0`: the message names the option). Not training loaders, and not flagged: evaluation loaders
         (bound to, passed as, or built by a function named for validation/evaluation/test/
         prediction/inference/sampling/prompts), an ordered pass (`shuffle=False`, no sampler),
         one-off `next(iter(DataLoader(...)))`, unit tests; nor loaders over in-memory data
-        (a `TensorDataset`, a list, a Dataset class whose `__getitem__` only indexes, found in
-        the file or a linted sibling file) or an `IterableDataset` that never calls
+        (a `TensorDataset`, a list, a Dataset class whose `__getitem__` only indexes or draws
+        small random tensors such as `torch.randint`, found in the file or a linted sibling
+        file), over rows a Hugging Face `.map(...)` computed up front whose `collate_fn` only
+        pads or stacks them, over items a Dataset class puts on the accelerator (a forked worker
+        cannot use CUDA), or an `IterableDataset` that never calls
         `get_worker_info()` (each worker would replay the whole stream). At run time the doctor measures how long each step waits for
         the next batch, and `tune` tries several worker counts on your own training.
     """
@@ -80,10 +84,18 @@ class NumWorkersRule(LintRule, tip="PIT101"):
         if not ctx.is_dataloader(node):
             return
         a = nodes.arg(node, "num_workers", 5)
-        if a is None and not nodes.has_star_args(node) or a is not None and nodes.int_value(a.value) == 0:
-            training = scope.loader_scope(ctx, node)  # None: an evaluation / one-off / in-memory / test loader
-            if training is not None:
-                self.report(node, when=training)
+        message = None
+        if a is not None and nodes.int_value(a.value) is None:
+            option = ctx.argparse_default(a.value)  # num_workers=args.workers, with default=0 in this file
+            if option is None or option.value != 0 or isinstance(option.value, bool):
+                return
+            message = (f"DataLoader loads batches in the training process by default ({option.option} defaults "
+                       f"to 0); set num_workers")
+        elif not (a is None and not nodes.has_star_args(node) or a is not None and nodes.int_value(a.value) == 0):
+            return
+        training = scope.loader_scope(ctx, node)  # None: an evaluation / one-off / in-memory / test loader
+        if training is not None:
+            self.report(node, message, when=training)
 
 
 # --- bench face ---

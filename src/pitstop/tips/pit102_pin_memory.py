@@ -26,8 +26,15 @@ class PinMemory(Tip):
         an accelerator is implied (the file calls `.cuda()`, builds `torch.device("cuda...")`,
         uses a string starting with `"cuda"`, touches `torch.cuda.*` or picks its device with
         `torch.accelerator`). Evaluation loaders, one-off `next(iter(...))` loaders and unit
-        tests are not flagged (the same scope as PIT101, in-memory datasets included: their
-        copies to the device still gain from pinned memory). Reported at the call; no autofix.
+        tests are not flagged (the same scope as PIT101, in-memory and pre-tokenized datasets
+        included: their batches are small host tensors built in the loop, where pinning costs
+        about the copy it saves), nor loaders whose items are already on the accelerator (a
+        Dataset class that moves them there, latents encoded on the GPU up front, or a
+        `collate_fn` of the file that calls `.to(device)`/`.cuda()`): pinning a CUDA tensor
+        fails. Pinned batches copy faster; they overlap compute only when copied with
+        `.to(device, non_blocking=True)` (PIT103), and Accelerate copies with
+        `non_blocking=False` unless its `DataLoaderConfiguration` says otherwise.
+        Reported at the call; no autofix.
         At run time, when the model is on a CUDA device, the doctor checks whether the training
         DataLoader pins its batches and how long the step spends copying them to the device; `tune` switches pinning on and off and measures your training.
     """
@@ -83,7 +90,9 @@ from pitstop.lint.rule import LintRule, nodes, scope
 
 
 class PinMemoryRule(LintRule, tip="PIT102"):
-    message = "DataLoader without pin_memory=True while the file trains on CUDA: copies from pageable memory cannot overlap compute"
+    message = ("DataLoader without pin_memory=True while the file trains on CUDA: pinned batches copy faster, and "
+               "overlap compute only when copied with .to(device, non_blocking=True) (Accelerate copies with "
+               "non_blocking=False unless its DataLoaderConfiguration says otherwise)")
     in_tests = False
 
     def visit_Call(self, node):
@@ -92,8 +101,8 @@ class PinMemoryRule(LintRule, tip="PIT102"):
             return
         a = nodes.arg(node, "pin_memory", 7)
         if a is None and not nodes.has_star_args(node) or a is not None and nodes.is_false(a.value):
-            training = scope.loader_scope(ctx, node, in_memory=False)  # None: an evaluation / one-off / in-memory / test loader
-            if training is not None:
+            training = scope.loader_scope(ctx, node, in_memory=True)  # None: an evaluation / one-off / in-memory / test loader
+            if training is not None and not scope.items_on_device(ctx, node):
                 self.report(node, when=lambda: ctx.cuda_implied and training())
 
 

@@ -21,11 +21,12 @@ class CreateOnDevice(Tip):
 
     what = """
         Flags a tensor factory (`torch.rand`, `randn`, `randint`, `zeros`, `ones`, `empty`,
-        `full`, `arange`, `eye`, `linspace`, `tensor`) immediately followed by `.cuda()`,
+        `full`, `arange`, `eye`, `linspace`) immediately followed by `.cuda()`,
         `.to("cuda…")`, `.to(device=…)` or `.to(<name containing "device">)`. Reported at the
         chained call; the autofix moves the device into the factory's `device=` argument (safe,
         except for `rand`/`randn`/`randint`, where it is unsafe: the numbers then come from the
-        device's random generator, not the CPU's).
+        device's random generator, not the CPU's). `torch.tensor(data).cuda()` is not flagged:
+        with `device=` the data still crosses from the host, so there is no copy to save.
         `pitstop bench PIT106` compares both forms.
     """
     why = """
@@ -74,8 +75,10 @@ class CreateOnDevice(Tip):
 # --- lint face ---
 from pitstop.lint.rule import SAFE, UNSAFE, LintRule, nodes
 
+#: factories that make their values (``torch.tensor(data)`` is left out: it copies host data to the
+#: device with ``device=`` too, so there is no host tensor to save)
 _FACTORIES = frozenset({"rand", "randn", "randint", "zeros", "ones", "empty", "full", "arange", "eye",
-                        "linspace", "tensor"})
+                        "linspace"})
 _RANDOM = frozenset({"rand", "randn", "randint"})
 
 

@@ -27,7 +27,11 @@ class SyncInLoop(Tip):
         `if step % 100 == 0:`; not in a CPU-only script (no `"cuda"`, `torch.cuda`/
         `torch.accelerator`, device, local rank, GPU or accelerator framework anywhere in the
         file), where the read waits for nothing, and not for what is shipped over RPC
-        (`rpc.rpc_sync(..., args=(m.cpu(), ...))`: the CPU copy is what is sent). Reported at the call; no autofix. While training runs, the
+        (`rpc.rpc_sync(..., args=(m.cpu(), ...))`: the CPU copy is what is sent), nor for
+        `module.cpu()` as a statement (an offload: it moves a module and reads no value). A call,
+        in the training loop, of a function of the linted files whose own body makes such a
+        read (`get_sigmas(t)` doing `.nonzero().item()`; a plain function, a `self.` method, or
+        one imported from a linted sibling) is flagged at the call. Reported at the call; no autofix. While training runs, the
         doctor counts the host-device synchronizations per step (including `float(t)`,
         `print(t)` and Python branches on device values) and the time the CPU waits in them.
     """
@@ -85,6 +89,9 @@ class SyncInLoop(Tip):
 from pitstop.lint.rule import LintRule, cst, nodes
 
 _SYNCS = frozenset({"item", "cpu", "numpy", "tolist"})
+#: methods a framework calls once per training step (as ``pitstop.lint.position.STEP_METHODS``; not imported
+#: here: loading the catalog must not load libcst)
+_STEP_METHODS = frozenset({"training_step", "compute_loss", "forward"})
 
 
 class SyncInLoopRule(LintRule, tip="PIT201"):
@@ -93,9 +100,14 @@ class SyncInLoopRule(LintRule, tip="PIT201"):
 
     def visit_Call(self, node):
         name = nodes.method(node)
-        if name not in _SYNCS or nodes.method(nodes.receiver(node)) in _SYNCS:
-            return  # x.cpu().numpy() is one sync: reported once, at .cpu()
         ctx = self.ctx
+        if name not in _SYNCS:
+            self._helper(node)
+            return
+        if nodes.method(nodes.receiver(node)) in _SYNCS:
+            return  # x.cpu().numpy() is one sync: reported once, at .cpu()
+        if name == "cpu" and not node.args and isinstance(ctx.parent, cst.Expr):
+            return  # ``vae.cpu()`` as a statement: moves a module (offload), reads no value
         if any(isinstance(a, cst.Call) and (ctx.call_name(a) or "").startswith("torch.distributed.rpc.")
                for a in ctx.ancestors[:-1]):
             return  # shipped over RPC (rpc_sync/rpc_async/remote): the CPU copy is what is sent
@@ -103,6 +115,24 @@ class SyncInLoopRule(LintRule, tip="PIT201"):
         # only where an accelerator is implied: on a CPU-only script the read waits for nothing
         self.report(node, f".{name}() in the training loop makes the CPU wait for the device every step; "
                           "accumulate on the device and read every N steps",
+                    when=lambda: ctx.device_implied and site.per_step())
+
+    def _helper(self, node):
+        """A call, in the training loop, of a function of the linted files whose body reads a device
+        value on the host (``get_sigmas(t)`` doing ``.nonzero().item()``): the read runs every step."""
+        ctx = self.ctx
+        if ctx.loop() is None:
+            fn = ctx.current_function()
+            if fn is None or fn.name.value not in _STEP_METHODS or not ctx.site().framework_step:
+                return
+        found = ctx.sync_helper(node)
+        if found is None:
+            return
+        fn, line, read = found
+        site = ctx.site()
+        self.report(node, f"{fn}() runs every training step and reads a device value on the host (.{read}() "
+                          f"at line {line}{'' if fn in ctx.info.host_reads else ' of its file'}): the CPU waits "
+                          "for the device; keep the value on the device or read it every N steps",
                     when=lambda: ctx.device_implied and site.per_step())
 
 

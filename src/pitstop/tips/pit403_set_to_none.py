@@ -22,7 +22,8 @@ class SetToNone(Tip):
     )
 
     what = """
-        Flags `.zero_grad(set_to_none=False)` and manual zeroing: `<x>.grad.zero_()`,
+        Flags `.zero_grad(set_to_none=False)`, `.zero_grad(set_to_none=args.flag)` where the flag
+        is a `store_true` option of the same file (False unless passed; no fix then), and manual zeroing: `<x>.grad.zero_()`,
         `<x>.grad.data.zero_()` and `<x>.grad.fill_(0)`. The finding is reported at the
         call. The autofix (drop the argument, or `<x>.grad = None`) is marked unsafe because
         a `None` gradient and a zero gradient are not the same to an optimizer (below). A file
@@ -100,7 +101,12 @@ class SetToNoneRule(LintRule, tip="PIT403"):
             self.in_place = True
         if name == "zero_grad":
             a = nodes.arg(node, "set_to_none", 0)
-            if a is not None and nodes.is_false(a.value):
+            option = ctx.argparse_default(a.value) if a is not None else None
+            if option is not None and option.value is False:  # set_to_none=args.flag, a store_true flag
+                self.found.append((node, f"zero_grad(set_to_none={ctx.source_of(a.value)}) writes zeros into every "
+                                         f"gradient by default ({option.option} defaults to False); the default of "
+                                         "zero_grad (set_to_none=True) frees them instead", None))
+            elif a is not None and nodes.is_false(a.value):
                 self.found.append((node, "zero_grad(set_to_none=False) writes zeros into every gradient; "
                                          "the default (set_to_none=True) frees them instead",
                                    ctx.fix(UNSAFE, "Drop set_to_none=False", (node, nodes.without_arg(node, a)))))

@@ -23,10 +23,16 @@ class NoDecayBiasNorm(Tip):
     )
 
     what = """
-        Flags `AdamW(<x>.parameters(), …)` (its default `weight_decay` is 0.01) and any
-        `torch.optim.*` constructor given a non-zero literal `weight_decay` together with
-        `<x>.parameters()` directly rather than parameter groups; reported at the call, no fix is
-        offered. At run time the doctor inspects the optimizer's parameter groups and reports
+        Flags `AdamW(<x>.parameters(), …)` without `weight_decay` (its default is 0.01) and any
+        `torch.optim.*` constructor given a non-zero `weight_decay` together with
+        `<x>.parameters()` (directly or through a name) rather than parameter groups: a literal,
+        a module constant, or an argparse option of the same file whose default is non-zero (the
+        message names it); `weight_decay=0.0` and values the file does not pin down are not
+        flagged. The optimizer may be named through a variable (`optimizer_class =
+        torch.optim.AdamW` ... `optimizer_class(...)`). Files that wrap the model with PEFT
+        (`import peft`) are not flagged: the trainable parameters are then the adapters (LoRA
+        matrices, prompt embeddings), mostly without biases or norm weights. Reported at the
+        call, no fix is offered. At run time the doctor inspects the optimizer's parameter groups and reports
         biases and normalization parameters that receive non-zero weight decay. The helper
         `pitstop.param_groups(model, weight_decay)` builds the two groups.
     """
@@ -75,7 +81,7 @@ class NoDecayBiasNorm(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, cst, nodes
 
 
 class DecayOnBiasRule(LintRule, tip="PIT502"):
@@ -83,21 +89,38 @@ class DecayOnBiasRule(LintRule, tip="PIT502"):
     in_tests = False
 
     def visit_Call(self, node):
-        q = self.ctx.optimizer_class(node)
+        ctx = self.ctx
+        q = ctx.optimizer_class(node)
         if q is None:
             return
         params = nodes.arg(node, "params", 0)
-        if params is None or nodes.method(params.value) != "parameters":
+        if params is None or not _all_parameters(ctx, params.value):
             return
+        if any(m == "peft" or m.startswith("peft.") for m in ctx.info.imported_modules):
+            return  # a PEFT model: the trainable parameters are adapters (LoRA matrices, prompts), not the base's
         wd = nodes.kwarg(node, "weight_decay")
-        value = nodes.number_value(wd.value) if wd is not None else None
-        if q.endswith(".AdamW"):
-            if wd is not None and value == 0:
-                return
-            self.report(node, "AdamW decays every parameter (default weight_decay=0.01), biases and norm weights "
-                              "included; pass two parameter groups (pitstop.param_groups)")
-        elif value:
-            self.report(node)
+        cls = q.rsplit(".", 1)[1]
+        if wd is None:
+            if q.endswith(".AdamW"):
+                self.report(node, "AdamW decays every parameter (default weight_decay=0.01), biases and norm weights "
+                                  "included; pass two parameter groups (pitstop.param_groups)")
+            return
+        value = ctx.constant(wd.value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value == 0:
+            return  # 0, or a value the file does not pin down: no claim about it
+        shown = ctx.source_of(wd.value)
+        option = ctx.argparse_default(wd.value)
+        where = f"weight_decay={shown}" + (f" ({option.option} defaults to {value:g})" if option is not None else "")
+        self.report(node, f"{cls} with {where} decays every parameter, biases and norm weights included; pass two "
+                          "parameter groups (pitstop.param_groups)")
+
+
+def _all_parameters(ctx, expr) -> bool:
+    """``model.parameters()``, or a name bound to it in this scope chain."""
+    if nodes.method(expr) == "parameters":
+        return True
+    bound = ctx.value_of(expr) if isinstance(expr, cst.Name) else None
+    return bound is not None and nodes.method(bound) == "parameters"
 
 
 # --- doctor face ---

@@ -23,10 +23,13 @@ class MultipleOf8(Tip):
     )
 
     what = """
-        Flags `nn.Linear` and `nn.ConvNd` constructors with an integer literal size of 64 or more
-        that is not divisible by 8 (a language model's vocabulary shows up at its output
-        projection, `nn.Linear(d_model, vocab)`); reported at the literal, no fix (the size is a
-        modelling choice). `nn.Embedding` is not flagged: a lookup is a gather, not a matmul, and
+        Flags `nn.Linear`, `nn.ConvNd`, `nn.ConvTransposeNd`, `nn.LSTM`/`nn.GRU` (input and hidden
+        size) and `nn.MultiheadAttention` (embed_dim) constructors with an integer size
+        of 64 or more that is not divisible by 8 (a language model's vocabulary shows up at its
+        output projection, `nn.Linear(d_model, vocab)`): a literal, a module-level name bound
+        once to one (`VOCAB = 50257`), or an argparse option of the same file (`args.hidden`
+        with `default=1000`; the message names the option). Reported at the size, no fix (the
+        size is a modelling choice). `nn.Embedding` is not flagged: a lookup is a gather, not a matmul, and
         uses no tensor cores. Unit tests and deliberate dummy models (`BoringModel`,
         `DummyModel`, ...) are not flagged either. At run time the doctor checks the sizes of the layers and of the batch
         actually used when training runs on a GPU in fp16/bf16. `pitstop bench PIT604` times a
@@ -84,6 +87,12 @@ _SIZES = {
     "torch.nn.Conv1d": (("in_channels", 0), ("out_channels", 1)),
     "torch.nn.Conv2d": (("in_channels", 0), ("out_channels", 1)),
     "torch.nn.Conv3d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.ConvTranspose1d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.ConvTranspose2d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.ConvTranspose3d": (("in_channels", 0), ("out_channels", 1)),
+    "torch.nn.LSTM": (("input_size", 0), ("hidden_size", 1)),
+    "torch.nn.GRU": (("input_size", 0), ("hidden_size", 1)),
+    "torch.nn.MultiheadAttention": (("embed_dim", 0),),
 }
 
 
@@ -101,10 +110,19 @@ class MultipleOf8Rule(LintRule, tip="PIT604"):
         for name, index in spec:
             a = nodes.arg(node, name, index)
             v = nodes.int_value(a.value) if a is not None else None
+            shown = f"{name}={v}"
+            if v is None and a is not None:  # a module constant (VOCAB = 50257) or an argparse default
+                c = self.ctx.constant(a.value)
+                if type(c) is not int:
+                    continue
+                v = c
+                option = self.ctx.argparse_default(a.value)
+                shown = f"{name}={self.ctx.source_of(a.value)} (" + (
+                    f"{option.option} defaults to {v})" if option is not None else f"= {v})")
             if v is None:
                 continue
             if v >= 64 and v % 8:
-                self.report(a.value, f"{layer} {name}={v} is not a multiple of 8; tensor cores want "
+                self.report(a.value, f"{layer} {shown} is not a multiple of 8; tensor cores want "
                                      f"{v // 8 * 8} or {-(-v // 8) * 8}")
 
 

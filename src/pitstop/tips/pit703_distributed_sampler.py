@@ -14,7 +14,7 @@ class DistributedSamplerTip(Tip):
     truth = ""
 
     what = """
-        Flags a file that uses `DistributedDataParallel` and builds a training `DataLoader`
+        Flags a file that uses `DistributedDataParallel` (or FSDP) and builds a training `DataLoader`
         without `sampler=` (reported at the DataLoader), or builds a shuffling
         `DistributedSampler` while no file of the project calls `.set_epoch(` (reported at the
         sampler; the project is every linted file under the folder above the file's outermost
@@ -92,10 +92,14 @@ class DistributedSamplerTip(Tip):
 from pitstop.lint.rule import LintRule, nodes, scope
 
 _SAMPLER = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
+#: data-parallel wrappers besides DDP: each rank must read its own shard under FSDP too
+_FSDP = frozenset({"torch.distributed.fsdp.FullyShardedDataParallel",
+                   "torch.distributed.fsdp.fully_sharded_data_parallel.FullyShardedDataParallel",
+                   "torch.distributed.fsdp.fully_shard", "torch.distributed._composable.fsdp.fully_shard"})
 
 
 class DistributedSamplerRule(LintRule, tip="PIT703"):
-    message = "DataLoader under DDP without a sampler: every rank reads the whole dataset; use a DistributedSampler"
+    message = "DataLoader under DDP (or FSDP) without a sampler: every rank reads the whole dataset; use a DistributedSampler"
     in_tests = False
 
     def __init__(self, ctx):
@@ -108,7 +112,7 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
     def visit_Call(self, node):
         ctx = self.ctx
         q = ctx.call_name(node)
-        if ctx.is_ddp(node):
+        if ctx.is_ddp(node) or q in _FSDP:
             self.ddp = True
         elif q in _SAMPLER:
             shuffle = nodes.arg(node, "shuffle", 3)

@@ -1,0 +1,43 @@
+"""What rules emit (:class:`ReportSink`, mixed into :class:`pitstop.lint.context.FileContext`):
+pending reports (judged after the whole file, see ``Pending.when``) and fixes made of edits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import libcst as cst
+
+__all__ = ["ReportSink", "FixSpec", "Pending"]
+
+
+@dataclass(frozen=True)
+class FixSpec:
+    applicability: str
+    message: str
+    edits: tuple  # ((original node, replacement: str | CSTNode), ...)
+
+
+@dataclass
+class Pending:
+    code: str
+    node: Any
+    message: str
+    fix: FixSpec | None
+    when: Callable[[], bool] | None
+
+
+class ReportSink:
+    """Collects the reports of one file; needs ``module`` and ``pending`` from the class it is mixed into."""
+
+    def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when) -> None:
+        self.pending.append(Pending(code, node, message, fix, when))
+
+    def source_of(self, node: cst.CSTNode) -> str:
+        """The source text of ``node`` (``code`` is a tip's code everywhere else)."""
+        return self.module.code_for_node(node)
+
+    @staticmethod
+    def fix(applicability: str, message: str, *edits: tuple) -> FixSpec:
+        """A fix made of ``(node, replacement)`` edits; a replacement is code or a node."""
+        return FixSpec(applicability, message, tuple(edits))

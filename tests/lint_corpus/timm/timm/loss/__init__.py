@@ -1,4 +1,0 @@
-from .asymmetric_loss import AsymmetricLossMultiLabel, AsymmetricLossSingleLabel
-from .binary_cross_entropy import BinaryCrossEntropy
-from .cross_entropy import LabelSmoothingCrossEntropy, SoftTargetCrossEntropy
-from .jsd import JsdCrossEntropy
