@@ -128,9 +128,9 @@ def _obs(framework: str | None, **kw) -> Observations:
     ("accelerate", 'Accelerate: Accelerator(mixed_precision="bf16")'),
 ])
 def test_precision_fix_is_phrased_in_the_framework_option(framework, expected):
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     from pitstop.tips.pit301_mixed_precision import MixedPrecisionCheck
 
     raw = Finding(code="PIT301", title="t", evidence="e", fix="with torch.autocast(...) (`pitstop explain PIT301`)",
@@ -143,9 +143,9 @@ def test_precision_fix_is_phrased_in_the_framework_option(framework, expected):
 
 
 def test_a_framework_without_its_own_lever_keeps_the_plain_fix():
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     from pitstop.tips.pit101_dataloader_workers import DataWaitCheck
 
     raw = Finding(code="PIT101", title="t", evidence="e", fix="DataLoader(..., num_workers=N)", severity="high")
@@ -262,9 +262,9 @@ def test_a_failed_patch_is_the_knobs_failure():
 
 
 def test_compile_trial_draws_dropout_like_eager():
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     import torch._inductor.config as inductor_config
 
     from pitstop.tips.pit601_compile import CompileKnob
@@ -393,9 +393,9 @@ def test_recipe_cli_prints_a_framework_form(cli, tmp_path):
 def test_a_compile_failure_is_the_knobs_failure(monkeypatch):
     from torch._dynamo.exc import TorchDynamoException
 
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     import torch._inductor.config as inductor_config
 
     from pitstop.tips.pit601_compile import CompileKnob

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pitstop.engine.recipe import Recipe
-from pitstop.registry import implementations
+from pitstop.catalog import implementations
 from pitstop.tune.equivalence import FLOOR_EXACT, FLOOR_REDUCED, check_losses, median_trajectory
 from pitstop.tune.knob import Context, Knob, all_knobs
 from pitstop.tune.result import Run

@@ -1,7 +1,7 @@
 """From a :class:`RunResult` to a :class:`Diagnosis`: run every registered check (torch-free).
 
-The mechanism knows no tip by name: it asks ``registry.implementations("D")`` after
-``tips.load_all()``, runs each check on the observations, ranks the findings and records
+The mechanism knows no tip by name: it asks ``catalog.implementations("D")`` (which
+discovers the tip modules), runs each check on the observations, ranks the findings and records
 which checks were skipped and why. :meth:`Diagnosis.to_dict` is the ``--format json``
 schema (documented in the README).
 """
@@ -161,10 +161,9 @@ class Diagnosis:
 
 
 def _checks() -> list[type[Check]]:
-    from pitstop import registry, tips
+    from pitstop import catalog
 
-    tips.load_all()
-    return sorted((c for c in registry.implementations("D") if issubclass(c, Check)), key=lambda c: (c.tip, c.__name__))
+    return sorted((c for c in catalog.implementations("D") if issubclass(c, Check)), key=lambda c: (c.tip, c.__name__))
 
 
 def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnosis:

@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pitstop.doctor.records import Gain, ProbeResult
-from pitstop.registry import Face
+from pitstop.catalog import Face
 
 __all__ = ["Probe", "ProbeSkip", "probe_gain", "gain_text", "ESTIMATE_NOTE"]
 

@@ -1,6 +1,6 @@
 """Running the registered probes (face D, :class:`~pitstop.doctor.probe.Probe`) in the child.
 
-The mechanism knows no tip: it asks the registry for every :class:`Probe`, lets each one
+The mechanism knows no tip: it asks the catalog for every :class:`Probe`, lets each one
 say from the plain observations whether it applies, and runs it with a
 :class:`ProbeContext`: copies of the user's model (the first one that trained) and of the
 last training batch it saw, the live optimizers (to read, never to step), and the timing
@@ -291,10 +291,9 @@ class ProbeContext:
 
 
 def probe_classes() -> list[type[Probe]]:
-    from pitstop import registry, tips
+    from pitstop import catalog
 
-    tips.load_all()
-    return sorted((c for c in registry.implementations("D") if issubclass(c, Probe)), key=lambda c: (c.tip, c.name))
+    return sorted((c for c in catalog.implementations("D") if issubclass(c, Probe)), key=lambda c: (c.tip, c.name))
 
 
 def run_probes(obs: Observations, *, model: torch.nn.Module | None, args: tuple | None, compiled: bool,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pitstop.registry import FACES
+from pitstop.catalog import FACES
 
 __all__ = ["faces_label", "print_tips", "tip_markdown", "index_markdown", "where_text"]
 
@@ -74,7 +74,7 @@ def index_markdown(tips, category_titles: dict[str, str]) -> str:
 
 def where_text(tip, places, cwd: Path) -> str:
     """``pitstop explain CODE --where``: one ``face  file:line  name (kind)`` line per place
-    (:class:`pitstop.tips.locate.Location`), paths relative to ``cwd`` when under it."""
+    (:class:`pitstop.catalog_locate.Location`), paths relative to ``cwd`` when under it."""
     def shown(file: str) -> str:
         path = Path(file)
         return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)

@@ -1,6 +1,6 @@
 """Where a tip lives in the code: ``pitstop explain CODE --where`` (torch-free).
 
-For one tip: its module (the :class:`~pitstop.tips.Tip` subclass), every registered face
+For one tip: its module (the :class:`~pitstop.catalog.Tip` subclass), every registered face
 class (lint rule, doctor check or probe, knob, benchmark) with the mechanism base it
 derives from, its ``engine`` note and the engine modules that name its code, and the
 definitions of its public ``helpers``. Everything is found from the loaded classes and
@@ -16,11 +16,11 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from pitstop.registry import FACES, implementations
+from pitstop.catalog import FACES, implementations
 
 __all__ = ["Location", "locate"]
 
-_ROOT = Path(__file__).resolve().parents[1]  # src/pitstop
+_ROOT = Path(__file__).resolve().parent  # src/pitstop
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class Location:
 
 
 def locate(tip) -> list[Location]:
-    """Every place of ``tip`` (a :class:`~pitstop.tips.Tip` subclass), in face order."""
+    """Every place of ``tip`` (a :class:`~pitstop.catalog.Tip` subclass), in face order."""
     out = [Location("tip", tip.__name__, "Tip", inspect.getsourcefile(tip), inspect.getsourcelines(tip)[1])]
     for face in FACES:
         for cls in sorted(implementations(face, tip.code), key=lambda c: inspect.getsourcelines(c)[1]):
