@@ -73,7 +73,7 @@ class DoctorCommand(Command):
             raise CliError(str(exc)) from None
         diag = diagnose(result)
         if args.format == "json":
-            from pitstop.report.jsonout import dumps
+            from pitstop.jsoncodec import dumps
 
             sys.stdout.write(dumps(diag.to_dict()) + "\n")
         else:

@@ -46,7 +46,7 @@ class DoctorWindow:
             if path.suffix.lower() == ".html":
                 self.report.html(path)
             else:
-                from pitstop.report.jsonout import dumps
+                from pitstop.jsoncodec import dumps
 
                 path.write_text(dumps(self.report.to_dict()) + "\n", encoding="utf-8")
             print(f"pitstop: doctor report written to {path}", file=sys.stderr)

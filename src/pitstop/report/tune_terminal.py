@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-from pitstop.report.jsonout import dumps
+from pitstop.jsoncodec import dumps
 from pitstop.report.terminal import fmt_bytes, make_console
 from pitstop.tune.result import TuneResult
 
