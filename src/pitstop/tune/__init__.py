@@ -8,7 +8,7 @@ Layout (small modules; nothing here imports torch until a torch-backed name is u
 - ``session``: :class:`TuneSession` (options, budget, trials; paired adaptive passes on
   :mod:`pitstop.paired`); ``combine``: its greedy combination step; ``search``: the steps in order
 - ``verdict`` / ``equivalence``: a trial's verdict from its paired interval, the loss-trajectory check
-- ``result``: :class:`TuneResult` and its JSON form (rendered by :mod:`pitstop.report.tune_terminal`)
+- ``result``: :class:`TuneResult` and its JSON form (rendered by ``report/tune_terminal.py``)
 - ``script`` (+ ``child``, ``patch``, ``warm``): script mode on the doctor's child bootstrap, runs
   forked from a warm worker
 - ``inprocess`` (+ ``sweep``, ``peak``): API mode (trials in this process) through ``make_step``, the batch-size sweep
