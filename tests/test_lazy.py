@@ -30,7 +30,7 @@ def test_importing_the_packages_does_not_import_torch():
 
 
 def test_callable_packages_forward_to_their_functions():
-    from pitstop.doctor.api import doctor
+    from pitstop.api import doctor
     from pitstop.tune.tuning import tune
 
     assert callable(pitstop.doctor) and callable(pitstop.tune)
