@@ -13,6 +13,7 @@ from typing import Any
 
 from pitstop.doctor.check import Check, Finding, Thresholds, in_framework_terms
 from pitstop.doctor.observations import PHASES, Observations
+from pitstop.doctor.probe import gate_note
 from pitstop.doctor.records import FrameworkRecord
 from pitstop.doctor.spec import RunResult
 from pitstop.jsoncodec import to_json
@@ -48,6 +49,8 @@ class Diagnosis:
     skipped: list[SkippedCheck] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     thresholds: Thresholds = field(default_factory=Thresholds)
+    #: probe key -> why its measured gain gave no finding (below ``thresholds.probe_speedup``)
+    probe_notes: dict[str, str] = field(default_factory=dict)
 
     # -- verdict ------------------------------------------------------------------------
     @property
@@ -172,6 +175,7 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnos
     if not obs.device_name:
         obs.device = result.device
     diag = Diagnosis(result=result, observations=obs, thresholds=th)
+    diag.probe_notes = {name: note for name, p in obs.probes.items() if (note := gate_note(p, th.probe_speedup))}
     if not result.observed or result.observations is None:
         return diag
     for cls in _checks():

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from pitstop.report.doctor_probes import gate_note, speedup_cell
+from pitstop.report.doctor_probes import speedup_cell
 from pitstop.report.doctor_terminal import framework_line, impact_label, site_lines, throughput_text
 from pitstop.report.html import bar_chart, html_page, inline_code, line_chart, stacked_bar
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
@@ -88,7 +88,7 @@ def doctor_html(diag) -> str:
                 rows.append([_esc(name), "skipped" if p.skipped is not None else "error",
                              inline_code(p.skipped or p.error or "")])
             else:
-                note = gate_note(p, diag.thresholds.probe_speedup)
+                note = diag.probe_notes.get(name, "")
                 rows.append([_esc(name), _esc(speedup_cell(p)) + (f"<br><i>{inline_code(note)}</i>" if note else ""),
                              _esc(p.what or "")])
         sections.append(("Hardware probes (compute only; estimates, pitstop tune measures the real loop)",

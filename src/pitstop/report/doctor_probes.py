@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pitstop.doctor.records import ProbeResult
 
-__all__ = ["speedup_cell", "probe_line", "gate_note"]
+__all__ = ["speedup_cell", "probe_line"]
 
 
 def speedup_cell(p: ProbeResult) -> str:
@@ -23,15 +23,3 @@ def probe_line(p: ProbeResult) -> str:
     if p.error is not None:
         return f"error ({p.error})"
     return f"{p.what}: {speedup_cell(p)}"
-
-
-def gate_note(p: ProbeResult, threshold: float) -> str:
-    """Why a probe that measured a gain produced no finding: the checks gate on the
-    interval's lower bound, not on the median ratio. Empty when that does not apply."""
-    g = p.gain()
-    if g is None or g.ratio <= 1.0 or g.low >= threshold:
-        return ""
-    conf = f"{100 * g.confidence:.0f}% " if g.confidence else ""
-    return (f"no finding from this probe: its {conf}interval's lower bound {g.low:.2f}x is below the "
-            f"{threshold:.2f}x a recommendation needs (the median {g.ratio:.2f}x alone is not enough on this "
-            "machine's noise); `pitstop tune` measures it on the real loop")

@@ -9,7 +9,7 @@ from rich.text import Text
 
 from pitstop.doctor.observations import Observations
 from pitstop.doctor.records import MemoryRecord
-from pitstop.report.doctor_probes import gate_note, probe_line
+from pitstop.report.doctor_probes import probe_line
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
 __all__ = ["render", "impact_label", "framework_line", "throughput_text", "site_lines"]
@@ -132,7 +132,7 @@ def render(diag, file: IO[str] | None = None) -> None:
             con.print(f"FLOPs per step: {fl['per_step'] / 1e9:.2f} GFLOP; achieved {fl['achieved_per_s'] / 1e9:.1f} "
                       f"GFLOP/s; MFU {mfu} ({fl['peak_source']})")
         for name, p in diag.observations.probes.items():
-            note = gate_note(p, diag.thresholds.probe_speedup)
+            note = diag.probe_notes.get(name, "")
             con.print(f"probe {name}: {probe_line(p)}" + (f"; {note}" if note else ""))
     findings = d["findings"]
     if findings:
