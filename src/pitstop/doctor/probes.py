@@ -35,6 +35,7 @@ import torch
 from pitstop.doctor.observations import Observations
 from pitstop.doctor.records import ProbeResult, Speedup
 from pitstop.doctor.probe import Probe, ProbeSkip
+from pitstop.stats import median
 
 __all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "MAX_PROBE_BYTES", "PROBE_SAMPLES",
            "CONFIDENCE"]
@@ -113,12 +114,6 @@ def _contended(variants: dict[str, Callable[[], Any]]) -> bool:
     lap = clocks.lap()
     cpu = time.process_time() - c0
     return cpu > 0 and (lap.get("run_delay") or 0.0) / cpu > CONTENTION
-
-
-def _median(xs: list[float]) -> float:
-    from pitstop.stats import quantile
-
-    return quantile(xs, 0.5)
 
 
 def _scalar(out: Any) -> torch.Tensor:
@@ -283,7 +278,7 @@ class ProbeContext:
         best = max(speedups, key=lambda k: (speedups[k].low, speedups[k].ratio))
         top = speedups[best]
         dtype = extra.pop("dtype", None)
-        seconds = {k: _median([x.wall for x in v]) for k, v in t.items()}
+        seconds = {k: median([x.wall for x in v]) for k, v in t.items()}
         return ProbeResult(what=what, baseline=baseline, seconds=seconds,
                            measure=top.measure, measure_why=top.measure_why, runs=len(t[baseline]),
                            speedups=speedups, candidate=best, speedup=top.ratio, interval=(top.low, top.high),

@@ -25,7 +25,8 @@ from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.progress import NullProgress
 from pitstop.tune.result import CombineStep, CompileCost, Run, Trial
-from pitstop.tune.verdict import median, verdict
+from pitstop.stats import median
+from pitstop.tune.verdict import verdict
 
 __all__ = ["TuneSession", "failure_reason", "script_warnings"]
 

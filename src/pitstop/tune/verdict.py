@@ -40,10 +40,3 @@ def verdict(decision: Any, margin: float = DEFAULT_MARGIN) -> tuple[str, str]:
         return "no_gain", (f"on the {bar:.2f}x bar: at most {decision.high:.2f}x, too close to it to be worth keeping; "
                            f"{counts}")
     return "no_gain", f"undecided after {decision.pairs} pairs (interval spans {bar:.2f}x); {counts}"
-
-
-def median(xs: Any) -> float | None:
-    from pitstop.stats import quantile
-
-    xs = list(xs)
-    return quantile(xs, 0.5) if xs else None
