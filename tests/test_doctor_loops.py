@@ -267,7 +267,7 @@ def test_html_text_has_no_raw_backticks_or_exponents():
 
 
 def test_probe_row_explains_the_lower_bound_rule():
-    from pitstop.doctor.records import ProbeResult, Speedup
+    from pitstop.doctor.probe_records import ProbeResult, Speedup
     from pitstop.doctor.probe import gate_note
 
     def probe(low: float) -> ProbeResult:

@@ -6,7 +6,8 @@ import json
 
 from doctor_obs import model, observations, optimizer, probe, site
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import ModelRecord, OddSize, ProbeResult, Speedup
+from pitstop.doctor.probe_records import ProbeResult, Speedup
+from pitstop.doctor.records import ModelRecord, OddSize
 from pitstop.jsoncodec import from_json, to_json
 from pitstop.tune.context import context_from_observations
 

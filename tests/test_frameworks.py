@@ -18,7 +18,8 @@ from conftest import ROOT
 from pitstop.doctor.check import Finding, Thresholds, in_framework_terms
 from pitstop.doctor.frameworks import FrameworkInfo, detect, unwrap
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import FrameworkRecord, ProbeResult, StepTime
+from pitstop.doctor.probe_records import ProbeResult
+from pitstop.doctor.records import FrameworkRecord, StepTime
 from pitstop.jsoncodec import from_json
 from pitstop.engine.export import export, read_back
 from pitstop.engine.recipe import Recipe

@@ -15,9 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from pitstop.doctor.probe_records import ProbeResult
 from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CompileRecord, CpuRecord, Flops, Forwards,
                                     FrameworkRecord, GraphRecord, Kernels, LoaderRecord, MemoryRecord, ModelRecord,
-                                    OptimizerRecord, ProbeResult, SampledSite, Settings, Site, StepTime)
+                                    OptimizerRecord, SampledSite, Settings, Site, StepTime)
 from pitstop.jsoncodec import record_from_json, record_to_json
 
 __all__ = ["Observations", "PHASES"]

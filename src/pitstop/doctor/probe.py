@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pitstop.doctor.records import Gain, ProbeResult
+from pitstop.doctor.probe_records import Gain, ProbeResult
 from pitstop.catalog import Face
 
 __all__ = ["Probe", "ProbeSkip", "probe_gain", "gain_text", "gate_note", "ESTIMATE_NOTE"]

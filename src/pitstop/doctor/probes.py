@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import ProbeResult, Speedup
+from pitstop.doctor.probe_records import ProbeResult, Speedup
 from pitstop.doctor.probe import Probe, ProbeSkip
 from pitstop.stats import median
 

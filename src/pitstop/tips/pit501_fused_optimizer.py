@@ -338,7 +338,7 @@ class OptimizerImplKnob(Knob, tip="PIT501"):
 
 # --- doctor probe face ---
 from pitstop.doctor.probe import ESTIMATE_NOTE, Probe, ProbeSkip, gain_text, probe_gain  # noqa: E402
-from pitstop.doctor.records import ProbeResult  # noqa: E402
+from pitstop.doctor.probe_records import ProbeResult  # noqa: E402
 
 
 class OptimizerModeProbe(Probe, tip="PIT501"):
