@@ -83,7 +83,9 @@ def test_explain_where_points_at_every_face_class(cli):
         assert classes and classes <= {p.name for p in places}, code
         for p in places:
             text = Path(p.file).read_text(encoding="utf-8").splitlines()[p.line - 1]
-            if p.kind == "note":
+            if p.face == "test":
+                assert p.kind == "lint fixtures" or code in text or code.lower() + "_" in text, (p, text)
+            elif p.kind == "note":
                 assert text.lstrip().startswith("engine"), (p, text)
             elif p.face == "H":
                 assert text.startswith(f"def {p.name.split('.')[-1]}("), (p, text)
@@ -95,6 +97,20 @@ def test_explain_where_points_at_every_face_class(cli):
     assert {("tip", "Tip"), ("D", "Check"), ("D", "Probe"), ("K", "Knob"), ("B", "Benchmark"), ("E", "note")} <= kinds
     assert ("H", "helper") in {(p.face, p.kind) for p in locate(catalog.get("PIT503"))}
     assert ("L", "LintRule") in {(p.face, p.kind) for p in locate(catalog.get("PIT101"))}
+
+
+def test_explain_where_lists_the_tests_of_a_tip(cli):
+    """Per tip, its tests are findable: the lint fixtures, the test functions and tables
+    (``EXPECTED`` of the bench runner, ``CASES`` of the doctor checks) that name the code."""
+    out = cli("explain", "PIT101", "--where", "--format", "json")
+    tests = [p for p in json.loads(out.stdout)["where"] if p["face"] == "test"]
+    names = {p["name"] for p in tests}
+    assert "tests/fixtures/lint/PIT101/" in names
+    assert "test_bench_runner.py::EXPECTED" in names
+    assert any(n.startswith("test_lint_cli.py::test_") for n in names)
+    assert all(Path(p["file"]).is_file() and p["line"] >= 1 for p in tests)
+    text = cli("explain", "PIT101", "--where").stdout
+    assert "  test    " in text and "test_bench_runner.py::EXPECTED (test)" in text
 
 
 def test_explain_where_prints_file_line_per_face(cli):

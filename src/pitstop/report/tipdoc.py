@@ -79,8 +79,7 @@ def where_text(tip, places, cwd: Path) -> str:
         path = Path(file)
         return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
 
-    rows = [("tip" if p.face == "tip" else FACES[p.face], f"{shown(p.file)}:{p.line}", f"{p.name} ({p.kind})")
-            for p in places]
+    rows = [(FACES.get(p.face, p.face), f"{shown(p.file)}:{p.line}", f"{p.name} ({p.kind})") for p in places]
     width = max(len(r[1]) for r in rows)
     lines = [f"{tip.code} {tip.slug}"] + [f"  {face:<7} {loc:<{width}}  {what}" for face, loc, what in rows]
     planned = tip.planned_faces()
