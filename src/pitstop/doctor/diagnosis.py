@@ -18,7 +18,7 @@ from pitstop.doctor.records import FrameworkRecord
 from pitstop.doctor.spec import RunResult
 from pitstop.jsoncodec import to_json
 
-__all__ = ["Diagnosis", "SkippedCheck", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
+__all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -39,6 +39,33 @@ class SkippedCheck:
     code: str
     check: str
     reason: str
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Steps, samples and tokens per second of the observed steps, and how the batch was read
+    (``throughput`` of the JSON document)."""
+
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    batch_size: int | None = None
+    batch_dim: int | None = None
+    batch_how: str | None = None
+    samples_per_step: int | None = None
+    micro_batches_per_step: float | None = None
+    step_boundary: str | None = None
+
+
+@dataclass(frozen=True)
+class PrecisionSeen:
+    """What the training forwards really ran under: the autocast dtype seen by the model's
+    layers in most training forwards ("none", "bfloat16", "float16"; None when no training
+    forward was seen), the forwards per autocast dtype, and the parameters' dtype."""
+
+    autocast: str | None = None
+    autocast_forwards: dict[str, int] = field(default_factory=dict)
+    param_dtype: str | None = None
 
 
 @dataclass
@@ -95,34 +122,46 @@ class Diagnosis:
             f"more than --warmup ({r.spec.warmup}) times." if not r.observed else "")
 
     # -- numbers ----------------------------------------------------------------------------
-    def summary(self) -> dict[str, Any]:
+    @property
+    def throughput(self) -> Throughput:
         o = self.observations
         sps = 1.0 / o.mean_step if o.mean_step else None
         b = o.batch
         samples = (b.samples_per_step if b else None) or o.batch_size
         tokens = b.tokens_per_step if b else None
-        return {"steps_per_s": sps, "samples_per_s": sps * samples if sps and samples else None,
-                "tokens_per_s": sps * tokens if sps and tokens else None,
-                "batch_size": o.batch_size, "batch_dim": b.dim if b else None, "batch_how": b.how if b else None,
-                "samples_per_step": samples, "micro_batches_per_step": b.micro_batches_per_step if b else None,
-                "step_boundary": o.step_boundary}
+        return Throughput(steps_per_s=sps, samples_per_s=sps * samples if sps and samples else None,
+                          tokens_per_s=sps * tokens if sps and tokens else None,
+                          batch_size=o.batch_size, batch_dim=b.dim if b else None, batch_how=b.how if b else None,
+                          samples_per_step=samples, micro_batches_per_step=b.micro_batches_per_step if b else None,
+                          step_boundary=o.step_boundary)
+
+    def summary(self) -> dict[str, Any]:
+        """:attr:`throughput` as JSON values."""
+        return to_json(self.throughput)
 
     def breakdown(self) -> dict[str, dict[str, float]]:
         o = self.observations
         return {ph: {"seconds": o.seconds(ph), "share": o.share(ph)} for ph in PHASES if o.breakdown}
 
-    def framework(self) -> dict[str, Any]:
+    @property
+    def framework_seen(self) -> FrameworkRecord:
         """The detected training framework (``name`` None: a plain PyTorch loop)."""
-        return to_json(self.observations.framework or FrameworkRecord())
+        return self.observations.framework or FrameworkRecord()
 
-    def precision(self) -> dict[str, Any]:
-        """What the training forwards really ran under: the autocast dtype seen by the model's
-        layers in most training forwards ("none", "bfloat16", "float16"; None when no
-        training forward was seen) and the parameters' dtype."""
+    def framework(self) -> dict[str, Any]:
+        """:attr:`framework_seen` as JSON values."""
+        return to_json(self.framework_seen)
+
+    @property
+    def precision_seen(self) -> PrecisionSeen:
         o = self.observations
         ac = {k: v for k, v in o.forwards.autocast.items() if v}
-        return {"autocast": max(ac, key=ac.__getitem__) if ac else None, "autocast_forwards": ac,
-                "param_dtype": o.model.param_dtype if o.model else None}
+        return PrecisionSeen(autocast=max(ac, key=ac.__getitem__) if ac else None, autocast_forwards=ac,
+                             param_dtype=o.model.param_dtype if o.model else None)
+
+    def precision(self) -> dict[str, Any]:
+        """:attr:`precision_seen` as JSON values."""
+        return to_json(self.precision_seen)
 
     def syncs_per_step(self) -> float:
         n = max(len(self.result.observed), 1)
