@@ -5,7 +5,8 @@
 - mechanisms (lint, doctor, trace, tune, engine, bench) never import ``report/``: they return
   typed results, and the CLI (or ``pitstop/api.py``, ``integrations/``) picks the renderer;
 - no module imports another module's private name (``from x import _name``);
-- no import circle between modules (counting imports inside functions too);
+- no import circle between modules (counting imports inside functions too; not those under
+  ``if TYPE_CHECKING:``, which never run);
 - no module over 400 lines.
 """
 
@@ -39,8 +40,13 @@ def _imports(name: str) -> list[tuple[str, str | None, int]]:
     """``(imported module or module.attr, imported name or None, line)`` of every import in a
     module, inside functions too, relative imports resolved."""
     path = MODULES[name]
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and _is_type_checking(block.test)
+                   for stmt in block.body for n in ast.walk(stmt)}
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue  # ``if TYPE_CHECKING:`` imports never run
         if isinstance(node, ast.Import):
             out += [(a.name, None, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -52,6 +58,11 @@ def _imports(name: str) -> list[tuple[str, str | None, int]]:
             out += [(f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base, a.name, node.lineno)
                     for a in node.names]
     return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def _module_of(target: str) -> str | None:

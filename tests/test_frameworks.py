@@ -292,16 +292,19 @@ def test_tune_report_prints_the_framework_snippet():
     import io
 
     from pitstop.paired import Decision, Measure
-    from pitstop.tune.knob import Setting
     from pitstop.report.tune_terminal import render_text
+    from pitstop.tune.knob import Context, Setting
+    from pitstop.tune.options import TuneOptions
     from pitstop.tune.result import Run, Trial, TuneResult
+    from pitstop.tune.search_info import TuneSettings
 
     run = Run(status="ok", step_times=[0.1, 0.1], losses=[1.0, 0.9])
     best = Trial(name="bf16 autocast", settings=(Setting("PIT301", "autocast", "bf16", "bf16 autocast"),),
                  runs=[run], status="kept", recipe={"precision": "bf16-mixed"},
                  speed=Decision("faster", 1.3, 1.2, 1.4, 0.9, pairs=2, won=2, measure=Measure("wall", "quiet")))
-    result = TuneResult(mode="script", target="train.py", device="cpu", settings={"steps": 3, "warmup": 1, "repeats": 2},
-                        context={"framework": "transformers"}, baseline=Trial(name="baseline", runs=[run]),
+    result = TuneResult(mode="script", target="train.py", device="cpu",
+                        settings=TuneSettings(TuneOptions(steps=3, warmup=1, repeats=2)),
+                        context=Context(framework="transformers"), baseline=Trial(name="baseline", runs=[run]),
                         trials=[best], best=best, best_recipe=Recipe(precision="bf16-mixed").to_dict(),
                         snippet="with torch.autocast(...):\n")
     buf = io.StringIO()

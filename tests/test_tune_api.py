@@ -211,7 +211,7 @@ def test_budget_bounds_the_search_and_says_what_was_skipped():
     res = pitstop.tune(_model(), _opt, _loss, loader, steps=40, warmup=2, repeats=3, sweep=False, threads=THREADS,
                        budget=1.0, knobs=[SameKnob(), ClipKnob(), FP16Knob()])
     spent = time.perf_counter() - t0
-    assert res.budget["exhausted"] and res.budget["seconds"] == 1.0
+    assert res.budget.exhausted and res.budget.seconds == 1.0
     assert len(res.baseline.runs) >= 1  # the baseline always runs
     cut = [t for t in res.trials if t.status == "skipped" or len(t.ok_runs) < 3]  # not run, or fewer rounds
     assert cut and all("budget" in t.reason for t in cut if t.status not in ("failed", "rejected"))

@@ -183,7 +183,7 @@ def paced_result():
 def test_a_real_speedup_is_kept_a_slowdown_called_slower_and_the_best_is_the_winner(paced_result):
     r = paced_result
     fast, slow = r.trial("skip-pace"), r.trial("slow")
-    bar = 1 + r.settings["margin"]
+    bar = 1 + r.settings.options.margin
     assert fast.status == "kept", fast.reason
     assert fast.speedup["low"] > bar and fast.speedup["ratio"] > 1.5
     assert slow.status == "slower", slow.reason

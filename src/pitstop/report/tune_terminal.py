@@ -56,8 +56,8 @@ def _time(console: Any, result: TuneResult) -> None:
         return
     line = (f"time: {t.total:.0f} s in all: survey {t.survey:.0f} s; {t.runs} runs ({t.worker}): set-up and "
             f"shutdown {t.setup + t.other:.0f} s, warm-up steps {t.warmup:.0f} s, measured steps {t.measured:.0f} s")
-    if b and b.get("seconds"):
-        line += f"; budget {b['seconds']:.0f} s" + (" (exhausted: some runs were skipped)" if b.get("exhausted") else "")
+    if b is not None and b.seconds:
+        line += f"; budget {b.seconds:.0f} s" + (" (exhausted: some runs were skipped)" if b.exhausted else "")
     console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -95,10 +95,10 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
 def _header(console: Any, result: TuneResult, d: dict[str, Any]) -> None:
     base = d["baseline"]
     sps = base["steps_per_s"]
-    opts = d["settings"]
+    opts = result.settings.options
     console.print(f"[bold]pitstop tune[/bold] {result.target}  ({result.mode} mode, {result.device}; "
-                  f"{opts['steps']} steps after {opts['warmup']} warmup per run; each trial paired with the baseline "
-                  f"runs next to it, {max(2, opts['repeats'])} to {opts.get('max_pairs', opts['repeats'])} pairs)")
+                  f"{opts.steps} steps after {opts.warmup} warmup per run; each trial paired with the baseline "
+                  f"runs next to it, {max(2, opts.repeats)} to {opts.max_pairs} pairs)")
     console.print(f"baseline: {sps:.2f} steps/s" if sps else "baseline: not measured", end="")
     if base["samples_per_s"]:
         console.print(f", {base['samples_per_s']:.1f} samples/s", end="")
@@ -109,8 +109,8 @@ def _header(console: Any, result: TuneResult, d: dict[str, Any]) -> None:
         console.print(f"decided on: {why}", markup=False, highlight=False)
     warn = result.script_warnings
     if warn:
-        console.print(f"the script wrote {warn['lines']} lines to stderr over all runs ({warn['distinct']} distinct; "
-                      f"first: {warn['first'][0][:120]!r})", markup=False, highlight=False)
+        console.print(f"the script wrote {warn.lines} lines to stderr over all runs ({warn.distinct} distinct; "
+                      f"first: {warn.first[0][:120]!r})", markup=False, highlight=False)
 
 
 def _trials_table(result: TuneResult) -> Any:

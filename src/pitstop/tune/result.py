@@ -5,7 +5,8 @@
 - :class:`Trial`: one configuration (the baseline, a single trick, or a combination), its
   runs, the speed comparison with the baseline, the loss check and the verdict.
 - :class:`TuneResult`: the whole search: baseline, trials, the greedy combination steps and
-  the best combination with its :class:`pitstop.Recipe` fields and snippet.
+  the best combination with its :class:`pitstop.Recipe` fields and snippet; what the search
+  ran with and what it cost are in :mod:`pitstop.tune.search_info`.
 
 JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when unknown)::
 
@@ -33,11 +34,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pitstop.tune.knob import Setting
+from pitstop.jsoncodec import to_json
+from pitstop.paired import Decision
+from pitstop.tune.equivalence import LossCheck
+from pitstop.tune.knob import Context, Setting
+from pitstop.tune.search_info import BudgetUse, ScriptWarnings, TimeSplit, TuneSettings
 
-__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "TimeSplit", "CompileCost", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA"]
+if TYPE_CHECKING:
+    from pitstop.engine.recipe import Recipe
+
+__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "CompileCost", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA"]
 
 SCHEMA = "pitstop.tune/1"
 
@@ -143,18 +151,18 @@ class Trial:
 
     ``speed`` (:class:`pitstop.paired.Decision`), ``loss_check``
     (:class:`pitstop.tune.equivalence.LossCheck`), ``recipe`` (:class:`pitstop.Recipe`) and
-    ``compile`` (:class:`CompileCost`) stay objects until :meth:`to_dict`."""
+    ``compile`` (:class:`CompileCost`) stay typed objects until :meth:`to_dict`."""
 
     name: str
     settings: tuple[Setting, ...] = ()
     runs: list[Run] = field(default_factory=list)
     status: str = "skipped"
     reason: str = ""
-    speed: Any = None                             # pitstop.paired.Decision vs the baseline
-    loss_check: Any = None                        # LossCheck
+    speed: Decision | None = None                 # vs the baseline
+    loss_check: LossCheck | None = None
     memory_change: int | None = None              # bytes vs the baseline's peak
     compile: CompileCost | None = None
-    recipe: Any = None                            # pitstop.Recipe with the trial's fields (None: baseline)
+    recipe: Recipe | None = None                  # the Recipe with the trial's fields (None: baseline)
     recipe_fields: dict[str, Any] = field(default_factory=dict)   # the fields it changes
     reduced_precision: bool = False
     expensive: bool = False
@@ -240,32 +248,11 @@ class CombineStep:
     added: str
     status: str
     reason: str
-    speed: Any = None
+    speed: Decision | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"added": self.added, "status": self.status, "reason": self.reason,
                 "speedup_vs_previous": self.speed.to_dict() if self.speed is not None else None}
-
-
-@dataclass(frozen=True)
-class TimeSplit:
-    """Where the search's time went, summed over every run: ``setup`` (process start or
-    fork, imports, the script's own set-up until its first step), ``warmup`` and
-    ``measured`` steps, and ``other`` (the rest of each run: shutdown, reports), plus the
-    survey and the search's ``total`` wall time; ``runs`` and how they ran (``worker``)."""
-
-    total: float
-    survey: float
-    setup: float
-    warmup: float
-    measured: float
-    other: float
-    runs: int
-    worker: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("total", "survey", "setup", "warmup", "measured", "other", "runs",
-                                              "worker")}
 
 
 @dataclass
@@ -273,8 +260,8 @@ class TuneResult:
     mode: str
     target: str
     device: str
-    settings: dict[str, Any]
-    context: dict[str, Any]
+    settings: TuneSettings
+    context: Context
     baseline: Trial
     trials: list[Trial] = field(default_factory=list)
     combination: list[CombineStep] = field(default_factory=list)
@@ -282,11 +269,11 @@ class TuneResult:
     best_recipe: dict[str, Any] = field(default_factory=dict)     # Recipe.to_dict()
     snippet: str = ""
     sweep: dict[str, Any] | None = None
-    budget: dict[str, Any] = field(default_factory=dict)
+    budget: BudgetUse | None = None
     noise: float | None = None         # the baseline's own run-to-run spread (reported, not a bar)
     notes: list[str] = field(default_factory=list)
     time: TimeSplit | None = None
-    script_warnings: dict[str, Any] | None = None   # {"lines", "distinct", "first": [...]}
+    script_warnings: ScriptWarnings | None = None
 
     def trial(self, name: str) -> Trial:
         for t in self.trials:
@@ -320,8 +307,8 @@ class TuneResult:
             "mode": self.mode,
             "target": self.target,
             "device": self.device,
-            "settings": dict(self.settings),
-            "context": dict(self.context),
+            "settings": self.settings.to_dict(self.mode),
+            "context": self.context.to_dict(),
             "baseline": {
                 "steps_per_s": _num(base.measured_steps_per_s), "samples_per_s": _num(base.samples_per_s),
                 "step_time": _num(base.median_step), "noise": _num(self.noise), "runs": len(base.runs),
@@ -343,16 +330,16 @@ class TuneResult:
                 "measured": bool(best and best.runs),
             },
             "sweep": self.sweep,
-            "budget": dict(self.budget),
+            "budget": to_json(self.budget) if self.budget is not None else {},
             "time": self.time.to_dict() if self.time is not None else None,
-            "script_warnings": self.script_warnings,
+            "script_warnings": to_json(self.script_warnings),
             "notes": list(self.notes),
         }
 
 
-def _framework_config(recipe: Any, context: dict[str, Any]) -> dict[str, Any] | None:
+def _framework_config(recipe: Any, context: Context) -> dict[str, Any] | None:
     """The recipe in the detected framework's options (:mod:`pitstop.engine.export`), or None."""
-    framework = (context or {}).get("framework")
+    framework = context.framework
     if not framework or not recipe.changed():
         return None
     from pitstop.engine.export import export

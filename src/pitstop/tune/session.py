@@ -25,6 +25,7 @@ from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.progress import NullProgress
 from pitstop.tune.result import CombineStep, CompileCost, Run, Trial
+from pitstop.tune.search_info import ScriptWarnings
 from pitstop.stats import median
 from pitstop.tune.verdict import verdict
 
@@ -317,11 +318,11 @@ def _not_applicable(knob: Knob, ctx: Context, mode: str) -> Trial | None:
                  reason=reason)
 
 
-def script_warnings(runs: Sequence[Run]) -> dict[str, Any] | None:
+def script_warnings(runs: Sequence[Run]) -> ScriptWarnings | None:
     """What the script wrote to stderr over all runs, deduplicated: ``lines`` in all,
     ``distinct`` lines, the ``first`` few distinct ones (None when it wrote nothing)."""
     lines = [ln for r in runs for ln in r.stderr_lines]
     if not lines:
         return None
     distinct = list(dict.fromkeys(ln.strip() for ln in lines if ln.strip()))
-    return {"lines": len(lines), "distinct": len(distinct), "first": distinct[:3]}
+    return ScriptWarnings(lines=len(lines), distinct=len(distinct), first=distinct[:3])
