@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["verdict", "DEFAULT_MARGIN", "DEFAULT_CONFIDENCE", "median"]
+__all__ = ["verdict", "DEFAULT_MARGIN", "DEFAULT_CONFIDENCE"]
 
 DEFAULT_MARGIN = 0.05
 DEFAULT_CONFIDENCE = 0.9
