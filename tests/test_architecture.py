@@ -147,3 +147,28 @@ def test_modules_stay_under_400_lines():
         if n > MAX_LINES and rel not in LINE_LIMIT_EXEMPT:
             long.append(f"{rel}: {n} lines")
     assert not long, "split by concern:\n" + "\n".join(long)
+
+
+def test_every_name_in___all___is_defined():
+    """A name listed in ``__all__`` exists in its module (packages that resolve names lazily
+    through a module ``__getattr__`` excepted)."""
+    bad = []
+    for name, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        defined: set[str] = set()
+        listed: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                defined |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets) \
+                    and isinstance(node.value, (ast.List, ast.Tuple)):
+                listed = [e.value for e in node.value.elts if isinstance(e, ast.Constant)]
+        if "__getattr__" in defined:
+            continue
+        bad += [f"{path.relative_to(SRC)}: {n}" for n in listed if n not in defined]
+    assert not bad, "\n".join(bad)
