@@ -253,9 +253,13 @@ def test_a_failed_patch_is_the_knobs_failure():
     finally:
         patch.reset()
 
-    class R:  # the doctor's RunResult, as the child reports the error
-        status, steps, peak_memory, elapsed, exit_code, returncode = "error", [], None, 0.0, None, 1
-        message = "the script raised KnobApplyError"
+    from pitstop.doctor.spec import SetupFailed
+
+    assert issubclass(patch.KnobApplyError, SetupFailed)  # the child reports it as a typed status
+
+    class R:  # the doctor's RunResult, as the child reports a SetupFailed raised while the script ran
+        status, steps, peak_memory, elapsed, exit_code, returncode = "setup_error", [], None, 0.0, None, 1
+        message = "could not change Linear: AttributeError: x"
         traceback = "Traceback ...\npitstop.tune.patch.KnobApplyError: could not change Linear: AttributeError: x\n"
 
     run = run_from_result(R(), 3)

@@ -220,3 +220,22 @@ def test_cli_bad_input_is_exit_2_and_a_broken_script_exit_3(cli, tmp_path):
     assert only.returncode == 2 and "PIT999" in only.stderr
     broken = cli("tune", str(TUNE / "tiny_train.py"), "--threads", "1", "--", "--fail")
     assert broken.returncode == 3 and "broken on purpose" in broken.stderr
+
+
+def test_a_knob_that_cannot_change_the_model_is_a_setup_error_reported_by_the_child():
+    """The child reports a knob's failed patch as a typed status (``setup_error``, the knob's
+    message), not as the script's error for the tuner to find in the traceback text."""
+    from pitstop.doctor.runner import run_script
+    from pitstop.doctor.spec import RunSpec, Setup
+    from pitstop.tune.child import TARGET, setup_kwargs
+    from pitstop.tune.knob import Context
+    from pitstop.tune.script import run_from_result
+
+    spec = RunSpec(script=str(TUNE / "tiny_train.py"), steps=2, warmup=0, mode="light", probes=False,
+                   stdout="devnull", timeout=120,
+                   setups=(Setup(TARGET, setup_kwargs(planted.BrokenPatchKnob(), None, Context())),))
+    result = run_script(spec)
+    assert result.status == "setup_error", (result.status, result.message)
+    assert result.message.startswith("could not change") and "planted: no such layer" in result.message
+    run = run_from_result(result, 2)
+    assert run.status == "setup_error" and run.message == result.message

@@ -19,12 +19,13 @@ from typing import Any
 from pitstop.doctor.observations import Observations
 from pitstop.jsoncodec import dumps, record_from_json, record_to_json
 
-__all__ = ["Setup", "RunSpec", "StepRecord", "RunResult", "STATUSES", "MODES", "MAX_TIMEOUT"]
+__all__ = ["Setup", "SetupFailed", "RunSpec", "StepRecord", "RunResult", "STATUSES", "MODES", "MAX_TIMEOUT"]
 
 #: How a run ended. ``stopped``: the doctor stopped the script after the planned steps
 #: (the normal case); ``finished``: the script returned by itself; ``exited``: it called
 #: ``sys.exit``; ``error``: it raised; ``timeout``: the watchdog stopped it;
-#: ``setup_error``: a setup callable failed; ``crashed``: the child died without a report.
+#: ``setup_error``: a setup callable failed, before the script or (:class:`SetupFailed`) when
+#: its change took effect while the script ran; ``crashed``: the child died without a report.
 STATUSES = ("stopped", "finished", "exited", "error", "timeout", "setup_error", "crashed")
 
 #: ``full``: every measurement the checks need. ``light``: step wall times and losses only
@@ -33,6 +34,12 @@ MODES = ("full", "light")
 
 #: the longest timeout a run accepts, in seconds (30 days); ``None`` means no timeout
 MAX_TIMEOUT = 30 * 24 * 3600.0
+
+
+class SetupFailed(RuntimeError):
+    """Raised (in the child) when a setup's change fails as it takes effect while the script
+    runs, e.g. a ``pitstop tune`` knob patching the model at its first forward: the run ends
+    with status ``setup_error`` and this message, not ``error`` (the script is not at fault)."""
 
 
 @dataclass(frozen=True)
