@@ -29,11 +29,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pitstop.stats import median, paired_ratio_interval
 
-__all__ = ["Sample", "Pair", "Measure", "Decision", "choose_measure", "decide", "MIN_PAIRS", "CONTENTION",
+__all__ = ["Sample", "Pair", "Measure", "Decision", "DecisionStatus", "choose_measure", "decide", "MIN_PAIRS", "CONTENTION",
            "WAIT_DOMINATED"]
 
 #: pairs before any verdict (a dramatic slowdown, interval below 1/2, may stop at 2).
@@ -135,11 +135,15 @@ def choose_measure(pairs: Sequence[Pair]) -> Measure:
                           "their CPU time for a core), which inflates wall time", contention, sleep)
 
 
+#: How a paired comparison ended (:func:`decide`); ``tune/verdict.py`` maps each to a trial status.
+DecisionStatus = Literal["faster", "slower", "same", "close", "undecided"]
+
+
 @dataclass(frozen=True)
 class Decision:
     """The paired verdict on a candidate vs a baseline."""
 
-    status: str          # "faster" | "slower" | "same" | "close" | "undecided"
+    status: DecisionStatus
     ratio: float         # typical baseline / candidate on ``measure`` (> 1: candidate faster)
     low: float
     high: float

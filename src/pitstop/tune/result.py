@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pitstop.jsoncodec import to_json
 from pitstop.paired import Decision
@@ -45,7 +45,8 @@ from pitstop.tune.search_info import BudgetUse, ScriptWarnings, TimeSplit, TuneS
 if TYPE_CHECKING:
     from pitstop.engine.recipe import Recipe
 
-__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "CompileCost", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA"]
+__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "CompileCost", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA",
+           "TrialStatus", "RunStatus", "CombineStatus", "COMBINE_STATUSES"]
 
 SCHEMA = "pitstop.tune/1"
 
@@ -55,10 +56,16 @@ SCHEMA = "pitstop.tune/1"
 #: crashed, hung (timeout), ran out of memory, or its setup failed; ``not_applicable``: the
 #: knob cannot change this training (with the reason); ``skipped``: not measured (budget,
 #: conflict with a kept trick).
-STATUSES = ("kept", "no_gain", "slower", "rejected", "failed", "not_applicable", "skipped")
-OK = "ok"
-#: How a run can fail.
-FAILED_STATUSES = ("crashed", "timeout", "oom", "error", "setup_error", "too_few_steps")
+TrialStatus = Literal["kept", "no_gain", "slower", "rejected", "failed", "not_applicable", "skipped"]
+STATUSES: tuple[TrialStatus, ...] = get_args(TrialStatus)
+#: How a run ended: ``ok``, or how it failed.
+RunStatus = Literal["ok", "crashed", "timeout", "oom", "error", "setup_error", "too_few_steps"]
+OK: RunStatus = "ok"
+FAILED_STATUSES: tuple[RunStatus, ...] = tuple(s for s in get_args(RunStatus) if s != OK)
+#: Steps of the greedy combination (:class:`CombineStep`): a trial status, ``added``, or the
+#: final re-measurement's ``confirmed`` / ``not_confirmed``.
+CombineStatus = Literal["added", "no_gain", "slower", "rejected", "failed", "skipped", "confirmed", "not_confirmed"]
+COMBINE_STATUSES: tuple[CombineStatus, ...] = get_args(CombineStatus)
 
 
 @dataclass
@@ -68,7 +75,7 @@ class Run:
     process and its workers (``cpu_times``), run-queue delay (``run_delays``), main-thread
     active seconds (``actives``) and CUDA event seconds (``gpu_times``)."""
 
-    status: str                                   # "ok" or one of FAILED_STATUSES
+    status: RunStatus
     step_times: list[float] = field(default_factory=list)    # observed steps, seconds
     warmup_times: list[float] = field(default_factory=list)
     losses: list[float | None] = field(default_factory=list)  # every step, warmup first
@@ -156,7 +163,7 @@ class Trial:
     name: str
     settings: tuple[Setting, ...] = ()
     runs: list[Run] = field(default_factory=list)
-    status: str = "skipped"
+    status: TrialStatus = "skipped"
     reason: str = ""
     speed: Decision | None = None                 # vs the baseline
     loss_check: LossCheck | None = None
@@ -246,7 +253,7 @@ class CombineStep:
     combination (vs the baseline for the final step)."""
 
     added: str
-    status: str
+    status: CombineStatus
     reason: str
     speed: Decision | None = None
 
