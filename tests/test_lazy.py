@@ -31,7 +31,7 @@ def test_importing_the_packages_does_not_import_torch():
 
 def test_callable_packages_forward_to_their_functions():
     from pitstop.api import doctor
-    from pitstop.tune.tuning import tune
+    from pitstop.tune.api import tune
 
     assert callable(pitstop.doctor) and callable(pitstop.tune)
     assert pitstop.doctor.doctor is pitstop.doctor and pitstop.tune.tune is pitstop.tune

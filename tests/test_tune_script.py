@@ -162,7 +162,7 @@ def test_saved_recipe_trains_with_pitstop_fit(cnn):
 
 @pytest.fixture(scope="module")
 def planted_result():
-    from pitstop.tune.tuning import tune_script
+    from pitstop.tune.api import tune_script
 
     knobs = [planted.PerturbLossKnob(), planted.CrashKnob(), planted.HangKnob(), planted.OOMKnob(), planted.NoopKnob()]
     return tune_script(str(TUNE / "tiny_train.py"), steps=5, warmup=2, repeats=2, max_pairs=3, timeout=15, threads=1,
@@ -173,7 +173,7 @@ def planted_result():
 def paced_result():
     """tiny_train.py sleeping 40 ms per step: removing the sleep is a 2x+ speed-up and a 30 ms
     sleep per forward a slow-down, whatever else runs on the machine."""
-    from pitstop.tune.tuning import tune_script
+    from pitstop.tune.api import tune_script
 
     knobs = [planted.SkipPaceKnob(), planted.SlowKnob()]
     return tune_script(str(TUNE / "tiny_train.py"), args=("--pace", "40"), steps=6, warmup=2, repeats=2, timeout=60,

@@ -13,7 +13,7 @@ from pitstop.tune.knob import Context, Knob, all_knobs
 from pitstop.tune.result import Run
 from pitstop.paired import Pair, Sample, choose_measure, decide
 from pitstop.stats import paired_ratio_interval
-from pitstop.tune.search import TuneOptions, merge_recipe_fields, select_knobs
+from pitstop.tune.options import TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.verdict import verdict
 
 from conftest import parse_tips_spec

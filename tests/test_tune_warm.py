@@ -38,7 +38,7 @@ def test_a_forked_run_trains_exactly_like_a_fresh_process():
 
 def test_the_scripts_repeated_stderr_is_counted_not_printed():
     from pitstop.report.tune_terminal import render_text
-    from pitstop.tune.tuning import tune_script
+    from pitstop.tune.api import tune_script
 
     r = tune_script(str(TUNE / "tiny_train.py"), args=("--warn", "--pace", "20"), steps=4, warmup=1, repeats=2,
                     max_pairs=2, timeout=60, threads=1, knobs=[planted.SkipPaceKnob()])

@@ -1,5 +1,5 @@
 """A tuning session: the options, the budget, the trials, and the paired measurements that
-decide them (torch-free). :func:`pitstop.tune.search.search` runs its steps: the survey, the
+decide them (torch-free). :func:`pitstop.tune.protocol.search` runs its steps: the survey, the
 single tricks (:meth:`TuneSession.measure`), the greedy combination
 (:func:`pitstop.tune.combine.combine`), the result.
 

@@ -24,13 +24,12 @@ from typing import Any
 
 from pitstop.tune.combine import combine
 from pitstop.tune.knob import Context, Knob
-from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
+from pitstop.tune.options import Backend, TuneOptions
 from pitstop.tune.result import Trial, TuneResult
 from pitstop.tune.search_info import BudgetUse, TimeSplit, TuneSettings
 from pitstop.tune.session import TuneSession, script_warnings
 
-__all__ = ["TuneOptions", "Backend", "TuneError", "Budget", "search", "select_knobs", "merge_recipe_fields",
-           "TuneSession", "what_is_left"]
+__all__ = ["search", "what_is_left"]
 
 
 def search(backend: Backend, knobs: Sequence[Knob], options: TuneOptions, *, progress: Any = None,

@@ -1,5 +1,5 @@
 """The two entry points: :func:`tune` (API mode, engine users) and :func:`tune_script`
-(script mode, ``pitstop tune train.py``). Both run :func:`pitstop.tune.search.search`."""
+(script mode, ``pitstop tune train.py``). Both run :func:`pitstop.tune.protocol.search`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pitstop.tune.progress import NullProgress
 from pitstop.tune.result import TuneResult
 from pitstop.tune.search_info import BudgetUse
 from pitstop.tune.options import Budget, TuneOptions
-from pitstop.tune.search import search
+from pitstop.tune.protocol import search
 
 __all__ = ["tune", "tune_script"]
 
