@@ -147,10 +147,6 @@ class CompileCost:
     compile_s_cached: float | None
     break_even_steps: int | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"compile_s": self.compile_s, "compile_s_cached": self.compile_s_cached,
-                "break_even_steps": self.break_even_steps}
-
 
 @dataclass
 class Trial:
@@ -238,7 +234,7 @@ class Trial:
                 "measured_steps_per_s": _num(self.measured_steps_per_s),
                 "speedup": self.speedup, "memory_change": self.memory_change,
                 "loss_check": self.loss_check.to_dict() if self.loss_check is not None else None,
-                "compile": self.compile.to_dict() if self.compile is not None else None,
+                "compile": to_json(self.compile),
                 "recipe": dict(self.recipe_fields), "runs": len(self.runs),
                 "run_step_times": [_num(r.median_step) for r in self.runs],
                 "peak_memory": self.peak_memory}
@@ -338,7 +334,7 @@ class TuneResult:
             },
             "sweep": self.sweep,
             "budget": to_json(self.budget) if self.budget is not None else {},
-            "time": self.time.to_dict() if self.time is not None else None,
+            "time": to_json(self.time),
             "script_warnings": to_json(self.script_warnings),
             "notes": list(self.notes),
         }

@@ -63,7 +63,3 @@ class TimeSplit:
     other: float
     runs: int
     worker: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("total", "survey", "setup", "warmup", "measured", "other", "runs",
-                                              "worker")}
