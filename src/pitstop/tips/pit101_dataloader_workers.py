@@ -374,3 +374,22 @@ class WorkersKnob(Knob, tip="PIT101"):
             train_loader = DataLoader(train_set, batch_size=..., shuffle=True,
                                       num_workers={value}{", persistent_workers=True" if int(value) > 0 else ""})
         """
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class InputBoundTrace(TraceCheck, tip="PIT101"):
+    looks_at = "GPU idle while the host is inside DataLoader __next__, inside the profiler steps"
+
+    def check(self, rank, th):
+        dl = rank.dataloader
+        if dl.share is None or dl.share < th.input_share:
+            return
+        yield self.finding(
+            th, rank, title="steps wait for the input pipeline", impact=dl.share,
+            evidence=(f"the GPU sat idle {pct(dl.share)} of the step while the host was in DataLoader __next__ "
+                      f"(the host spent {pct(dl.host_share)} of the step there, {ms(dl.seconds_per_step)} per step)"),
+            fix="load batches in worker processes: DataLoader(num_workers=<number of cores>, pin_memory=True, "
+                "persistent_workers=True); move per-sample CPU work out of the training process")

@@ -168,3 +168,23 @@ class PinMemoryKnob(Knob, tip="PIT102"):
             ...
             x = x.to("cuda", non_blocking=True)   # pinned + non_blocking: the copy overlaps compute
         """
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class PageableCopyTrace(TraceCheck, tip="PIT102"):
+    looks_at = "host-device memcpys from or to pageable host memory (Memcpy names, src_kind/dst_kind)"
+
+    def check(self, rank, th):
+        c = rank.copies
+        if c is None or not c.pageable or c.pageable < max(rank.steps, 1) or c.pageable_share < 0.001:
+            return
+        yield self.finding(
+            th, rank, title="host-device copies from pageable memory", impact=c.pageable_share,
+            evidence=(f"{c.pageable} of {c.pageable + c.pinned + c.unknown} host-device copies use pageable host memory "
+                      f"({c.pageable / max(rank.steps, 1):.1f} per step, {pct(c.pageable_share)} of the step); a "
+                      "pageable copy is staged by the driver and blocks the host"),
+            fix="pin the host batches (DataLoader(pin_memory=True) or tensor.pin_memory()) and copy with "
+                ".to(device, non_blocking=True)")

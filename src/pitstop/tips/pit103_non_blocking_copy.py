@@ -229,3 +229,33 @@ class NonBlockingCheck(Check, tip="PIT103"):
                      f"({ms(seconds)} per step spent in copies).",
             fix="pin the batches (PIT102) and copy with .to(device, non_blocking=True)",
             share=share, seconds=seconds)
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+_COPY_OPS = ("aten::copy_", "aten::to", "aten::_to_copy")
+
+
+class BlockingCopyTrace(TraceCheck, tip="PIT103"):
+    looks_at = "host-device copies that no kernel overlaps, and syncs caused by copy operators"
+
+    def check(self, rank, th):
+        c = rank.copies
+        sites = [s for s in rank.syncs.sites if s.cause.startswith(_COPY_OPS)]
+        copy_syncs = sum(s.count for s in sites)
+        if c is None or not (c.htod or c.dtoh):
+            return
+        exposed = c.copy_share * (1 - (c.copy_overlap or 0.0))
+        per_step = copy_syncs / max(rank.steps, 1)
+        if exposed < th.copy_share and per_step < 1:
+            return
+        where = f"; {copy_syncs} syncs by copies ({per_step:.1f} per step), e.g. {sites[0].call} <- {sites[0].cause}" \
+            if sites else ""
+        yield self.finding(
+            th, rank, title="host-device copies block the step instead of overlapping it", impact=exposed,
+            evidence=(f"copies take {pct(c.copy_share)} of the step and kernels overlap {pct(c.copy_overlap)} of "
+                      f"their time{where}"),
+            fix="copy pinned batches with .to(device, non_blocking=True) so the copy overlaps compute; read results "
+                "back to the host once every N steps")

@@ -144,3 +144,31 @@ class SyncInLoopCheck(Check, tip="PIT201"):
             evidence=f"{calls:.1f} syncs per step from {listing}; {cost}.",
             fix="accumulate on the device (total += loss.detach()) and read it every N steps",
             share=share, seconds=seconds, severity=severity, where=[s.where for s in sites])
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+_NOT_HERE = ("aten::copy_", "aten::to", "aten::_to_copy")
+_DEVICE_SYNC = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
+
+
+class SyncTrace(TraceCheck, tip="PIT201"):
+    looks_at = "cudaStreamSynchronize / blocking cudaMemcpy (hip*) per step and the operator that caused each"
+
+    def check(self, rank, th):
+        if not rank.steps or rank.idle is None:
+            return
+        sites = [s for s in rank.syncs.sites if s.call not in _DEVICE_SYNC and not s.cause.startswith(_NOT_HERE)]
+        n = sum(s.count for s in sites)
+        if n < rank.steps:
+            return
+        share = rank.idle.sync * n / max(rank.syncs.count, 1)
+        top = "; ".join(f"{s.count} x {s.call} <- {s.cause}" for s in sites[:3])
+        yield self.finding(
+            th, rank, title="the host waits for the GPU every step", impact=share,
+            evidence=(f"{n / rank.steps:.1f} syncs per step ({top}); the GPU idled {pct(share)} of the step after "
+                      "them while the host caught up"),
+            fix="keep values on the device (accumulate metrics as tensors) and read them (.item(), .cpu(), "
+                "print) every N steps")

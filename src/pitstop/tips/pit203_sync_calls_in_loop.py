@@ -120,3 +120,28 @@ class SyncCallsCheck(Check, tip="PIT203"):
             fix="remove them from the loop; synchronize only around a timed region, never empty_cache per step",
             share=share, seconds=seconds if obs.on_cuda else None, severity=None if obs.on_cuda else "low",
             where=[s.where for s in sites])
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+_DEVICE_SYNC = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
+
+
+class SynchronizeCallTrace(TraceCheck, tip="PIT203"):
+    looks_at = "cudaDeviceSynchronize / hipDeviceSynchronize calls inside the profiler steps"
+
+    def check(self, rank, th):
+        if not rank.steps or rank.idle is None:
+            return
+        sites = [s for s in rank.syncs.sites if s.call in _DEVICE_SYNC]
+        n = sum(s.count for s in sites)
+        if n < rank.steps:
+            return
+        share = rank.idle.sync * n / max(rank.syncs.count, 1)
+        yield self.finding(
+            th, rank, title="torch.cuda.synchronize() every step", impact=share,
+            evidence=(f"{n / rank.steps:.1f} device-wide syncs per step ({sites[0].call} <- {sites[0].cause}); the "
+                      f"GPU idled {pct(share)} of the step after syncs"),
+            fix="drop torch.cuda.synchronize() from the loop (time with CUDA events or the profiler instead)")

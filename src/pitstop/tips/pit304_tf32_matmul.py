@@ -130,3 +130,24 @@ class TF32Knob(Knob, tip="PIT304"):
             torch.set_float32_matmul_precision("high")   # TF32 matmuls
             torch.backends.cudnn.allow_tf32 = True       # TF32 convolutions (the default)
         """
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class Tf32Trace(TraceCheck, tip="PIT304"):
+    looks_at = "fp32 (non-TF32) GEMM/conv kernels on an Ampere or newer NVIDIA GPU"
+
+    def check(self, rank, th):
+        p, gpu = rank.precision, rank.gpu
+        if p is None or gpu is None or not p.tf32_capable:
+            return
+        if p.matmul_share < th.matmul_share or p.fp32_share < th.fp32_share:
+            return
+        impact = gpu.busy * p.matmul_share * p.fp32_share * 0.5
+        yield self.finding(
+            th, rank, title="fp32 matmuls without TF32 on an Ampere+ GPU", impact=impact,
+            evidence=(f"{pct(p.fp32_share)} of GEMM/conv time ({pct(p.matmul_share)} of kernel time) runs in plain "
+                      f"fp32 (sgemm-style kernels) on {rank.device}, which runs them as TF32 on tensor cores"),
+            fix="torch.set_float32_matmul_precision('high') (and torch.backends.cudnn.allow_tf32 = True)")

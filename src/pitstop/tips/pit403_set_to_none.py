@@ -139,3 +139,22 @@ def _is_grad(expr):
         expr = expr.value
     name = nodes.last_name(expr)
     return name is not None and (name == "grad" or isinstance(expr, cst.Name) and (name == "grads" or name.endswith("_grad")))
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class MemsetTrace(TraceCheck, tip="PIT403"):
+    looks_at = "memset activity per step (zero-filled gradients show as memsets)"
+
+    def check(self, rank, th):
+        c = rank.copies
+        if c is None or not rank.steps or c.memset_share < th.memset_share:
+            return
+        yield self.finding(
+            th, rank, title="memsets take a visible share of the step", impact=c.memset_share,
+            evidence=(f"{c.memsets_per_step:.0f} memsets per step take {pct(c.memset_share)} of the step; zero-filled "
+                      "gradients (zero_grad(set_to_none=False)) look like this, but the trace cannot tell which "
+                      "tensors they fill"),
+            fix="optimizer.zero_grad(set_to_none=True) (the default since PyTorch 2.0); never p.grad.zero_()")

@@ -366,3 +366,21 @@ class OptimizerModeProbe(Probe, tip="PIT501"):
         what = (f"{cls.__name__}.step() over {len(params)} parameter tensors "
                 f"({sum(p.numel() for p in params):,} elements) on {device}")
         return ctx.compare(what=what, baseline=current, variants=variants)
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class ForLoopOptimizerTrace(TraceCheck, tip="PIT501"):
+    looks_at = "kernels launched inside optimizer.step() annotations, and whether they are multi-tensor/fused"
+
+    def check(self, rank, th):
+        o = rank.optimizer
+        if o is None or o.multi_tensor or o.kernels_per_step < th.optimizer_kernels:
+            return
+        yield self.finding(
+            th, rank, title="the optimizer launches kernels per parameter", impact=o.share,
+            evidence=(f"optimizer.step() launches {o.kernels_per_step:.0f} kernels per step, none multi-tensor or "
+                      f"fused; their GPU time is {pct(o.share)} of the step (the launches cost host time too)"),
+            fix="construct the optimizer with fused=True (or foreach=True)")

@@ -243,3 +243,24 @@ class CompileKnob(Knob, tip="PIT601"):
         return f"""
             model = torch.compile(model{arg})   # compiles on the first steps; count graph breaks
         """
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class LaunchBoundTrace(TraceCheck, tip="PIT601"):
+    looks_at = "many short kernels and the GPU idle between their launches"
+
+    def check(self, rank, th):
+        la, idle = rank.launches, rank.idle
+        if la is None or idle is None or la.short_kernels < th.short_kernels or idle.launch < th.launch_idle_share:
+            return
+        if la.kernels_per_step < th.launch_min_kernels:
+            return
+        yield self.finding(
+            th, rank, title="launch-bound: many short kernels", impact=idle.launch,
+            evidence=(f"{la.kernels_per_step:.0f} kernels per step, {pct(la.short_kernels)} shorter than "
+                      f"{la.short_threshold_us:.0f} us (median {la.median_kernel_us:.1f} us); the GPU idled "
+                      f"{pct(idle.launch)} of the step between launches"),
+            fix="torch.compile the model (fuses kernels; mode='reduce-overhead' adds CUDA graphs), or larger batches")

@@ -119,3 +119,23 @@ class PointwiseFusionBench(Benchmark, tip="PIT607"):
             notes=["The seed's 2x is the bound for a purely memory-bound op (4 passes over memory -> 2); "
                    "compute per element and the allocation of the intermediate move the measured ratio."],
         )
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class PointwiseChainTrace(TraceCheck, tip="PIT607"):
+    looks_at = "the share of kernels that are elementwise, when the step is launch-bound"
+
+    def check(self, rank, th):
+        la, idle = rank.launches, rank.idle
+        if la is None or idle is None or idle.launch < th.launch_idle_share or la.elementwise < 0.3:
+            return
+        if la.kernels_per_step < th.launch_min_kernels:
+            return
+        yield self.finding(
+            th, rank, title="chains of elementwise kernels", impact=idle.launch * la.elementwise,
+            evidence=(f"{pct(la.elementwise)} of the {la.kernels_per_step:.0f} kernels per step are elementwise; each "
+                      "reads and writes memory once, and the GPU idles between their launches"),
+            fix="fuse them: torch.compile the function that holds the chain")

@@ -132,3 +132,20 @@ class DataParallelCheck(Check, tip="PIT701"):
                     evidence=f"the trained model is {m.cls} (nn.DataParallel): one Python process scatters "
                              "inputs and gathers outputs every step, bound by the GIL.",
                     fix="DistributedDataParallel, one process per GPU, launched with torchrun", severity="medium")
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class DataParallelTrace(TraceCheck, tip="PIT701"):
+    looks_at = "GPU activity on several devices in one process's trace (nn.DataParallel)"
+
+    def check(self, rank, th):
+        if rank.gpu is None or rank.gpu.devices < 2:
+            return
+        yield self.finding(
+            th, rank, title="one process drives several GPUs (nn.DataParallel?)", impact=None, severity="medium",
+            evidence=(f"this trace holds GPU work on {rank.gpu.devices} devices from one process; DataParallel "
+                      "replicates the model every step from one Python thread"),
+            fix="use DistributedDataParallel, one process per GPU, launched by torchrun")

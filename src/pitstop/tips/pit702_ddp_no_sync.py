@@ -106,3 +106,25 @@ class DdpNoSyncRule(LintRule, tip="PIT702"):
             loop = site.inner_loop()
             if loop is not None and loop.conditional_step:
                 self.report(node)
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class CommunicationTrace(TraceCheck, tip="PIT702"):
+    looks_at = "NCCL/RCCL kernel time and how much of it no compute kernel overlaps"
+
+    def check(self, rank, th):
+        k = rank.kernels
+        if k is None or k.communication_overlap is None:
+            return
+        if k.communication_share < th.communication_share and k.communication_exposed < th.exposed_communication:
+            return
+        yield self.finding(
+            th, rank, title="communication dominates the step or is not overlapped", impact=k.communication_exposed,
+            evidence=(f"collectives are {pct(k.communication_share)} of kernel time; compute overlaps "
+                      f"{pct(k.communication_overlap)} of them, leaving {pct(k.communication_exposed)} of the step "
+                      "exposed"),
+            fix="communicate less often (gradient accumulation under model.no_sync()), overlap it (DDP buckets: "
+                "bucket_cap_mb, gradient_as_bucket_view=True), or compress gradients (bf16 comm hook)")

@@ -145,3 +145,22 @@ class DistributedSamplerCheck(Check, tip="PIT703"):
                          f"but the training DataLoader uses {plain[0].sampler}.",
                 fix="DataLoader(ds, sampler=DistributedSampler(ds), ...) and sampler.set_epoch(epoch) every epoch",
                 kind="correctness", severity="high", where=[d.where for d in plain if d.where])
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class StragglerTrace(TraceCheck, tip="PIT703"):
+    looks_at = "ranks the others wait for inside collectives, steadily (pitstop.ranks)"
+
+    def check_job(self, job, th):
+        for s in job.stragglers:
+            rank = next((r for r in job.ranks if r.rank == s.rank), None)
+            step = rank.step_time.median if rank is not None and rank.step_time else None
+            yield self.finding(
+                th, rank, title=f"rank {s.rank} is a straggler", impact=(s.lag / step) if step else None,
+                evidence=(s.evidence + "; the trace cannot tell why (uneven shards, slower input, a slower GPU "
+                          "or node)"),
+                fix="give every rank the same amount of work: DistributedSampler (drop_last=True) and the same "
+                    "batch shapes; then compare the slow rank's input pipeline and host")

@@ -122,3 +122,22 @@ class ProfileCheck(Check, tip="PIT905"):
                          f"{flops.peak_per_s / 1e12:.0f} peak, {flops.peak_source}).",
                 fix="see the breakdown: data wait (PIT101), precision (PIT301), syncs (PIT201); then a trace (--trace DIR)",
                 severity="low")
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+
+
+class UnexplainedIdleTrace(TraceCheck, tip="PIT905"):
+    looks_at = "GPU idle while the host ran its own code (no DataLoader, sync or launch to blame)"
+
+    def check(self, rank, th):
+        if rank.idle is None or rank.idle.host < th.unexplained_idle:
+            return
+        yield self.finding(
+            th, rank, title="the GPU waits for host code", impact=rank.idle.host,
+            evidence=(f"the GPU idled {pct(rank.idle.host)} of the "
+                      f"{'step' if rank.steps else 'GPU span'} while the host ran Python or operator code "
+                      "that no other finding explains"),
+            fix="profile the host side (pitstop doctor, or the profiler with with_stack=True) and move that work "
+                "off the critical path")

@@ -1,0 +1,65 @@
+"""Trace checks (face T): the base class tip modules subclass (torch-free).
+
+A check reads one rank's typed :class:`~pitstop.trace.result.RankResult` (or the whole job
+for :meth:`TraceCheck.check_job`) and yields :class:`~pitstop.trace.result.TraceFinding`s;
+it decides, the analyzers only measure. One class per tip, appended to its tip module::
+
+    class InputBoundTrace(TraceCheck, tip="PIT101"):
+        def check(self, rank, th):
+            if rank.dataloader.share and rank.dataloader.share > th.input_share:
+                yield self.finding(th, rank, title=..., evidence=..., fix=..., impact=rank.dataloader.share)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import ClassVar
+
+from pitstop.registry import Face
+from pitstop.trace.result import RankResult, TraceFinding
+from pitstop.trace.thresholds import TraceThresholds
+
+__all__ = ["TraceCheck", "JobView", "severity_of", "pct", "ms"]
+
+
+class JobView:
+    """The ranks of one job and the stragglers found among them (read-only)."""
+
+    def __init__(self, ranks: tuple[RankResult, ...], stragglers: tuple, spread: float | None) -> None:
+        self.ranks = ranks
+        self.stragglers = stragglers
+        self.spread = spread
+
+
+def severity_of(impact: float | None, th: TraceThresholds) -> str:
+    if impact is None:
+        return "low"
+    return "high" if impact >= th.high_share else "medium" if impact >= th.medium_share else "low"
+
+
+def pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
+
+
+class TraceCheck(Face, face="T"):
+    """Base of every trace check. Subclass with ``tip="PITnnn"`` in the tip's module and
+    override :meth:`check` (per rank) and/or :meth:`check_job` (across ranks)."""
+
+    #: what the check looks at (docs and ``pitstop explain --where``).
+    looks_at: ClassVar[str] = ""
+
+    def check(self, rank: RankResult, th: TraceThresholds) -> Iterable[TraceFinding]:
+        return ()
+
+    def check_job(self, job: JobView, th: TraceThresholds) -> Iterable[TraceFinding]:
+        return ()
+
+    def finding(self, th: TraceThresholds, rank: RankResult | None, *, title: str, evidence: str, fix: str,
+                impact: float | None, severity: str | None = None) -> TraceFinding:
+        return TraceFinding(code=self.tip, title=title, severity=severity or severity_of(impact, th),
+                            impact=impact, evidence=evidence, fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)",
+                            rank=rank.rank if rank is not None else None)

@@ -1,0 +1,261 @@
+"""The typed result of ``pitstop trace`` (torch-free): one :class:`RankResult` per trace file,
+the job's :class:`TraceReport`, and their JSON (``docs/trace-schema.json``).
+
+Shares are fractions (0.25 = 25%) of the analysed window: the union of the host
+``ProfilerStep#N`` intervals, or, for a trace without steps, the span from the first to the
+last GPU activity (``window.basis`` says which). Seconds are wall seconds on the trace clock.
+``None`` means the trace cannot tell (no GPU events, no steps, no host events).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pitstop.jsoncodec import record_from_json, record_to_json, to_json
+
+__all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
+           "Launches", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
+           "TraceFinding", "TraceReport", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per host ``ProfilerStep``."""
+
+    median: float
+    p90: float
+    mean: float
+    min: float
+    max: float
+
+
+@dataclass(frozen=True)
+class Window:
+    """What the shares are shares of: ``basis`` ``"steps"`` or ``"gpu span"``, its seconds."""
+
+    basis: str
+    seconds: float
+    start_us: float
+    end_us: float
+
+
+@dataclass(frozen=True)
+class GpuTime:
+    """GPU activity (kernels, memcpys, memsets; all streams merged) inside the window.
+
+    ``busy`` + ``idle`` = 1. ``busy_launched`` is busy over the span of the GPU work that
+    the steps launched (by correlation), the way TraceLens and HTA measure.
+    """
+
+    busy: float
+    idle: float
+    busy_seconds: float
+    busy_launched: float | None
+    streams: int
+    devices: int
+
+
+@dataclass(frozen=True)
+class IdleSplit:
+    """GPU idle time in the window by what the host did meanwhile (shares of the window).
+
+    ``input``: inside a DataLoader ``__next__``; ``sync``: from the moment the host blocked in
+    a sync call until it launched the next work; ``launch``: inside kernel-launch runtime
+    calls, or in gaps shorter than the launch threshold between back-to-back kernels;
+    ``host``: the rest (Python and operator code on the host, or no host event at all).
+    """
+
+    input: float
+    host: float
+    launch: float
+    sync: float
+
+
+@dataclass(frozen=True)
+class SpanBreakdown:
+    """HolisticTraceAnalysis' temporal breakdown, computed its way: over the span from the
+    first to the last GPU activity, dropping the work launched in the last step when there
+    are two or more, timestamps rounded to whole microseconds. Shares of ``span_us``."""
+
+    idle: float
+    compute: float
+    non_compute: float
+    span_us: float
+
+
+@dataclass(frozen=True)
+class NamedTime:
+    """A kernel or operator: calls and GPU seconds inside the window, share of kernel time."""
+
+    name: str
+    calls: int
+    seconds: float
+    share: float
+
+
+@dataclass(frozen=True)
+class KernelMix:
+    """Kernel time split (event durations clipped to the window, streams added up).
+
+    ``communication_share`` and ``compute_share`` are shares of kernel time;
+    ``memory_share`` is memcpy+memset time over all GPU time; ``communication_overlap``
+    the share of communication time during which a compute kernel also ran (None: no
+    communication). ``communication_per_step`` holds the seconds per step spent in
+    communication kernels, in step order (what the straggler rule compares across ranks).
+    """
+
+    kernel_seconds: float
+    compute_share: float
+    communication_share: float
+    memory_share: float
+    communication_overlap: float | None
+    communication_exposed: float
+    communication_per_step: tuple[float, ...]
+    top: tuple[NamedTime, ...]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """GEMM/convolution kernel time by the precision its name states (shares of that time)."""
+
+    matmul_share: float
+    by_precision: dict[str, float]
+    fp32_share: float
+    tensor_cores: bool | None
+    tf32_capable: bool
+
+
+@dataclass(frozen=True)
+class Launches:
+    """Kernel launches: how many, how short, the idle they leave (``IdleSplit.launch``) and
+    the share of kernels that are elementwise (pointwise) ones."""
+
+    kernels_per_step: float
+    median_kernel_us: float
+    short_kernels: float
+    short_threshold_us: float
+    idle_share: float
+    elementwise: float
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    """A host-device sync call and what made it (innermost operator / Python frame)."""
+
+    call: str
+    cause: str
+    count: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Syncs:
+    per_step: float
+    count: int
+    seconds_share: float
+    sites: tuple[SyncSite, ...]
+
+
+@dataclass(frozen=True)
+class Copies:
+    """Memcpy and memset activity in the window."""
+
+    pageable: int
+    pinned: int
+    unknown: int
+    htod: int
+    dtoh: int
+    copy_share: float
+    pageable_share: float
+    copy_overlap: float | None
+    memsets_per_step: float
+    memset_share: float
+
+
+@dataclass(frozen=True)
+class DataLoading:
+    """``share``: step time the host spent in DataLoader ``__next__`` while the GPU had
+    nothing to do (the time a faster pipeline saves); ``host_share``: all its host time."""
+
+    share: float | None
+    host_share: float | None
+    seconds_per_step: float | None
+
+
+@dataclass(frozen=True)
+class OptimizerKernels:
+    """Kernels launched from inside ``optimizer.step()`` annotations, per step."""
+
+    kernels_per_step: float
+    share: float
+    multi_tensor: bool
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """What one trace file (one rank) says. ``notes`` are plain statements of what the trace
+    cannot show (host-only, no steps ...)."""
+
+    source: str
+    rank: int
+    world_size: int
+    device: str
+    vendor: str
+    schema: str
+    steps: int
+    step_numbers: tuple[int, ...]
+    step_time: StepTime | None
+    window: Window | None
+    gpu: GpuTime | None
+    idle: IdleSplit | None
+    span: SpanBreakdown | None
+    kernels: KernelMix | None
+    precision: Precision | None
+    launches: Launches | None
+    syncs: Syncs
+    copies: Copies | None
+    dataloader: DataLoading
+    optimizer: OptimizerKernels | None
+    top_operators: tuple[NamedTime, ...]
+    host_only: bool
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict:
+        return record_to_json(self)
+
+
+@dataclass(frozen=True)
+class TraceFinding:
+    """One problem the trace shows, in a catalog code. ``impact``: share of the step a fix
+    could save (None: the trace cannot size it). ``rank``: None for a job-wide finding."""
+
+    code: str
+    title: str
+    severity: str
+    impact: float | None
+    evidence: str
+    fix: str
+    rank: int | None
+
+
+@dataclass(frozen=True)
+class TraceReport:
+    """``pitstop trace``'s answer for one file or one job's folder of per-rank files."""
+
+    ranks: tuple[RankResult, ...]
+    findings: tuple[TraceFinding, ...]
+    stragglers: tuple[int, ...]
+    step_spread: float | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "ranks": [to_json(r) for r in self.ranks],
+                "findings": [to_json(f) for f in self.findings], "stragglers": list(self.stragglers),
+                "step_spread": self.step_spread, "notes": list(self.notes)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> TraceReport:
+        """A report read back from its JSON (``pitstop trace --format json``), equal to the original."""
+        return record_from_json(cls, data)

@@ -1,0 +1,161 @@
+"""The face-T checks fire on synthetic traces that show their problem and stay quiet on ones
+that do not; stragglers across ranks."""
+
+from __future__ import annotations
+
+import pytest
+
+from trace_synth import A100, V100, training
+
+
+def _codes(tmp_path, synth, name="t.json"):
+    from pitstop.trace import trace
+
+    report = trace([synth.write(tmp_path / name)])
+    return {f.code for f in report.findings}, report
+
+
+def test_clean_bf16_step_has_no_findings(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+                                              kernel_us=9_900))
+    assert codes == set(), report.findings
+    r = report.ranks[0]
+    assert r.gpu.busy > 0.95 and r.precision.by_precision == {"bf16": 1.0}
+
+
+def test_input_bound_steps(tmp_path):
+    codes, report = _codes(tmp_path, training(loader_us=4_000, kernel="sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn",
+                                              kernel_us=5_900))
+    assert "PIT101" in codes
+    r = report.ranks[0]
+    assert r.dataloader.share == pytest.approx(0.4, abs=0.01)
+    assert r.idle.input == pytest.approx(r.dataloader.share)
+    f = next(f for f in report.findings if f.code == "PIT101")
+    assert f.severity == "high" and f.impact == pytest.approx(0.4, abs=0.01) and "DataLoader" in f.evidence
+
+
+@pytest.mark.parametrize("device,codes", [(A100, {"PIT301", "PIT304"}), (V100, {"PIT301"})])
+def test_fp32_gemms_on_tensor_core_gpus(tmp_path, device, codes):
+    found, _ = _codes(tmp_path, training(device=device))
+    assert found & {"PIT301", "PIT304"} == codes
+
+
+def test_syncs_every_step_name_their_cause(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel="ampere_bf16_s16816gemm", syncs=("cudaStreamSynchronize",
+                                                                                      "cudaDeviceSynchronize")))
+    assert {"PIT201", "PIT203"} <= codes
+    r = report.ranks[0]
+    assert r.syncs.per_step == 2
+    causes = {s.call: s.cause for s in r.syncs.sites}
+    assert causes["cudaStreamSynchronize"] == "aten::item"
+    assert r.idle.sync > 0.02
+
+
+def test_pageable_copies(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel="ampere_bf16_s16816gemm", pageable=True, kernel_us=1_000))
+    assert "PIT102" in codes
+    assert report.ranks[0].copies.pageable == 4
+
+
+def test_launch_bound_short_kernels(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel="ampere_bf16_s16816gemm", kernel_us=500, short_kernels=400,
+                                              step_us=7_000))
+    assert {"PIT601", "PIT607"} <= codes
+    la = report.ranks[0].launches
+    assert la.short_kernels > 0.9 and la.elementwise > 0.9
+    assert report.ranks[0].idle.launch > 0.5
+
+
+def _job(tmp_path, slow_rank):
+    paths = []
+    for rank in range(4):
+        late = rank == slow_rank  # computes 2.5 ms longer; the others wait for it inside the all-reduce
+        s = training(rank=rank, world=4, kernel="ampere_bf16_s16816gemm", kernel_us=6_000,
+                     compute_us_extra=2_500 if late else 0, comm_us=500 if late else 3_000, step_us=10_000, steps=5)
+        paths.append(s.write(tmp_path / f"rank{rank}.pt.trace.json.gz"))
+    return paths
+
+
+def test_straggler_found_and_reported(tmp_path):
+    from pitstop.trace import trace
+
+    _job(tmp_path, slow_rank=2)
+    report = trace([tmp_path], workers=2)
+    assert [r.rank for r in report.ranks] == [0, 1, 2, 3]
+    assert report.stragglers == (2,)
+    f = next(f for f in report.findings if f.code == "PIT703")
+    assert f.rank == 2 and "rank 2" in f.evidence
+
+
+def test_balanced_job_has_no_straggler(tmp_path):
+    from pitstop.trace import trace
+
+    _job(tmp_path, slow_rank=None)
+    report = trace([tmp_path], workers=1)
+    assert report.stragglers == ()
+    assert "PIT703" not in {f.code for f in report.findings}
+
+
+def test_communication_not_overlapped(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel="ampere_bf16_s16816gemm", kernel_us=4_000, comm_us=5_000))
+    assert "PIT702" in codes
+    k = report.ranks[0].kernels
+    assert k.communication_overlap == 0.0 and k.communication_share > 0.5
+
+
+def test_files_of_different_jobs_get_no_straggler(tmp_path):
+    from pitstop.trace import trace
+
+    _job(tmp_path, slow_rank=2)
+    other = training(rank=1, world=2, kernel="ampere_bf16_s16816gemm", comm_us=3_000, steps=5)
+    other.write(tmp_path / "other_job.json")
+    report = trace([tmp_path], workers=1)
+    assert report.stragglers == ()
+    assert any("different jobs" in n for n in report.notes)
+
+
+BF16 = "ampere_bf16_s16816gemm"
+
+
+def test_blocking_copies(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, pageable=True, copy_us=500, kernel_us=8_000))
+    assert "PIT103" in codes
+    c = report.ranks[0].copies
+    assert c.copy_overlap == 0.0 and c.copy_share == pytest.approx(0.05, abs=0.005)
+    quiet, _ = _codes(tmp_path, training(kernel=BF16, kernel_us=9_000), "quiet.json")
+    assert "PIT103" not in quiet
+
+
+def test_memsets(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, memsets=20, kernel_us=8_000))
+    assert "PIT403" in codes
+    assert report.ranks[0].copies.memsets_per_step == 20
+    few, _ = _codes(tmp_path, training(kernel=BF16, memsets=1, kernel_us=8_000), "few.json")
+    assert "PIT403" not in few
+
+
+@pytest.mark.parametrize("kernel,fires", [("void at::native::vectorized_elementwise_kernel<4>()", True),
+                                          ("void at::native::multi_tensor_apply_kernel<4>()", False)])
+def test_per_parameter_optimizer(tmp_path, kernel, fires):
+    codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=6_000, optimizer_kernels=80,
+                                              optimizer_kernel=kernel))
+    assert ("PIT501" in codes) == fires
+    assert report.ranks[0].optimizer.kernels_per_step == 80
+
+
+def test_several_devices_in_one_process(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=9_000, second_device=True))
+    assert "PIT701" in codes and report.ranks[0].gpu.devices == 2
+    assert "PIT701" not in _codes(tmp_path, training(kernel=BF16, kernel_us=9_000), "one.json")[0]
+
+
+def test_unexplained_host_idle(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=3_000))
+    assert "PIT905" in codes
+    assert report.ranks[0].idle.host == pytest.approx(0.7, abs=0.01)
+
+
+def test_few_kernels_are_not_launch_bound(tmp_path):
+    codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=500, short_kernels=10, step_us=2_000))
+    assert report.ranks[0].launches.short_kernels > 0.9 and report.ranks[0].idle.launch >= 0.05
+    assert not codes & {"PIT601", "PIT607"}
