@@ -7,6 +7,7 @@ from typing import IO, Any
 from pitstop.jsoncodec import dumps
 from pitstop.report.terminal import fmt_bytes, make_console
 from pitstop.tune.result import TuneResult
+from pitstop.tune.sweep import SweepResult
 
 __all__ = ["render_text", "render_json", "VERDICT_TEXT"]
 
@@ -160,24 +161,24 @@ _STEP_TEXT = {"added": "added", "no_gain": "not added", "slower": "not added", "
               "failed": "FAILED", "skipped": "skipped", "confirmed": "confirmed", "not_confirmed": "not confirmed"}
 
 
-def _sweep(console: Any, sweep: dict[str, Any]) -> None:
+def _sweep(console: Any, sweep: SweepResult) -> None:
     from rich.table import Table
 
-    cap = sweep.get("cap")
-    title = (f"batch-size sweep (memory: {sweep['memory_measure']}; cap {fmt_bytes(cap)} = {sweep['cap_source']}, "
-             f"margin {sweep['margin']:.0%})")
+    cap = sweep.cap
+    title = (f"batch-size sweep (memory: {sweep.memory_measure}; cap {fmt_bytes(cap)} = {sweep.cap_source}, "
+             f"margin {sweep.margin:.0%})")
     table = Table(title=title, title_justify="left")
     for col in ("batch", "variant", "accumulate", "peak mem", "fits", "samples/s", "note"):
         table.add_column(col)
-    for r in sweep["rows"]:
-        table.add_row(str(r["batch_size"]), r["variant"], str(r["accumulate"]), fmt_bytes(r["peak_memory"]),
-                      {True: "yes", False: "no", None: "-"}[r["fits"]],
-                      f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "-", r["reason"] or r["status"])
+    for r in sweep.rows:
+        table.add_row(str(r.batch_size), r.variant, str(r.accumulate), fmt_bytes(r.peak_memory),
+                      {True: "yes", False: "no", None: "-"}[r.fits],
+                      f"{r.samples_per_s:.1f}" if r.samples_per_s else "-", r.reason or r.status)
     console.print(table)
-    largest = ", ".join(f"{k}: {v if v is not None else 'none'}" for k, v in sweep["largest_fit"].items())
+    largest = ", ".join(f"{k}: {v if v is not None else 'none'}" for k, v in sweep.largest_fit.items())
     console.print(f"largest batch that fits: {largest}")
-    rec = sweep.get("recommended")
+    rec = sweep.recommended
     if rec:
-        console.print(f"fastest that fits: batch {rec['batch_size']} ({rec['variant']}, accumulate {rec['accumulate']}): "
-                      f"{rec['samples_per_s']:.1f} samples/s")
-    console.print(f"note: {sweep['note']}", markup=False, highlight=False)
+        console.print(f"fastest that fits: batch {rec.batch_size} ({rec.variant}, accumulate {rec.accumulate}): "
+                      f"{rec.samples_per_s:.1f} samples/s")
+    console.print(f"note: {sweep.note}", markup=False, highlight=False)

@@ -44,6 +44,7 @@ from pitstop.tune.search_info import BudgetUse, ScriptWarnings, TimeSplit, TuneS
 
 if TYPE_CHECKING:
     from pitstop.engine.recipe import Recipe
+    from pitstop.tune.sweep import SweepResult  # sweep.py imports options.py, which imports this module
 
 __all__ = ["Run", "Trial", "TuneResult", "CombineStep", "CompileCost", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA",
            "TrialStatus", "RunStatus", "CombineStatus", "COMBINE_STATUSES"]
@@ -271,7 +272,7 @@ class TuneResult:
     best: Trial | None = None
     best_recipe: dict[str, Any] = field(default_factory=dict)     # Recipe.to_dict()
     snippet: str = ""
-    sweep: dict[str, Any] | None = None
+    sweep: SweepResult | None = None
     budget: BudgetUse | None = None
     noise: float | None = None         # the baseline's own run-to-run spread (reported, not a bar)
     notes: list[str] = field(default_factory=list)
@@ -332,7 +333,7 @@ class TuneResult:
                 "framework": _framework_config(recipe, self.context),
                 "measured": bool(best and best.runs),
             },
-            "sweep": self.sweep,
+            "sweep": to_json(self.sweep),
             "budget": to_json(self.budget) if self.budget is not None else {},
             "time": to_json(self.time),
             "script_warnings": to_json(self.script_warnings),
