@@ -19,6 +19,24 @@ CHECKS = {c.__name__: c for c in catalog.implementations("D") if issubclass(c, C
 PROBES = {c.__name__: c for c in catalog.implementations("D") if not issubclass(c, Check)}
 
 MIB = 2**20
+
+
+def _rank(rank: int, **fields) -> dict:
+    """One rank's distributed record (JSON form) of a healthy 5-step DDP rank."""
+    base = {"rank": rank, "world_size": 2, "initialized": True, "backend": "gloo", "waits": [0.002] * 5,
+            "reduction_waits": [0.002] * 5, "reductions": [1] * 5, "buckets": [1] * 5,
+            "allreduce_bytes": [4 * MIB] * 5, "backwards": [1] * 5, "reduction_source": "pitstop comm hook",
+            "fingerprints": {str(i): f"{rank}{i:07x}" for i in range(7)}}
+    return {**base, **fields}
+
+
+def _job(*ranks: dict, **fields) -> dict:
+    return {"world_size": len(ranks), "ranks": list(ranks), "step_means": [0.1] * len(ranks), **fields}
+
+
+SAME = {str(i): f"{i:08x}" for i in range(7)}
+STRAGGLER = {"rank": 1, "phase": "data", "lag": 0.05, "late_steps": 5, "steps": 5,
+             "evidence": "the other ranks waited 50.0 ms (median) for rank 1 ..."}
 CUDA_H2D = {"blocking": 2.0, "non_blocking": 0.0, "seconds": 0.004}
 
 #: check name -> (observations where it fires, observations where it does not)
@@ -134,6 +152,20 @@ CASES = {
         observations(models=[model(ddp=True)], loaders=[loader()], settings={"world_size": 2}),
         observations(models=[model(ddp=True)], loaders=[loader(distributed_sampler=True, sampler="DistributedSampler")],
                      settings={"world_size": 2}),
+    ),
+    "DdpNoSyncCheck": (
+        observations(distributed=_job(*(_rank(r, reductions=[4] * 5, backwards=[4] * 5, buckets=[4] * 5,
+                                              reduction_waits=[0.02] * 5) for r in (0, 1)))),
+        observations(distributed=_job(*(_rank(r, reductions=[1] * 5, backwards=[4] * 5) for r in (0, 1)))),  # no_sync
+    ),
+    "SameBatchesCheck": (
+        observations(loaders=[loader()], distributed=_job(_rank(0, fingerprints=SAME), _rank(1, fingerprints=SAME))),
+        observations(loaders=[loader(distributed_sampler=True, sampler="DistributedSampler")],
+                     distributed=_job(_rank(0, sampler_epochs=[0, 1]), _rank(1, sampler_epochs=[0, 1]))),
+    ),
+    "StragglerCheck": (
+        observations(distributed=_job(_rank(0), _rank(1), stragglers=[STRAGGLER])),
+        observations(distributed=_job(_rank(0), _rank(1))),
     ),
     "EvalModeCheck": (
         observations(models=[model(mode_dependent=True, forwards={"train": 5, "nograd_train_mode": 3})],
@@ -251,6 +283,32 @@ def test_retained_graph_fires_on_live_losses_alone():
 
 def test_distributed_sampler_is_quiet_on_one_process():
     assert findings_of(CHECKS["DistributedSamplerCheck"], observations(loaders=[loader()])) == []
+
+
+def test_job_checks_skip_outside_a_torchrun_job_and_on_independent_processes():
+    for name in ("DdpNoSyncCheck", "SameBatchesCheck", "StragglerCheck"):
+        reason, _ = run_check(CHECKS[name], observations())
+        assert reason and "torchrun job" in reason
+        reason, _ = run_check(CHECKS[name], observations(distributed=_job(_rank(0))))  # one rank: not merged
+        assert reason and "torchrun job" in reason
+    alone = _job(_rank(0, initialized=False, fingerprints=SAME), _rank(1, initialized=False, fingerprints=SAME))
+    reason, _ = run_check(CHECKS["SameBatchesCheck"], observations(distributed=alone))
+    assert "independent" in reason
+
+
+def test_distributed_sampler_without_set_epoch_repeats_epoch_numbers():
+    job = _job(_rank(0, sampler_epochs=[0, 0, 0]), _rank(1, sampler_epochs=[0, 0, 0]))
+    (f,) = findings_of(CHECKS["SameBatchesCheck"], observations(distributed=job))
+    assert "set_epoch" in f.title and f.severity == "medium"
+
+
+def test_no_sync_finding_gives_the_measured_rounds_and_saving():
+    # rank 0 also waits for a late rank 1: only the transfer (rank 1's 20 ms) is saved by no_sync
+    job = _job(_rank(0, reductions=[4] * 5, backwards=[4] * 5, reduction_waits=[0.08] * 5),
+               _rank(1, reductions=[4] * 5, backwards=[4] * 5, reduction_waits=[0.02] * 5))
+    (f,) = findings_of(CHECKS["DdpNoSyncCheck"], observations(distributed=job))
+    assert "4 times per optimizer step" in f.title
+    assert f.impact_seconds == pytest.approx(0.015) and f.impact_share == pytest.approx(0.15)
 
 
 # -- probes: their skip decision is made on the plain observations --------------------

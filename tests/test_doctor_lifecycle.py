@@ -24,7 +24,8 @@ SCRIPT = """
 import os, subprocess, sys, time
 import torch
 out, mode = sys.argv[1], sys.argv[2]
-worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", out],  # out: a marker
+                          start_new_session=mode == "setsid")  # a worker that leaves the process group
 with open(out + ".tmp", "w") as f:
     f.write(f"{os.getpid()} {worker.pid}")
 os.replace(out + ".tmp", out)
@@ -88,10 +89,11 @@ def _start(tmp_path: Path, mode: str = "sleep", *extra: str, command: str = "doc
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-@pytest.mark.parametrize("command, sig", [("doctor", signal.SIGTERM), ("doctor", signal.SIGHUP),
-                                          ("tune", signal.SIGTERM)])
-def test_signal_to_doctor_or_tune_kills_the_child_group_and_removes_its_temp_dir(tmp_path, command, sig):
-    proc, pids = _start(tmp_path, "sleep", "--timeout", "300", command=command)
+@pytest.mark.parametrize("command, sig, mode", [("doctor", signal.SIGTERM, "sleep"), ("doctor", signal.SIGHUP, "sleep"),
+                                                ("tune", signal.SIGTERM, "sleep"), ("doctor", signal.SIGTERM, "setsid"),
+                                                ("tune", signal.SIGTERM, "setsid")])
+def test_signal_to_doctor_or_tune_kills_the_child_group_and_removes_its_temp_dir(tmp_path, command, sig, mode):
+    proc, pids = _start(tmp_path, mode, "--timeout", "300", command=command)
     try:
         _wait_file(pids)
         time.sleep(1.0)
@@ -109,14 +111,16 @@ def test_signal_to_doctor_or_tune_kills_the_child_group_and_removes_its_temp_dir
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-def test_sigkill_of_the_parent_takes_the_child_down(tmp_path):
-    proc, pids = _start(tmp_path, "sleep", "--timeout", "300")
+@pytest.mark.parametrize("mode", ["sleep", "setsid"])
+def test_sigkill_of_the_parent_takes_the_child_and_what_it_started_down(tmp_path, mode):
+    proc, pids = _start(tmp_path, mode, "--timeout", "300")
     try:
         _wait_file(pids)
-        script_pid, _ = (int(p) for p in pids.read_text().split())
+        script_pid, worker_pid = (int(p) for p in pids.read_text().split())
         proc.kill()  # SIGKILL: no handler runs in the parent
         proc.wait(timeout=30)
         assert _wait_dead([script_pid]) == [], "the child survived its parent's SIGKILL"
+        assert _wait_dead([worker_pid]) == [], "the script's own subprocess outlived pitstop doctor's SIGKILL"
     finally:
         proc.kill()
         for p in pids.read_text().split() if pids.exists() else []:
@@ -124,6 +128,49 @@ def test_sigkill_of_the_parent_takes_the_child_down(tmp_path):
                 os.kill(int(p), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _ours(parent: int, marker: str) -> list[int]:
+    """Live processes of pitstop process ``parent``'s runs: its doctor children (their command
+    line names the run's temporary directory), its warm tune worker, and the script's
+    subprocess (its command line carries ``marker``)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == parent:
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if (f"pitstop-doctor-{parent}-" in cmd or f"pitstop.tune.warm {parent}" in cmd or marker in cmd) \
+                and _alive(int(entry.name)):
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("command, sig, when", [("doctor", signal.SIGHUP, "starting"), ("doctor", signal.SIGTERM, "spawned"),
+                                                ("doctor", signal.SIGHUP, "spawned"), ("tune", signal.SIGTERM, "spawned")])
+def test_a_signal_while_the_child_is_starting_still_ends_the_whole_group(tmp_path, command, sig, when):
+    """No sleep before the signal: ``starting`` sends it as soon as the run's temporary
+    directory exists (the child is being spawned or importing), ``spawned`` as soon as the
+    script started its subprocess. Wherever it lands, nothing of the run may stay alive."""
+    proc, pids = _start(tmp_path, "sleep", "--timeout", "300", command=command)
+    try:
+        deadline = time.monotonic() + 120
+        while not (_doctor_dirs(proc.pid) if when == "starting" else pids.exists()):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.01)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, err
+    deadline = time.monotonic() + 30
+    while (left := _ours(proc.pid, str(pids))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], "a process of the run outlived pitstop"
+    assert _doctor_dirs(proc.pid) == []
 
 
 def test_gil_holding_hang_is_killed_after_a_short_grace_with_a_partial_report(tmp_path):

@@ -328,3 +328,77 @@ def test_unexplained_time_names_the_sampled_lines():
     d = diagnose(_result(breakdown=br, other_sites=[{"where": "train.py:88", "share": 0.8, "samples": 30}]))
     f = next(f for f in d.findings if f.code == "PIT905")
     assert "train.py:88" in f.evidence and f.where == ("train.py:88",)
+
+
+ONEDNN_LSTM = "could not create a primitive descriptor for the LSTM forward propagation primitive"
+
+
+class _NoBf16Kernel(nn.Module):
+    """Raises what oneDNN raises for a bf16 LSTM on a CPU without native bf16 (AMD EPYC, AVX2
+    only), on every CPU: the failure path is tested wherever the suite runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+            raise RuntimeError(ONEDNN_LSTM)
+        return self.lin(x)
+
+
+def test_a_candidate_without_a_kernel_here_is_a_measured_fact_not_a_probe_error():
+    import io
+
+    from pitstop.report.doctor_terminal import render
+
+    model = _NoBf16Kernel()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    r = _run(step, probes=True)
+    probe = r.observations.probes["precision"]
+    assert probe.error is None and probe.skipped is None
+    assert probe.unavailable == {"bfloat16": f"RuntimeError: {ONEDNN_LSTM}"}
+    assert probe.gain() is None and "PIT301" not in {f.code for f in r.findings}
+    assert not any("precision" in e for e in r.errors)
+    buf = io.StringIO()
+    render(r, file=buf)
+    text = " ".join(buf.getvalue().split())  # the console wraps long lines
+    said = f"bfloat16 is not available for this model on this CPU (measured: its first call raised RuntimeError: {ONEDNN_LSTM})"
+    assert text.count(said) == 1 and text.count("bfloat16") == 1
+    assert r.to_dict()["observations"]["probes"]["precision"]["unavailable"]["bfloat16"].endswith(ONEDNN_LSTM)
+
+
+@pytest.mark.parametrize("load", [0.0, 0.5])
+def test_a_probe_run_decides_quiet_or_busy_once_and_says_it_once(monkeypatch, load):
+    """One decision per probe run, made before timing: the result never says both 'the
+    machine is quiet' and 'the machine is busy' (the load is planted, not measured)."""
+    import json
+
+    from pitstop.doctor import probes
+    from pitstop.jsoncodec import to_json
+
+    monkeypatch.setattr(probes, "contention", lambda variants: load)
+    model = nn.Linear(8, 8)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    r = _run(step, probes=True)
+    timed = [p for p in r.observations.probes.values() if p.speedups]
+    assert timed
+    for p in timed:
+        text = json.dumps(to_json(p))
+        assert ("quiet" in text) != ("busy" in text), text
+        assert {s.measure for s in p.speedups.values()} == {"wall" if load == 0.0 else "cpu"}
+        assert "single_threaded" not in p.extra

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow
 SCRIPTS = FIXTURES / "frameworks"
 SCHEMA = json.loads((ROOT / "docs" / "doctor-schema.json").read_text(encoding="utf-8"))
 NEEDS = {"lightning_cnn": "lightning", "fabric_loop": "lightning", "hf_trainer": "transformers",
+         "hf_trainer_rows": "transformers",
          "accelerate_loop": "accelerate", "lbfgs_loop": None}
 
 
@@ -25,7 +26,7 @@ def _needs(script: str) -> None:
     pkg = NEEDS[script]
     if pkg and importlib.util.find_spec(pkg) is None:
         pytest.skip(f"{pkg} is not importable")
-    if script in ("hf_trainer", "accelerate_loop") and importlib.util.find_spec("transformers") is None:
+    if script in ("hf_trainer", "hf_trainer_rows", "accelerate_loop") and importlib.util.find_spec("transformers") is None:
         pytest.skip("transformers is not importable")
 
 
@@ -65,6 +66,13 @@ def test_doctor_detects_the_framework_and_its_breakdown_is_one_step(script, args
     # phases are disjoint: under Lightning's closure and LBFGS forward/backward are not optimizer time
     assert _measured_share(d) <= 1.02, d["breakdown"]
     assert d["breakdown"]["forward"]["share"] > 0 and d["breakdown"]["backward"]["share"] > 0
+
+
+def test_hf_trainer_with_dict_rows_and_default_data_collator_has_a_batch_size():
+    # batches are dicts of input_ids / attention_mask / labels: the batch dimension is their dim 0
+    d = doctor("hf_trainer_rows")
+    assert d["throughput"]["batch_size"] == 8 and d["throughput"]["batch_dim"] == 0
+    assert d["observations"]["batch"]["input"] == "input_ids" and d["observations"]["batch"]["tokens_per_step"] == 256
 
 
 def test_lightning_optimizer_is_not_the_top_finding_and_syncs_point_at_self_log():

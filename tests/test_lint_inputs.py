@@ -70,6 +70,24 @@ def test_each_bad_file_gets_one_error_line_and_the_rest_is_linted(messy, capsys,
     assert after == before  # nothing fixable in the good file; bad files never written
 
 
+@pytest.mark.parametrize("limit", [2000, 20000])
+def test_deep_nesting_is_refused_whatever_the_recursion_limit(tmp_path, monkeypatch, capsys, limit):
+    # torch.compile (inductor) raises the interpreter's recursion limit to 2000 for the rest of
+    # the process; a file linted afterwards must get the same answer as in a fresh process
+    (tmp_path / "deep_walk.py").write_text("x = " + "+".join(["1"] * 1500) + "\n")
+    (tmp_path / "fine.py").write_text("x = " + "+".join(["1"] * 300) + "\n")
+    monkeypatch.chdir(tmp_path)
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit)
+    try:
+        code = main(["lint", "--jobs", "1", "deep_walk.py", "fine.py"])
+    finally:
+        sys.setrecursionlimit(old)
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("deep_walk.py: cannot parse: expression nested too deeply"), err
+
+
 def test_unreadable_file(messy, capsys, monkeypatch):
     # chmod 0 does not stop root (CI runs as root): make the read itself fail as it would
     # for an ordinary user, so this runs everywhere

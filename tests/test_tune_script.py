@@ -75,6 +75,9 @@ def test_cnn_bf16_autocast_is_equivalent_and_judged_by_its_interval(cnn):
     planted, load-independent costs below."""
     d, _ = cnn
     (bf16,) = _trials(d, "PIT301")
+    if bf16["status"] == "not_applicable":  # an operator of this model has no bf16 kernel on this CPU
+        assert "is not available for this model on this device" in bf16["reason"], bf16
+        return
     assert bf16["loss_check"]["status"] == "ok", bf16["loss_check"]  # bf16 trains the same
     assert bf16["status"] in ("kept", "no_gain", "slower"), bf16
     if bf16["status"] == "kept":
@@ -123,9 +126,12 @@ def test_cnn_reports_a_combination_snippet_and_recipe(cnn):
     assert {k["code"] for k in best["knobs"]} <= kept | {t["knobs"][0]["code"] for t in d["trials"]
                                                          if t["status"] == "no_gain"}
     if best["knobs"]:
-        assert best["speedup"]["low"] > _bar(d) and d["combination"][0]["status"] == "added"
-        assert d["combination"][-1]["status"] in ("added", "no_gain", "slower", "confirmed", "not_confirmed",
-                                                  "skipped", "rejected", "failed")
+        # the claim is the fresh confirmation pairs' (after the choice); a CPU-time win on a busy
+        # machine is capped at wall time's estimate, whose interval may reach below the bar
+        sp = best["speedup"]
+        capped = sp["measure"] == "wall" and "capped" in sp["measure_why"]
+        assert (sp["ratio"] >= _bar(d)) if capped else (sp["low"] > _bar(d))
+        assert d["combination"][0]["status"] == "added" and d["combination"][-1]["status"] in ("confirmed", "unconfirmed")
     if "PIT301" in {k["code"] for k in best["knobs"]}:
         assert best["recipe"]["precision"] == "bf16-mixed" and "torch.autocast" in best["snippet"]
     loaded = Recipe.load(recipe_path)

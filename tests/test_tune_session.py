@@ -3,6 +3,8 @@ passes, the combination re-measured, contradictions the report must not show."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pitstop.tune.knob import Context, Knob
@@ -55,8 +57,8 @@ class FakeBackend:
         pass
 
 
-def _search(knobs, interactions=None, **opts):
-    backend = FakeBackend(knobs, interactions)
+def _search(knobs, interactions=None, backend=None, **opts):
+    backend = backend or FakeBackend(knobs, interactions)
     return search(backend, knobs, TuneOptions(steps=4, warmup=1, **opts)), backend
 
 
@@ -88,7 +90,7 @@ def test_a_trick_that_adds_nothing_on_top_of_the_best_is_not_added():
     r, _ = _search([a, b], interactions={frozenset({"a", "b"}): 0.05}, repeats=3, max_pairs=4)
     assert r.trial("b").status == "kept"
     assert r.best is not None and r.best.name == "a"
-    assert [s.status for s in r.combination] == ["added", "no_gain"]
+    assert [s.status for s in r.combination] == ["added", "no_gain", "confirmed"]  # a alone, in fresh pairs
 
 
 def test_steps_per_s_follows_the_speedup_and_compile_pays_off_only_when_kept():
@@ -194,3 +196,133 @@ def test_the_result_says_what_feeding_batches_leaves_when_no_kept_trick_changes_
                                       phase_shares=(("data", 0.0), ("host", 0.3), ("forward", 0.3), ("backward", 0.4)))
     r = search(backend, [compute], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=4))
     assert not [n for n in r.notes if n.startswith("what is left")]
+
+
+class _ScriptedBackend(FakeBackend):
+    """Step times from each knob's ``times(n)``: (wall, CPU) factors for its n-th run, and a
+    run-queue delay of 30% of the CPU time (a contended machine) when ``busy``."""
+
+    def __init__(self, knobs, busy=False):
+        super().__init__(knobs)
+        self.busy, self.count = busy, {}
+
+    def run(self, settings, knobs, *, round, timeout, steps, warmup):
+        names = tuple(s.knob for s in settings)
+        self.calls.append(names)
+        wall = cpu = 0.1
+        for n in names:
+            self.count[n] = self.count.get(n, 0) + 1
+            w, c = self.by_name[n].times(self.count[n])
+            wall, cpu = wall * w, cpu * c
+        jitter = 1 + 0.002 * ((len(self.calls) * 7) % 5 - 2)
+        wall, cpu = wall * jitter, cpu * jitter
+        return Run("ok", step_times=[wall] * steps, warmup_times=[wall] * warmup, losses=[1.0] * (warmup + steps),
+                   elapsed=wall * (steps + warmup), round=round, cpu_times=[cpu] * steps,
+                   run_delays=[0.3 * cpu if self.busy else 0.0] * steps)
+
+
+def test_the_claim_comes_from_fresh_pairs_after_the_choice_not_from_the_pairs_that_chose_it():
+    """Winner's curse: 'lucky' measured 1.43x while it was chosen and 1.18x afterwards; the
+    recipe says what the fresh pairs measured, and a trick that does not hold is not recommended."""
+    lucky = _knob("lucky", "PIT961", 1.0, "channels_last",
+                  times=staticmethod(lambda n: (0.7, 0.7) if n <= 3 else (0.85, 0.85)))
+    r, _ = _search([lucky], backend=_ScriptedBackend([lucky]), repeats=3, max_pairs=4)
+    assert r.trial("lucky").speed.ratio == pytest.approx(1 / 0.7, rel=0.02)   # the choosing pairs
+    assert r.combination[-1].status == "confirmed"
+    assert r.best.speed.ratio == pytest.approx(1 / 0.85, rel=0.02)            # the claim: fresh pairs
+    assert r.to_dict()["best"]["speedup"]["ratio"] == pytest.approx(1 / 0.85, rel=0.02)
+    assert r.best.speed.low <= 1 / 0.85 <= r.best.speed.high
+
+    gone = _knob("gone", "PIT962", 1.0, "channels_last",
+                 times=staticmethod(lambda n: (0.7, 0.7) if n <= 3 else (1.0, 1.0)))
+    r, _ = _search([gone], backend=_ScriptedBackend([gone]), repeats=3, max_pairs=4)
+    assert r.trial("gone").status == "kept" and r.combination[-1].status == "not_confirmed"
+    assert r.best is None and r.to_dict()["best"]["speedup"] is None and r.snippet == ""
+    assert any("did not hold in fresh pairs" in n for n in r.notes)
+
+
+def test_a_cpu_time_speedup_under_contention_is_confirmed_on_wall_time_or_capped():
+    # CPU time says 1.18x on a busy machine; wall time (what the user waits on) says 1.00x: not recommended
+    cpu_only = _knob("cpu_only", "PIT963", 1.0, "channels_last", times=staticmethod(lambda n: (1.0, 0.85)))
+    r, _ = _search([cpu_only], backend=_ScriptedBackend([cpu_only], busy=True), repeats=3, max_pairs=4)
+    t = r.trial("cpu_only")
+    assert t.status == "kept" and t.speed.measure.name == "cpu"   # labelled: decided on CPU time
+    assert r.best is None and r.combination[-1].status == "not_confirmed"
+    assert "CPU time only is not recommended" in r.combination[-1].reason
+    # wall time agrees in part (1.11x): kept, the claim capped at wall time's estimate and labelled
+    partly = _knob("partly", "PIT964", 1.0, "channels_last", times=staticmethod(lambda n: (0.9, 0.85)))
+    r, _ = _search([partly], backend=_ScriptedBackend([partly], busy=True), repeats=3, max_pairs=4)
+    assert r.best is not None and r.best.speed.measure.name == "wall"
+    assert r.best.speed.ratio == pytest.approx(1 / 0.9, rel=0.02)
+    assert r.trial("partly").speed.ratio == pytest.approx(1 / 0.85, rel=0.02)
+    assert "CPU time measured 1.18x" in r.best.speed.measure.why and "capped" in r.best.reason
+    assert r.to_dict()["best"]["speedup"]["measure"] == "wall"
+
+
+ONEDNN = "could not create a primitive descriptor for the LSTM forward propagation primitive"
+
+
+class _NoKernelBackend(FakeBackend):
+    """Runs of knob ``nokernel`` raise what oneDNN raises for a bf16 LSTM on a CPU without
+    native bf16 (planted: the same on every CPU)."""
+
+    def run(self, settings, knobs, **kw):
+        if any(s.knob == "nokernel" for s in settings):
+            self.calls.append(tuple(s.knob for s in settings))
+            return Run("error", message=f"the script raised RuntimeError: {ONEDNN}",
+                       traceback=f"Traceback (most recent call last):\n  ...\nRuntimeError: {ONEDNN}\n")
+        return super().run(settings, knobs, **kw)
+
+
+def test_a_precision_the_model_has_no_kernel_for_here_is_not_applicable_not_a_failed_script():
+    from pitstop.tips.pit301_mixed_precision import AutocastKnob
+
+    class NoKernel(AutocastKnob, register=False):
+        name, modes = "nokernel", ("api",)
+
+        def recipe_fields(self, value, ctx):
+            return {"channels_last": True}
+
+    knob = NoKernel()
+    r, _ = _search([knob], backend=_NoKernelBackend([knob]), repeats=3, max_pairs=4)
+    t = r.trial("bf16 autocast")
+    assert t.status == "not_applicable" and len(t.runs) == 1
+    assert t.reason.startswith("bf16 autocast is not available for this model on this device") and ONEDNN in t.reason
+    assert r.best is None
+    # a script that fails for another reason is still a failure
+    other = Run("error", message="the script raised ValueError: bad shape", traceback="ValueError: bad shape")
+    assert knob.unavailable("bf16", other) is None
+
+
+def test_the_report_says_when_the_hardware_explains_a_slowdown():
+    import io
+
+    from pitstop.machine import HardwareNote
+    from pitstop.report.tune_terminal import render_text
+
+    slow = _knob("slowbf", "PIT965", 13.0, "channels_last",
+                 hardware_note=lambda self, value, ctx, speed: HardwareNote("bf16", "AMD EPYC 7B12",
+                                                                            ("avx512_bf16", "amx_bf16"), speed.ratio ** -1))
+    r, _ = _search([slow], repeats=3, max_pairs=4)
+    t = r.trial("slowbf")
+    assert t.status == "slower" and t.hardware.slowdown == pytest.approx(13, rel=0.02)
+    assert t.to_dict()["hardware"]["text"].startswith("this CPU (AMD EPYC 7B12) has no native bf16")
+    buf = io.StringIO()
+    render_text(r, file=buf, width=400)
+    text = " ".join(buf.getvalue().replace("│", " ").split())  # the table folds long reasons
+    assert re.search(r"has no native bf16 \(no AVX512-BF16/AMX\): bf16 measured 1[23]\.\dx slower than fp32", text)
+
+
+def test_a_confirmation_the_budget_cuts_keeps_the_choice_and_says_its_claim_is_unconfirmed():
+    from pitstop.tune.confirm import confirm
+    from pitstop.tune.session import TuneSession
+
+    fast = _knob("fast", "PIT966", 0.5, "channels_last")
+    session = TuneSession(FakeBackend([fast]), [fast], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=4))
+    session.survey()
+    session.measure_singles()
+    chosen = session.trials[0]
+    session.budget.exhausted = True  # nothing more may run
+    session.budget.fits = lambda seconds: False
+    final, step = confirm(session, chosen)
+    assert final is chosen and step.status == "unconfirmed" and "biased upward" in step.reason

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from pathlib import Path
 from typing import Any
 
 __all__ = ["pick_device", "device_info", "cpu_model", "cpu_flags", "load_average"]
@@ -28,27 +27,18 @@ def pick_device(requested: str | None = None) -> str:
     return requested
 
 
-def _cpuinfo() -> str:
-    try:
-        return Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return ""
-
-
 def cpu_model() -> str:
-    for line in _cpuinfo().splitlines():
-        if line.lower().startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine() or "unknown"
+    from pitstop.machine import cpu_features
+
+    return cpu_features().model
 
 
 def cpu_flags() -> list[str]:
     """The flags of interest present in /proc/cpuinfo (empty where it does not exist)."""
-    for line in _cpuinfo().splitlines():
-        if line.startswith("flags"):
-            have = set(line.split(":", 1)[1].split())
-            return [f for f in _FLAGS_OF_INTEREST if f in have]
-    return []
+    from pitstop.machine import cpu_features
+
+    have = cpu_features().flags
+    return [f for f in _FLAGS_OF_INTEREST if f in have]
 
 
 def load_average() -> list[float] | None:

@@ -43,6 +43,13 @@ class DoctorCommand(Command):
         parser.add_argument("--trace", metavar="DIR", help="also write a torch.profiler Chrome/Perfetto trace of a few steps")
         parser.add_argument("--no-probes", action="store_true", help="skip the hardware probes (a few seconds each) that gate PIT104/301/501")
         parser.add_argument("--seed", type=int, default=0, help="seed python/numpy/torch before the script (default 0)")
+        parser.add_argument("--nproc-per-node", type=int, metavar="N",
+                            help="run the script as a torchrun job of N ranks on this node (torch.distributed.run), "
+                                 "every rank instrumented, one merged report")
+        parser.add_argument("--nnodes", default="1", help="torchrun --nnodes (default 1)")
+        parser.add_argument("--node-rank", type=int, default=0, help="torchrun --node-rank (default 0)")
+        parser.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
+                            help="torchrun --rdzv-endpoint (default: a standalone rendezvous on the loopback address)")
         parser.epilog = ("exit codes: 0 diagnosed (findings or not), 2 usage/input error, 3 the script failed, "
                          "4 timed out (partial report), 5 nothing to diagnose (no optimizer step observed)")
         split_at_double_dash(parser)
@@ -62,16 +69,27 @@ class DoctorCommand(Command):
         if args.warmup < 0:
             raise CliError(f"--warmup must be >= 0, got {args.warmup}")
         check_number("--timeout", args.timeout, low=0, high=MAX_TIMEOUT, low_open=True)
+        if args.nproc_per_node is not None and args.nproc_per_node < 1:
+            raise CliError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
+        if args.nproc_per_node is not None and args.trace:
+            raise CliError("--trace is not supported with --nproc-per-node (run the doctor without it for a trace)")
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         _check_outputs(args.html, args.trace)
         try:
             spec = RunSpec(script=args.script, module=module, args=tuple(args.script_args), steps=args.steps,
                            warmup=args.warmup, timeout=args.timeout, trace_dir=args.trace, seed=args.seed,
-                           probes=not args.no_probes, stdout="stderr" if args.format == "json" else "inherit")
-            result = run_script(spec)
+                           probes=not args.no_probes, stdout="stderr" if args.format == "json" else "inherit",
+                           nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
+                           rdzv_endpoint=args.rdzv_endpoint)
+            if spec.nproc_per_node is not None:
+                from pitstop.doctor.job import diagnose_job
+                from pitstop.doctor.torchrun import run_job
+
+                diag = diagnose_job(run_job(spec))
+            else:
+                diag = diagnose(run_script(spec))
         except (ScriptNotFoundError, ScriptSyntaxError) as exc:
             raise CliError(str(exc)) from None
-        diag = diagnose(result)
         if args.format == "json":
             from pitstop.jsoncodec import dumps
 

@@ -71,6 +71,15 @@ class Thresholds:
     #: severity cut-offs on the estimated share of step time (or bytes) a fix saves.
     high_share: float = 0.10
     medium_share: float = 0.02
+    #: a straggler (torchrun jobs): the other ranks waited for it in a step by more than
+    #: this many seconds, or ``straggler_rel`` of the median step, whichever is larger, in
+    #: at least ``straggler_steps`` of the observed steps. 20 ms: scheduling noise on a
+    #: loaded 2-core machine stays below it.
+    straggler_lag: float = 0.020
+    straggler_rel: float = 0.10
+    straggler_steps: float = 0.6
+    #: PIT703: ranks received identical batches in at least this share of common steps.
+    same_batch_share: float = 0.5
 
 
 def severity_for(share: float | None, th: Thresholds) -> str:
@@ -132,6 +141,9 @@ class Check(Face, face="D"):
     """
 
     requires: ClassVar[str] = "any"
+    #: ``"rank"``: reads one process's observations (run on each rank of a torchrun job, the
+    #: findings merged); ``"job"``: reads the merged ranks (``obs.distributed``), run once.
+    scope: ClassVar[str] = "rank"
     #: what the check looks at, shown when it is skipped or finds nothing.
     looks_at: ClassVar[str] = ""
     #: the fix in a training framework's own options, by framework name ("lightning",

@@ -30,13 +30,22 @@ import traceback
 from pitstop.doctor.runner import FINISHING_SUFFIX, PARTIAL_SUFFIX
 from pitstop.doctor.spec import RunResult, RunSpec, SetupFailed
 
-__all__ = ["main", "run_in_process", "SNAPSHOT_S"]
+__all__ = ["main", "run_in_process", "SNAPSHOT_S", "Interrupted"]
 
 #: seconds between progress snapshots (only written when a step was done since the last)
 SNAPSHOT_S = 1.0
 
 _lock = threading.Lock()
 _written = False
+
+
+class Interrupted(BaseException):
+    """Raised in the script by a rank's SIGTERM handler (``doctor/rank.py``): the job is being
+    stopped; the script unwinds and the rank writes what it measured."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _redirect_stdout(target: str) -> None:
@@ -158,7 +167,7 @@ def _run_setups(spec: RunSpec) -> None:
         fn(**setup.kwargs)
 
 
-def run_in_process(spec: RunSpec, result_path: str) -> None:
+def run_in_process(spec: RunSpec, result_path: str) -> str:
     """Everything the child does; separate from :func:`main` for readability."""
     started = time.perf_counter()
     _redirect_stdout(spec.stdout)
@@ -174,7 +183,8 @@ def run_in_process(spec: RunSpec, result_path: str) -> None:
     from pitstop.doctor.instrument import Instrumentation, StopDoctor
 
     inst = Instrumentation(spec.steps, spec.warmup, mode=spec.mode, trace_dir=spec.trace_dir,
-                           trace_steps=spec.trace_steps, stop=spec.stop)
+                           trace_steps=spec.trace_steps, stop=spec.stop,
+                           distributed=spec.nproc_per_node is not None)
     inst_box.append(inst)
     inst.install()
     try:
@@ -183,7 +193,7 @@ def run_in_process(spec: RunSpec, result_path: str) -> None:
         done.set()
         _finish(spec, inst, "setup_error", started, result_path, tb=traceback.format_exc(),
                 message=f"setup failed: {type(exc).__name__}: {exc}")
-        return
+        return "setup_error"
     if spec.script is not None:
         sys.argv = [spec.script, *spec.args]
         sys.path.insert(0, os.path.dirname(os.path.abspath(spec.script)))
@@ -200,6 +210,9 @@ def run_in_process(spec: RunSpec, result_path: str) -> None:
     except StopDoctor:
         status = "stopped"
         kw["message"] = f"stopped by the doctor after {inst.index} optimizer steps"
+    except Interrupted as exc:
+        status = "interrupted"
+        kw["message"] = f"stopped by signal {exc.signum} after {inst.index} optimizer steps"
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         status, kw["exit_code"] = "exited", code
@@ -217,17 +230,20 @@ def run_in_process(spec: RunSpec, result_path: str) -> None:
         done.set()
     sys.stdout.flush()
     _finish(spec, inst, status, started, result_path, **kw)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) not in (2, 3) or (len(argv) == 3 and not argv[2].isdigit()):
-        print("usage: python -m pitstop.doctor.child SPEC.json RESULT.json [PARENT_PID]", file=sys.stderr)
+    if len(argv) not in (2, 3, 4) or not all(a.isdigit() for a in argv[2:]):
+        print("usage: python -m pitstop.doctor.child SPEC.json RESULT.json [PARENT_PID [GUARD_FD]]", file=sys.stderr)
         return 2
-    if len(argv) == 3:
-        from pitstop.lifecycle import die_with_parent
+    if len(argv) >= 3:
+        from pitstop.lifecycle import die_with_parent, guard_group
 
         die_with_parent(int(argv[2]))
+        if len(argv) == 4:  # before the script can start anything: its processes die with the parent too
+            guard_group(int(argv[3]))
     with open(argv[0], encoding="utf-8") as f:
         spec = RunSpec.from_dict(json.load(f))
     run_in_process(spec, argv[1])

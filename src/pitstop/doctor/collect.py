@@ -198,7 +198,8 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     n_obs = sum(1 for r in inst.records if r.kind == "observed")
     o = Observations(device=device, steps_observed=n_obs, step_time=step_time, breakdown=breakdown,
                      batch_size=inst.batch_size, backward_calls=inst.backward_total,
-                     scaler_calls=inst.scaler_calls, notes=list(inst.notes))
+                     scaler_calls=inst.scaler_calls, notes=list(inst.notes),
+                     distributed=inst.dist.record() if inst.dist is not None else None)
     if device == "cuda":
         o.device_name = torch.cuda.get_device_name()
         o.capability = list(torch.cuda.get_device_capability())

@@ -16,7 +16,9 @@ from pitstop.doctor.observations import PHASES, Observations
 from pitstop.doctor.probe import gate_note
 from pitstop.doctor.records import FrameworkRecord
 from pitstop.doctor.spec import RunResult
+from pitstop.doctor.rankviews import rank_view
 from pitstop.jsoncodec import to_json
+from pitstop.ranks import RankView
 
 __all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
 
@@ -29,6 +31,7 @@ EXIT_CODES = {
     "script_failed": 3,   # the script raised, exited non-zero, a setup failed, or the child crashed
     "timeout": 4,         # the script hung past --timeout and was killed (partial report)
     "nothing": 5,         # no observed optimizer step: nothing to diagnose
+    "interrupted": 130,   # Ctrl-C (SIGTERM: 143, 128 + the signal) stopped a torchrun job (partial report)
 }
 
 
@@ -78,11 +81,20 @@ class Diagnosis:
     thresholds: Thresholds = field(default_factory=Thresholds)
     #: probe key -> why its measured gain gave no finding (below ``thresholds.probe_speedup``)
     probe_notes: dict[str, str] = field(default_factory=dict)
+    #: a torchrun job (``doctor/job.py``): its size, one view per rank (rank order), each
+    #: rank's status and message, the stragglers' rank numbers, the interrupting signal
+    world_size: int = 1
+    rank_views: list[RankView] = field(default_factory=list)
+    rank_status: list[dict[str, Any]] = field(default_factory=list)
+    stragglers: list[int] = field(default_factory=list)
+    signum: int | None = None
 
     # -- verdict ------------------------------------------------------------------------
     @property
     def outcome(self) -> str:
         st = self.result.status
+        if st == "interrupted":
+            return "interrupted"
         if st == "timeout":
             return "timeout"
         if st in ("error", "setup_error", "crashed") or (st == "exited" and self.result.exit_code not in (0, None)):
@@ -93,6 +105,8 @@ class Diagnosis:
 
     @property
     def exit_code(self) -> int:
+        if self.outcome == "interrupted" and self.signum:
+            return 128 + self.signum
         return EXIT_CODES[self.outcome]
 
     @property
@@ -101,13 +115,18 @@ class Diagnosis:
         n, planned = len(r.observed), r.spec.steps
         if self.outcome == "nothing":
             return "nothing to diagnose: " + self.seen()
-        if self.outcome == "timeout":
+        if self.outcome in ("timeout", "interrupted"):
             return f"{r.message}; partial report of {n} observed steps"
         if self.outcome == "script_failed":
             return f"{r.message}; report of what was measured before ({n} observed steps)"
         if n < planned:
             return f"{r.message}: partial report, {n} of {planned} planned steps observed"
-        return f"diagnosed {n} steps of {r.spec.target} on {o.device_name or r.device}"
+        on = o.device_name or r.device
+        if self.world_size > 1:
+            job = o.distributed
+            how = "ranks" if job is None or job.initialized else "independent processes (no init_process_group)"
+            on = f"{self.world_size} {how}, each on {on}"
+        return f"diagnosed {n} steps of {r.spec.target} on {on}"
 
     def seen(self) -> str:
         """What the run did see, for the "nothing to diagnose" message."""
@@ -167,6 +186,26 @@ class Diagnosis:
         n = max(len(self.result.observed), 1)
         return sum(s.calls for s in self.observations.syncs) / n
 
+    def ranks(self) -> list[RankView]:
+        """One view per rank (a single process is rank 0 of 1)."""
+        return self.rank_views or [rank_view(self.observations)]
+
+    def ranks_json(self) -> list[dict[str, Any]]:
+        status = {d["rank"]: d for d in self.rank_status}
+        job = self.observations.distributed
+        dist = {r.rank: r for r in job.ranks} if job is not None else {}
+        out = []
+        for v in self.ranks():
+            st = v.step_time
+            out.append({"rank": v.rank, "status": status.get(v.rank, {}).get("status", self.result.status),
+                        "message": status.get(v.rank, {}).get("message", self.result.message),
+                        "step_time": {"median": st.median, "p90": st.p90, "steps": st.steps} if st else None,
+                        "breakdown": dict(v.breakdown), "samples_per_s": v.samples_per_s,
+                        "collective_wait": sum(v.waits) / len(v.waits) if v.waits else None,
+                        "allreduce_bytes_per_step": dist[v.rank].mean("allreduce_bytes") if v.rank in dist else None,
+                        "allreduce_rounds_per_step": dist[v.rank].mean("reductions") if v.rank in dist else None})
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         r, o = self.result, self.observations
         return {
@@ -198,6 +237,9 @@ class Diagnosis:
             "check_errors": self.errors,
             "notes": o.notes,
             "trace": r.trace_path,
+            "world_size": self.world_size,
+            "ranks": self.ranks_json(),
+            "stragglers": list(self.stragglers),
             "observations": o.to_dict(),
         }
 
@@ -208,7 +250,11 @@ def _checks() -> list[type[Check]]:
     return sorted((c for c in catalog.implementations("D") if issubclass(c, Check)), key=lambda c: (c.tip, c.__name__))
 
 
-def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnosis:
+def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: str | None = None) -> Diagnosis:
+    """Run the checks on ``result``; ``scope`` ("rank" or "job") runs only the checks of that
+    :attr:`Check.scope` (a torchrun job runs the rank checks on each rank, the job checks
+    once on the merged observations); None runs them all (the job checks only on merged
+    observations)."""
     th = thresholds or Thresholds()
     obs = replace(result.observations) if result.observations is not None else Observations()
     if not obs.device_name:
@@ -217,7 +263,10 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None) -> Diagnos
     diag.probe_notes = {name: note for name, p in obs.probes.items() if (note := gate_note(p, th.probe_speedup))}
     if not result.observed or result.observations is None:
         return diag
+    job = obs.distributed is not None and obs.distributed.merged
     for cls in _checks():
+        if (scope is not None and cls.scope != scope) or (scope is None and cls.scope == "job" and not job):
+            continue  # a plain run does not list the torchrun job's checks as skipped
         check = cls()
         reason = check.skip_reason(obs)
         if reason:

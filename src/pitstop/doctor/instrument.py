@@ -17,7 +17,9 @@ uninstalls them, and routes the end of a step to each:
 - :class:`~pitstop.doctor.syncs.SyncRecorder` (``sync``): syncs and copies by call site;
 - :class:`~pitstop.doctor.memory.MemoryRecorder` (``memory``): activations, peaks, graph census;
 - :class:`~pitstop.doctor.profiled.ProfiledStep` (``profiled``): the profiled step and the trace;
-- :class:`~pitstop.doctor.stacks.StackSampler` (``sampler``): where host time goes.
+- :class:`~pitstop.doctor.stacks.StackSampler` (``sampler``): where host time goes;
+- :class:`~pitstop.doctor.distributed.DistRecorder` (``dist``, one rank of a torchrun job
+  only): collectives, DDP's gradient reduction, batch fingerprints.
 
 ``mode="light"`` installs only the step boundaries: wall time per step and the loss, for
 A/B trials.
@@ -50,7 +52,7 @@ class Instrumentation:
     """The recorders of one run (see the module docstring)."""
 
     def __init__(self, steps: int, warmup: int = 0, *, mode: str = "full", trace_dir: str | None = None,
-                 trace_steps: int = 3, stop: bool = True) -> None:
+                 trace_steps: int = 3, stop: bool = True, distributed: bool = False) -> None:
         self.full = mode == "full"
         self.warmup, self.steps, self.stop, self.trace_dir = warmup, steps, stop, trace_dir
         cuda = torch.cuda.is_available()
@@ -71,6 +73,11 @@ class Instrumentation:
                                      sampler=self.sampler, cuda=cuda)
         self.data = LoaderObserver(self.log)
         self.sync = SyncRecorder(self.log, self.data, self.bounds)
+        self.dist = None
+        if distributed and self.full:
+            from pitstop.doctor.distributed import DistRecorder
+
+            self.dist = DistRecorder(self.log, self.patches)
 
     def _count(self, mid: int, kind: str, where: str) -> None:
         self.forward.count(mid, kind, where)
@@ -104,6 +111,8 @@ class Instrumentation:
         self.bounds.install()
         if self.full:
             self.forward.install()
+            if self.dist is not None:  # before the loader observer: fingerprints run inside its timed wait
+                self.dist.install()
             self.data.install(self.patches)
             self.sync.install(self.patches)
             self.memory.install(self.bounds)
@@ -141,6 +150,8 @@ class Instrumentation:
         if kind == "observed":
             self.sync.fold()
         self.memory.end_step(kind)
+        if self.dist is not None:
+            self.dist.end_step(kind, rec.backward_calls)
         self.sync.new_step()
         self.data.new_step()
         log.append(rec)

@@ -19,6 +19,7 @@ from pitstop.doctor.probe_records import ProbeResult
 from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CompileRecord, CpuRecord, Flops, Forwards,
                                     FrameworkRecord, GraphRecord, Kernels, LoaderRecord, MemoryRecord, ModelRecord,
                                     OptimizerRecord, SampledSite, Settings, Site, StepTime)
+from pitstop.doctor.dist_records import JobRecord
 from pitstop.jsoncodec import record_from_json, record_to_json
 
 __all__ = ["Observations", "PHASES"]
@@ -156,6 +157,10 @@ class Observations:
     framework: FrameworkRecord | None = None
     #: measurements that could not be made, with the reason (e.g. FLOPs of a compiled model).
     notes: list[str] = field(default_factory=list)
+    #: a torchrun job (``pitstop doctor --nproc-per-node N``; None otherwise): the ranks'
+    #: distributed measurements (``doctor/dist_records.py`` :class:`JobRecord`): one rank in
+    #: a rank's own observations, every rank once the parent merged them.
+    distributed: JobRecord | None = None
 
     # -- derived: one accessor per question the doctor's checks and tune both ask ------------
     @property

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pitstop.jsoncodec import FLATTEN, OMIT_NONE
+from pitstop.machine import HardwareNote
 
 __all__ = ["Speedup", "Gain", "ProbeResult"]
 
@@ -48,7 +49,10 @@ class ProbeResult:
     median per variant, ``speedups`` per candidate, the best ``candidate`` with its
     ``speedup`` and ``interval``; or only ``skipped`` (why it did not run) or ``error`` (it
     crashed). ``dtype``: the precision probe's candidate dtype; ``extra``: anything else a
-    probe added (written beside the other keys)."""
+    probe added (written beside the other keys). ``unavailable``: candidates that cannot run
+    on this model here (name -> the error their first call raised, one line: a measured fact,
+    e.g. oneDNN has no bf16 LSTM on this CPU), left out of the timing; ``hardware``: why the
+    hardware explains a large slowdown measured (:class:`pitstop.machine.HardwareNote`)."""
 
     what: str | None = field(default=None, metadata=OMIT_NONE)
     baseline: str | None = field(default=None, metadata=OMIT_NONE)
@@ -63,6 +67,8 @@ class ProbeResult:
     confidence: float | None = field(default=None, metadata=OMIT_NONE)
     compute_only: bool | None = field(default=None, metadata=OMIT_NONE)
     dtype: str | None = field(default=None, metadata=OMIT_NONE)
+    unavailable: dict[str, str] | None = field(default=None, metadata=OMIT_NONE)
+    hardware: HardwareNote | None = field(default=None, metadata=OMIT_NONE)
     extra: dict[str, Any] = field(default_factory=dict, metadata=FLATTEN)
     skipped: str | None = field(default=None, metadata=OMIT_NONE)
     error: str | None = field(default=None, metadata=OMIT_NONE)

@@ -37,8 +37,8 @@ from pitstop.doctor.probe_records import ProbeResult, Speedup
 from pitstop.doctor.probe import Probe, ProbeSkip
 from pitstop.stats import median
 
-__all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "MAX_PROBE_BYTES", "PROBE_SAMPLES",
-           "CONFIDENCE"]
+__all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "contention", "probe_measure",
+           "MAX_PROBE_BYTES", "PROBE_SAMPLES", "CONFIDENCE"]
 
 #: parameters larger than this are not deep-copied for a probe (memory), in bytes.
 MAX_PROBE_BYTES = 512 * 2**20
@@ -56,11 +56,12 @@ def _sync(device: str) -> None:
 
 def time_variants(variants: dict[str, Callable[[], Any]], device: str, budget_s: float = 1.0,
                   min_reps: int = 8, max_reps: int = 60, warmup: int = 2, baseline: str | None = None,
-                  margin: float = 0.05) -> dict[str, list[Any]]:
+                  margin: float = 0.05, measure: Any = None) -> dict[str, list[Any]]:
     """One :class:`pitstop.paired.Sample` per variant per round (wall, CPU time, run-queue
     delay; CUDA event time on a GPU); rounds alternate the order (ABBA), so ``result[name][i]``
     of every name pair up. With ``baseline`` given, rounds stop early -- after ``min_reps`` --
-    once every candidate's paired interval decided (:func:`pitstop.paired.decide`)."""
+    once every candidate's paired interval decided (:func:`pitstop.paired.decide`, on
+    ``measure`` when given)."""
     from pitstop.doctor.clocks import StepClocks
     from pitstop.paired import Pair, Sample, decide
 
@@ -92,28 +93,62 @@ def time_variants(variants: dict[str, Callable[[], Any]], device: str, budget_s:
                                         gpu=ev0.elapsed_time(ev1) / 1e3 if cuda else None))
         reps += 1
         if baseline is not None and reps >= min_reps and all(
-                (d := decide([Pair(b, c) for b, c in zip(samples[baseline], samples[k])], margin=margin)) is not None
+                (d := decide([Pair(b, c) for b, c in zip(samples[baseline], samples[k])], margin=margin,
+                              measure=measure)) is not None
                 and d.status != "undecided" for k in names if k != baseline):
             break
     return samples
 
 
-def _contended(variants: dict[str, Callable[[], Any]]) -> bool:
-    """One call of each variant: did this process's threads wait for cores (run-queue delay
-    above :data:`pitstop.paired.CONTENTION` of their CPU time)?"""
+def contention(variants: dict[str, Callable[[], Any]]) -> float | None:
+    """One call of each variant: how long this process's threads waited for cores (run-queue
+    delay) per CPU second; None where the system has no such clocks."""
     from pitstop.doctor.clocks import StepClocks
-    from pitstop.paired import CONTENTION
 
     clocks = StepClocks()
     if not clocks.available:
-        return False
+        return None
     clocks.mark()
     c0 = time.process_time()
     for fn in variants.values():
         fn()
     lap = clocks.lap()
     cpu = time.process_time() - c0
-    return cpu > 0 and (lap.get("run_delay") or 0.0) / cpu > CONTENTION
+    return (lap.get("run_delay") or 0.0) / cpu if cpu > 0 else None
+
+
+def probe_measure(load: float | None, threads: int) -> Any:
+    """The one decision about the machine's load for a probe run, said once: wall time when
+    it is quiet; when busy (threads waited for cores more than
+    :data:`pitstop.paired.CONTENTION` of their CPU time) one thread, on CPU time. None (the
+    paired core chooses) where the system has no run-queue clocks."""
+    from pitstop.paired import CONTENTION, Measure
+
+    if load is None:
+        return None
+    if load < CONTENTION:
+        return Measure("wall", f"wall time: the machine is quiet (threads waited {load:.0%} of their CPU time for a "
+                               "core)", load)
+    how = f"timed with one thread instead of {threads}" if threads > 1 else "timed"
+    return Measure("cpu", f"CPU time: the machine is busy (threads waited {load:.0%} of their CPU time for a core): "
+                          f"{how}, on CPU time, which other processes distort least", load)
+
+
+def _unavailable(variants: dict[str, Callable[[], Any]], baseline: str) -> dict[str, str]:
+    """Candidates whose first call raises a ``RuntimeError`` (an operator with no kernel for
+    this dtype or layout on this device, e.g. oneDNN's bf16 LSTM on a CPU without native bf16):
+    name -> the error's first line. The baseline is called too, and its errors propagate."""
+    out = {}
+    for name, fn in variants.items():
+        if name == baseline:
+            fn()
+            continue
+        try:
+            fn()
+        except RuntimeError as exc:
+            first = (str(exc).strip().splitlines() or [""])[0].strip()
+            out[name] = f"{type(exc).__name__}: {first[:200]}"
+    return out
 
 
 def _scalar(out: Any) -> torch.Tensor:
@@ -252,37 +287,46 @@ class ProbeContext:
         ``speedups`` (candidate -> ``ratio``, ``low``, ``high``: median(baseline) /
         median(candidate) with its interval), ``candidate`` (the one with the highest
         lower bound), its ``speedup`` and ``interval`` [low, high], ``confidence``,
-        ``compute_only`` (True: see the module docs), plus ``extra``.
+        ``compute_only`` (True: see the module docs), plus ``extra``. A candidate whose first
+        call raises ``RuntimeError`` is ``unavailable`` (with the error's first line) and not
+        timed; with no candidate left the result has only ``unavailable``. Whether the machine
+        is busy is decided once, before timing, and said once, in ``measure_why``.
         """
         from pitstop.paired import Pair, decide
 
         if baseline not in variants or len(variants) < 2:
             raise ValueError("compare needs the baseline and at least one candidate")
+        dtype = extra.pop("dtype", None)
+        unavailable = _unavailable(variants, baseline) or None
+        if unavailable:
+            variants = {k: v for k, v in variants.items() if k not in unavailable}
+            if len(variants) < 2:  # nothing to time: what cannot run here is the result
+                return ProbeResult(what=what, baseline=baseline, compute_only=True, dtype=dtype,
+                                   unavailable=unavailable, extra=extra)
         threads = torch.get_num_threads()
-        busy = self.device == "cpu" and threads > 1 and _contended(variants)
-        if busy:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
+        load = contention(variants) if self.device == "cpu" else None
+        measure = probe_measure(load, threads)
+        single = measure is not None and measure.name == "cpu" and threads > 1
+        if single:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
             torch.set_num_threads(1)
         try:
-            t = time_variants(variants, self.device, self.budget_s, baseline=baseline)
+            t = time_variants(variants, self.device, self.budget_s, baseline=baseline, measure=measure)
         finally:
             torch.set_num_threads(threads)
-        if busy:
-            extra = {**extra, "single_threaded": ("the machine is busy (threads waited for cores): timed with one "
-                                                  f"thread instead of {threads}, which other processes distort least")}
         speedups: dict[str, Speedup] = {}
         for name, xs in t.items():
             if name != baseline:
-                d = decide([Pair(b, c) for b, c in zip(t[baseline], xs)], confidence=CONFIDENCE)
+                d = decide([Pair(b, c) for b, c in zip(t[baseline], xs)], confidence=CONFIDENCE, measure=measure)
                 speedups[name] = Speedup(ratio=d.ratio, low=d.low, high=d.high, decided=d.status != "undecided",
                                          measure=d.measure.name, measure_why=d.measure.why)
         best = max(speedups, key=lambda k: (speedups[k].low, speedups[k].ratio))
         top = speedups[best]
-        dtype = extra.pop("dtype", None)
         seconds = {k: median([x.wall for x in v]) for k, v in t.items()}
         return ProbeResult(what=what, baseline=baseline, seconds=seconds,
                            measure=top.measure, measure_why=top.measure_why, runs=len(t[baseline]),
                            speedups=speedups, candidate=best, speedup=top.ratio, interval=(top.low, top.high),
-                           confidence=CONFIDENCE, compute_only=True, dtype=dtype, extra=extra)
+                           confidence=CONFIDENCE, compute_only=True, dtype=dtype, unavailable=unavailable,
+                           extra=extra)
 
 
 def probe_classes() -> list[type[Probe]]:

@@ -32,10 +32,10 @@ import time
 from pathlib import Path
 
 from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
-from pitstop.lifecycle import exit_on_signals, kill_group, pid_alive
+from pitstop.lifecycle import exit_on_signals, guard_pipe, kill_group, pid_alive
 
 __all__ = ["run_script", "GRACE_S", "FINISH_GRACE_S", "ScriptNotFoundError", "ScriptSyntaxError", "check_target",
-           "child_command", "PARTIAL_SUFFIX", "FINISHING_SUFFIX"]
+           "child_command", "child_env", "PARTIAL_SUFFIX", "FINISHING_SUFFIX"]
 
 #: seconds the parent waits past ``spec.timeout`` for the child's own partial report before
 #: killing the process group (a script holding the GIL never lets the child's watchdog run).
@@ -96,12 +96,15 @@ def check_target(spec: RunSpec) -> None:
             raise ScriptNotFoundError(f"no module named {spec.module!r}")
 
 
-def child_command(python: str, spec_path: str | Path, result_path: str | Path) -> list[str]:
-    """The command line that starts the child bootstrap (safe ``sys.path``, parent pid)."""
-    return [python, "-c", _BOOT, str(spec_path), str(result_path), str(os.getpid())]
+def child_command(python: str, spec_path: str | Path, result_path: str | Path, guard: int | None = None) -> list[str]:
+    """The command line that starts the child bootstrap (safe ``sys.path``, parent pid, and
+    the read end of the :func:`pitstop.lifecycle.guard_pipe` when given)."""
+    return [python, "-c", _BOOT, str(spec_path), str(result_path), str(os.getpid())] + (
+        [str(guard)] if guard is not None else [])
 
 
-def _child_env() -> dict[str, str]:
+def child_env() -> dict[str, str]:
+    """The child's environment: unbuffered output, this pitstop first on ``PYTHONPATH``."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     src = str(Path(__file__).resolve().parents[2])  # make this pitstop importable in the child
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -169,14 +172,23 @@ def run_script(spec: RunSpec, *, check: bool = True) -> RunResult:
             spec = RunSpec.from_dict({**spec.to_dict(), "script": str(Path(spec.script).resolve())})
         spec_path.write_text(json.dumps(spec.to_dict()), encoding="utf-8")
         started = time.perf_counter()
-        proc = subprocess.Popen(child_command(spec.python, spec_path, result_path), cwd=spec.cwd, env=_child_env(),
-                                start_new_session=True, stdin=subprocess.DEVNULL)
+        guard, keep = guard_pipe()  # the child's group dies when `keep` closes: here, or when this process dies
+        proc = None
         try:
+            proc = subprocess.Popen(child_command(spec.python, spec_path, result_path, guard), cwd=spec.cwd,
+                                    env=child_env(), start_new_session=True, stdin=subprocess.DEVNULL,
+                                    pass_fds=(guard,))
+            os.close(guard)
             returncode, killed = _wait(proc, spec, result_path)
         except BaseException:  # Ctrl-C, SIGTERM/SIGHUP (SystemExit), anything: leave nothing running
-            kill_group(proc.pid)
-            proc.wait()
+            if proc is not None:  # (a signal during Popen: closing `keep` ends the child's group)
+                kill_group(proc.pid)
+                proc.wait()
             raise
+        finally:
+            os.close(keep)
+            if proc is None:
+                os.close(guard)
         kill_group(proc.pid)  # leftover DataLoader workers of a child that exited abruptly
         elapsed = time.perf_counter() - started
         if result_path.is_file():

@@ -25,8 +25,9 @@ __all__ = ["Setup", "SetupFailed", "RunSpec", "StepRecord", "RunResult", "STATUS
 #: (the normal case); ``finished``: the script returned by itself; ``exited``: it called
 #: ``sys.exit``; ``error``: it raised; ``timeout``: the watchdog stopped it;
 #: ``setup_error``: a setup callable failed, before the script or (:class:`SetupFailed`) when
-#: its change took effect while the script ran; ``crashed``: the child died without a report.
-STATUSES = ("stopped", "finished", "exited", "error", "timeout", "setup_error", "crashed")
+#: its change took effect while the script ran; ``crashed``: the child died without a report;
+#: ``interrupted``: Ctrl-C / SIGTERM stopped the run (a torchrun job's partial report).
+STATUSES = ("stopped", "finished", "exited", "error", "timeout", "setup_error", "crashed", "interrupted")
 
 #: ``full``: every measurement the checks need. ``light``: step wall times and losses only
 #: (for A/B trials, where heavy instrumentation would slow the thing being measured).
@@ -97,6 +98,13 @@ class RunSpec:
     #: where the script's stdout goes: ``"inherit"`` (visible), ``"stderr"`` (keep stdout
     #: clean for JSON), ``"devnull"``, or a file path. stderr is always inherited.
     stdout: str = "inherit"
+    #: a torchrun job: ranks on this node (``--nproc-per-node``); None runs one process.
+    #: ``nnodes``, ``node_rank`` and ``rdzv_endpoint`` are passed to ``torch.distributed.run``
+    #: as they are (None: a single node, rendezvous on the loopback address).
+    nproc_per_node: int | None = None
+    nnodes: str = "1"
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
 
     def __post_init__(self) -> None:
         if (self.script is None) == (self.module is None):
@@ -111,6 +119,8 @@ class RunSpec:
             raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
         if self.trace_steps < 1:
             raise ValueError(f"trace_steps must be >= 1, got {self.trace_steps}")
+        if self.nproc_per_node is not None and self.nproc_per_node < 1:
+            raise ValueError(f"nproc_per_node must be >= 1, got {self.nproc_per_node}")
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "setups", tuple(s if isinstance(s, Setup) else Setup.from_dict(s) for s in self.setups))
 

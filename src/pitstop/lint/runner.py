@@ -24,10 +24,15 @@ from pitstop.lint.rule import SAFE
 
 __all__ = ["lint_source", "fix_source", "lint_file", "rules_for", "all_rule_classes", "ParseError",
            "DEFAULT_MAX_FILE_SIZE", "is_valid_python", "compiles_here", "read_source", "bad_input_reported",
-           "write_fixed"]
+           "write_fixed", "MAX_NESTING"]
 
 DEFAULT_MAX_FILE_SIZE = 2 * 1024 * 1024
 MAX_FIX_ROUNDS = 10
+#: the deepest syntax tree (levels of nested nodes) pitstop lint walks. A fixed bound, so that
+#: whether a file is linted never depends on the interpreter's recursion limit, which other code
+#: in the same process may have raised (torch.compile's inductor raises it to 2000). The walk
+#: recurses about once per level; 500 levels leave room under Python's default limit of 1000.
+MAX_NESTING = 500
 _NEWLINE = re.compile(r"\r\n?|\n")
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+[A-Za-z]+\d+)*))?", re.I)
 _FILE_NOQA = re.compile(r"#\s*pitstop:\s*noqa(?::\s*(?P<codes>[A-Za-z]+\d+(?:[\s,]+[A-Za-z]+\d+)*))?\s*$", re.I)
@@ -78,7 +83,7 @@ def _file_noqa(source: str) -> set[str] | None:
 
 def _parse(source: str, filename: str) -> cst.Module:
     try:  # CPython's parser first: exact messages, and it refuses what would crash libcst's
-        ast.parse(source, filename)
+        depth = _depth(ast.parse(source, filename))
     except SyntaxError as exc:
         newer = _newer_syntax(source, exc)
         if newer is None:
@@ -89,6 +94,8 @@ def _parse(source: str, filename: str) -> cst.Module:
         raise ParseError(f"expression nested too deeply ({type(exc).__name__})") from None
     except ValueError as exc:
         raise ParseError(str(exc)) from None
+    if depth > MAX_NESTING:
+        raise ParseError(f"expression nested too deeply ({depth} levels; pitstop lint walks at most {MAX_NESTING})")
     try:
         return cst.parse_module(source)
     except cst.ParserSyntaxError as exc:
@@ -96,6 +103,16 @@ def _parse(source: str, filename: str) -> cst.Module:
                          exc.raw_line, exc.raw_column) from None
     except RecursionError:
         raise ParseError("expression nested too deeply (RecursionError)") from None
+
+
+def _depth(tree: ast.AST) -> int:
+    """Levels of nested nodes in ``tree`` (iterative: no recursion of its own)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((child, d + 1) for child in ast.iter_child_nodes(node))
+    return deepest
 
 
 _NESTING_LIMIT = 100  # brackets; CPython's own parser stops at 200

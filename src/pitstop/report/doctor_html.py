@@ -10,7 +10,8 @@ import html
 
 from pitstop.doctor.diagnosis import Diagnosis
 from pitstop.doctor.observations import PHASES
-from pitstop.report.doctor_probes import speedup_cell
+from pitstop.report.doctor_probes import speedup_cell, unavailable_text
+from pitstop.report.doctor_ranks import rank_rows
 from pitstop.report.doctor_terminal import framework_line, impact_label, shows_framework, site_lines, throughput_text
 from pitstop.report.html import bar_chart, html_page, inline_code, line_chart, stacked_bar
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
@@ -58,6 +59,10 @@ def doctor_html(diag: Diagnosis) -> str:
         chart = stacked_bar("Step time breakdown (mean per observed step)", parts, unit="ms")
         sites = "".join(f'<p class="muted">{_esc(t)}</p>' for t in site_lines(o))
         sections.append(("Where the step time goes", chart.to_html() + sites))
+    if diag.world_size > 1:  # TODO: report/doctor_ranks.py (torchrun) still reads the JSON form
+        headers, rows = rank_rows(diag.to_dict())
+        sections.append((f"{diag.world_size} ranks side by side",
+                         _table(headers, [[_esc(c) for c in row] for row in rows])))
     records = r.steps
     if records:
         # observed steps only: a warm-up step (compilation, allocator, caches) can take many
@@ -91,8 +96,9 @@ def doctor_html(diag: Diagnosis) -> str:
                 rows.append([_esc(name), "skipped" if p.skipped is not None else "error",
                              inline_code(p.skipped or p.error or "")])
             else:
-                note = diag.probe_notes.get(name, "")
-                rows.append([_esc(name), _esc(speedup_cell(p)) + (f"<br><i>{inline_code(note)}</i>" if note else ""),
+                notes = [x for x in (diag.probe_notes.get(name, ""), unavailable_text(p, o.device),
+                                     p.hardware.text() if p.hardware is not None else "") if x]
+                rows.append([_esc(name), _esc(speedup_cell(p)) + "".join(f"<br><i>{inline_code(n)}</i>" for n in notes),
                              _esc(p.what or "")])
         sections.append(("Hardware probes (compute only; estimates, pitstop tune measures the real loop)",
                          _table(["probe", "speed-up of the best candidate (interval)", "what was timed"], rows)))

@@ -12,6 +12,7 @@ from pitstop.doctor.diagnosis import Diagnosis, PrecisionSeen, Throughput
 from pitstop.doctor.observations import PHASES, Observations
 from pitstop.doctor.records import FrameworkRecord, MemoryRecord
 from pitstop.report.doctor_probes import probe_line
+from pitstop.report.doctor_ranks import render_ranks
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
 __all__ = ["render", "impact_label", "framework_line", "shows_framework", "throughput_text", "site_lines"]
@@ -112,11 +113,16 @@ def render(diag: Diagnosis, file: IO[str] | None = None) -> None:
     fw, prec = diag.framework_seen, diag.precision_seen
     if shows_framework(fw, prec):
         con.print(framework_line(fw, prec), markup=False, highlight=False)
-    if r.traceback:  # the child already wrote it to the script's stderr, above: not twice
+    if r.traceback and diag.world_size <= 1:  # the child already wrote it to the script's stderr, above
         last = r.traceback.rstrip().splitlines()[-1]
         con.print(Text(f"\nThe script's traceback is above (on stderr); it ends: {last}", style="bold"))
     if o.breakdown:
-        con.print(Text("\nStep time breakdown (mean per observed step)", style="bold"))
+        title = "Step time breakdown (mean per observed step)"
+        if diag.world_size > 1:
+            ranks = diag.ranks()
+            title = (f"Step time breakdown of rank {ranks[0].rank if ranks else 0} (mean per observed "
+                     "step; waits for the other ranks are inside backward here, split out in the ranks table below)")
+        con.print(Text("\n" + title, style="bold"))
         for phase in PHASES:
             share = o.share(phase)
             con.print(f"  {phase:<10} {text_bar(share, 30)} {100 * share:5.1f}%  {fmt_seconds(o.seconds(phase))}")
@@ -124,6 +130,8 @@ def render(diag: Diagnosis, file: IO[str] | None = None) -> None:
             con.print(f"  {line}")
         if tp.batch_how:
             con.print(f"  batch: {tp.batch_how}")
+    if diag.world_size > 1:  # TODO: report/doctor_ranks.py (torchrun) still reads the JSON form
+        render_ranks(diag, diag.to_dict(), con)
     if o.memory is not None and observed:
         table = Table(title="Memory", title_justify="left")
         for col in ("part", "bytes", "note"):
@@ -141,7 +149,7 @@ def render(diag: Diagnosis, file: IO[str] | None = None) -> None:
                       f"GFLOP/s; MFU {mfu} ({fl.peak_source})")
         for name, p in o.probes.items():
             note = diag.probe_notes.get(name, "")
-            con.print(f"probe {name}: {probe_line(p)}" + (f"; {note}" if note else ""))
+            con.print(f"probe {name}: {probe_line(p, o.device)}" + (f"; {note}" if note else ""))
     findings = diag.findings
     if findings:
         table = Table(title=f"Findings ({len(findings)}, ranked by impact)", title_justify="left", show_lines=True)

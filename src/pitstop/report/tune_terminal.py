@@ -127,7 +127,7 @@ def _trials_table(result: TuneResult) -> Any:
         codes = " ".join(dict.fromkeys(s.code for s in t.settings))
         verdict = VERDICT_TEXT.get(t.status, t.status)
         style = _STYLE.get(t.status, "")
-        reason = t.reason + (_compile_text(t) if t.compile else "")
+        reason = t.reason + (_compile_text(t) if t.compile else "") + (f"; {t.hardware.text()}" if t.hardware else "")
         sp = t.speedup
         table.add_row(t.name, codes, f"{t.steps_per_s:.2f}" if t.steps_per_s else "-", _speed(sp),
                       str(sp["rounds"]) if sp else "-", _mem(t.memory_change),
@@ -139,7 +139,9 @@ def _trials_table(result: TuneResult) -> Any:
 def _best(console: Any, result: TuneResult, best: dict[str, Any]) -> None:
     """The best configuration and how to use it (framework options, plain PyTorch, the engine)."""
     if result.best is None:
-        console.print("[bold]best: the baseline[/bold]: no trick was faster and loss-equivalent")
+        why = ("no trick held in fresh pairs after it was chosen" if result.combination
+               else "no trick was faster and loss-equivalent")
+        console.print(f"[bold]best: the baseline[/bold]: {why}")
         return
     console.print(f"[bold green]best: {result.best.name}[/] -> {_speed(best['speedup'])} vs the baseline "
                   f"({best['steps_per_s']:.2f} steps/s), loss {_loss(best['loss_check'])}")
@@ -158,7 +160,8 @@ def _best(console: Any, result: TuneResult, best: dict[str, Any]) -> None:
 
 
 _STEP_TEXT = {"added": "added", "no_gain": "not added", "slower": "not added", "rejected": "REJECTED",
-              "failed": "FAILED", "skipped": "skipped", "confirmed": "confirmed", "not_confirmed": "not confirmed"}
+              "failed": "FAILED", "skipped": "skipped", "confirmed": "confirmed", "not_confirmed": "not confirmed",
+              "unconfirmed": "unconfirmed"}
 
 
 def _sweep(console: Any, sweep: SweepResult) -> None:

@@ -238,6 +238,24 @@ class AutocastKnob(Knob, tip="PIT301"):
     def recipe_fields(self, value, ctx):
         return {"precision": "bf16-mixed" if value == "bf16" else "fp16-mixed"}
 
+    def unavailable(self, value, run):
+        # the baseline ran: a RuntimeError only under autocast is an operator with no kernel for
+        # the dtype here (oneDNN: "could not create a primitive descriptor for the LSTM ...")
+        text = f"{run.message}\n{run.traceback or ''}"
+        if run.status != "error" or "RuntimeError" not in text:
+            return None
+        line = next((ln.strip() for ln in reversed(text.splitlines()) if "RuntimeError" in ln), run.message)
+        line = line.split("RuntimeError", 1)[1].lstrip(": ")
+        return (f"{self.label(value)} is not available for this model on this device: the run raised "
+                f"RuntimeError: {line[:200]} (the baseline ran)")
+
+    def hardware_note(self, value, ctx, speed):
+        if value != "bf16" or ctx.on_cuda or speed is None:
+            return None
+        from pitstop.machine import bf16_slowdown_note
+
+        return bf16_slowdown_note(speed.ratio)
+
     def child_kwargs(self, value, ctx):
         return {"device": "cuda" if ctx.on_cuda else "cpu"}
 
@@ -303,10 +321,18 @@ class PrecisionProbe(Probe, tip="PIT301"):
         dtype = torch.bfloat16 if not on_cuda or torch.cuda.is_bf16_supported() else torch.float16
         name = str(dtype).replace("torch.", "")
         model, batch = ctx.model_copy(), ctx.batch()
-        yield self.name, ctx.compare(what=ctx.describe(model, batch), baseline="fp32",
-                                     variants={"fp32": ctx.fwd_bwd(model, batch),
-                                               name: ctx.fwd_bwd(model, batch, autocast=dtype)},
-                                     dtype=name)
+        result = ctx.compare(what=ctx.describe(model, batch), baseline="fp32",
+                             variants={"fp32": ctx.fwd_bwd(model, batch),
+                                       name: ctx.fwd_bwd(model, batch, autocast=dtype)},
+                             dtype=name)
+        g = result.gain(name)
+        if not on_cuda and g is not None:  # a large bf16 slowdown that the CPU's flags explain
+            from dataclasses import replace
+
+            from pitstop.machine import bf16_slowdown_note
+
+            result = replace(result, hardware=bf16_slowdown_note(g.ratio))
+        yield self.name, result
 
 
 # --- trace face ---

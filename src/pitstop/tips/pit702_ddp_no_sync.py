@@ -9,7 +9,7 @@ class DdpNoSync(Tip):
     code = "PIT702"
     slug = "ddp-no-sync"
     title = "Gradient accumulation under DDP without no_sync() all-reduces every micro-step"
-    faces = "LE"
+    faces = "LDE"
     seeds = ()
     truth = ""
 
@@ -17,7 +17,10 @@ class DdpNoSync(Tip):
         Flags a file that uses `DistributedDataParallel`, whose training loop calls `.step()`
         under a condition (gradient accumulation) and never uses `no_sync`. It reports at the
         backward call and offers no fix: which micro-steps may skip the sync depends on your
-        loop.
+        loop. At run time (`pitstop doctor --nproc-per-node N`) the doctor counts the gradient
+        all-reduce rounds DDP runs per optimizer step on every rank (a timed comm hook doing
+        what DDP's default does) and reports more than one round when a step has several
+        backward passes, with the measured wait inside the extra rounds.
     """
     why = """
         DDP all-reduces the gradients inside every `backward()`. When you accumulate k
@@ -108,6 +111,55 @@ class DdpNoSyncRule(LintRule, tip="PIT702"):
                 self.report(node)
 
 
+# --- doctor face ---
+from pitstop.doctor.check import Check, ms, pct  # noqa: E402
+
+
+def _kib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.1f} KiB"
+
+
+class DdpNoSyncCheck(Check, tip="PIT702"):
+    scope = "job"
+    looks_at = "gradient all-reduce rounds per optimizer step on each rank of a torchrun job"
+
+    def skip_reason(self, obs):
+        job = obs.distributed
+        if job is None or not job.merged:
+            return "needs a torchrun job of 2 ranks or more (pitstop doctor --nproc-per-node N)"
+        if not any(r.reductions for r in job.ranks):
+            sources = {r.reduction_source for r in job.ranks if r.reduction_source}
+            return ("DDP's gradient reduction was not measured" +
+                    (f" ({', '.join(sorted(sources))})" if sources else ": no DistributedDataParallel trained"))
+        return None
+
+    def check(self, obs, th):
+        job = obs.distributed
+        rank = max(job.ranks, key=lambda r: r.mean("reductions"))
+        rounds, backwards = rank.mean("reductions"), rank.mean("backwards")
+        if rounds <= 1.0 + 1e-9 or backwards <= 1.0:
+            return
+        measured = [r for r in job.ranks if r.reduction_waits]
+        steps = min(len(r.reduction_waits) for r in measured)
+        # the transfer itself: in each step, the wait of the rank that waited least (the last to
+        # arrive waits for nobody); what the others waited beyond it is a late rank's, which
+        # no_sync does not remove
+        wait = sum(min(r.reduction_waits[k] for r in measured) for k in range(steps)) / steps
+        saved = wait * (rounds - 1) / rounds
+        means = sorted(m for m in job.step_means if m > 0) or [obs.mean_step]
+        step = means[len(means) // 2]
+        share = min(1.0, saved / step) if step > 0 else None
+        per_round = rank.mean("allreduce_bytes") / rounds
+        yield self.finding(
+            th, title=f"gradient accumulation under DDP all-reduces {rounds:.0f} times per optimizer step",
+            evidence=(f"measured on every rank: {rounds:.1f} gradient all-reduce rounds of {_kib(per_round)} "
+                      f"({rank.mean('buckets') / rounds:.0f} bucket(s) each) per optimizer step of {backwards:.1f} "
+                      f"backward passes; the rounds took {ms(wait)} per step on the rank that waited least in them (the "
+                      f"transfer, without waiting for a later rank). no_sync() on all but the last micro-batch leaves "
+                      f"one round: about "
+                      f"{ms(saved)} per step ({pct(share)}), and {_kib(per_round * (rounds - 1))} less traffic."),
+            fix="run the forward and backward of every micro-batch but the last inside `with model.no_sync():`",
+            share=share, seconds=saved)
 # --- trace face ---
 from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
 

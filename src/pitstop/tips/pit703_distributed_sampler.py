@@ -22,7 +22,14 @@ class DistributedSamplerTip(Tip):
         flagged, nor are unit tests. No fix is offered. At run time the
         doctor checks, when a process group of more than one rank is initialized or the model
         is DistributedDataParallel, whether the training loader gives each rank its own part
-        of the data (a `DistributedSampler`); the missing `set_epoch` is the lint rule's job.
+        of the data (a `DistributedSampler`). Under `pitstop doctor --nproc-per-node N` it
+        measures instead: it fingerprints the first batch every rank receives in each step
+        (crc32 of the first bytes of its first tensor) and reports identical batches across
+        ranks, and a `DistributedSampler` that starts a new epoch with the epoch number it
+        already had (`set_epoch` never called). The same job check names *stragglers*: ranks
+        the others steadily wait for inside collectives, with the phase (data, host, forward,
+        backward) that makes them slow; an uneven share of data or of its loading cost per
+        rank is the usual cause, which is why that finding lives here.
     """
     why = """
         DDP synchronizes gradients; it does not split the data. Without a `DistributedSampler`
@@ -128,13 +135,15 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.check import Check, pct  # noqa: E402
 
 
 class DistributedSamplerCheck(Check, tip="PIT703"):
     looks_at = "DistributedDataParallel training without a DistributedSampler"
 
     def check(self, obs, th):
+        if obs.distributed is not None:  # a torchrun job: SameBatchesCheck measures it
+            return
         if not any(m.ddp for m in obs.models) and (obs.settings.world_size or 1) <= 1:
             return
         plain = [d for d in obs.train_loaders() if not d.distributed_sampler]
@@ -147,6 +156,70 @@ class DistributedSamplerCheck(Check, tip="PIT703"):
                 kind="correctness", severity="high", where=[d.where for d in plain if d.where])
 
 
+def _job_skip(obs) -> str | None:
+    job = obs.distributed
+    if job is None or not job.merged:
+        return "needs a torchrun job of 2 ranks or more (pitstop doctor --nproc-per-node N)"
+    if not job.initialized:
+        return "the ranks never joined a process group (independent processes)"
+    return None
+
+
+class SameBatchesCheck(Check, tip="PIT703"):
+    scope = "job"
+    looks_at = "fingerprints of the batches each rank received in the same step, DistributedSampler epochs"
+
+    def skip_reason(self, obs):
+        return _job_skip(obs)
+
+    def check(self, obs, th):
+        ranks = obs.distributed.ranks
+        common = set.intersection(*(set(r.fingerprints) for r in ranks))
+        same = sorted((k for k in common if len({r.fingerprints[k] for r in ranks}) == 1), key=int)
+        where = [d.where for d in obs.train_loaders() if d.where]
+        if len(common) >= 2 and len(same) >= th.same_batch_share * len(common):
+            sampler = obs.train_loader.sampler if obs.train_loader else "its sampler"
+            yield self.finding(
+                th, title=f"all {len(ranks)} ranks trained on identical batches: the data is not split across ranks",
+                evidence=(f"the first batch of a step was the same on every rank in {len(same)} of {len(common)} "
+                          f"steps (fingerprint of its first tensor); the training DataLoader uses {sampler}, so "
+                          f"every rank computes the same gradients and {len(ranks) - 1} of {len(ranks)} ranks' work "
+                          "is repeated."),
+                fix="DataLoader(ds, sampler=DistributedSampler(ds), ...) and sampler.set_epoch(epoch) every epoch",
+                kind="correctness", severity="high", where=where)
+            return
+        stale = [r.rank for r in ranks if len(r.sampler_epochs) >= 2 and len(set(r.sampler_epochs)) < len(r.sampler_epochs)]
+        if stale:
+            epochs = ranks[0].sampler_epochs
+            yield self.finding(
+                th, title="DistributedSampler without set_epoch: every epoch repeats the same order",
+                evidence=(f"the sampler started {len(epochs)} epochs with epoch numbers {list(epochs)} on ranks "
+                          f"{', '.join(map(str, stale))}: set_epoch was not called, so each epoch reshuffles with "
+                          "the same seed and every rank sees its shard in the same order every epoch."),
+                fix="call sampler.set_epoch(epoch) at the start of every epoch", kind="correctness",
+                severity="medium", where=where)
+
+
+class StragglerCheck(Check, tip="PIT703"):
+    scope = "job"
+    looks_at = "ranks the others steadily waited for inside collectives"
+
+    def skip_reason(self, obs):
+        reason = _job_skip(obs)
+        if reason is None and not any(r.waits for r in obs.distributed.ranks):
+            return "no collective wait was measured (no DDP reduction or torch.distributed collective seen)"
+        return reason
+
+    def check(self, obs, th):
+        for s in obs.distributed.stragglers:
+            share = min(1.0, s.lag / obs.mean_step) if obs.mean_step else None
+            yield self.finding(
+                th, title=f"rank {s.rank} is a straggler: the other ranks wait for its {s.phase} phase",
+                evidence=f"{s.evidence} ({pct(share)} of the step).",
+                fix=(f"even out rank {s.rank}'s {s.phase} work: the same amount of data per rank "
+                     "(DistributedSampler), the same loading cost per batch (DataLoader workers), no extra "
+                     "work on one rank inside the step (logging, checkpoints on rank 0 belong outside it)"),
+                share=share, seconds=s.lag)
 # --- trace face ---
 from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
 

@@ -13,9 +13,11 @@ fused optimizer matters more once the forward is faster), at most ``max_combine`
    other faster ones are measured again, on top of the new combination, in the next round.
 2. **Expensive candidates** (compilation) last, each once, against the final cheap
    combination: the comparison that matters, and no compile run is spent twice.
-3. A combination of two or more tricks is **re-measured against the baseline in fresh pairs
-   until it decides**: that speed-up is the one reported; when it does not hold, the best
-   single trick is the result.
+3. The result is **re-measured against the baseline in fresh pairs until it decides**
+   (:mod:`pitstop.tune.confirm`; a single trick too: the best of several noisy trials is
+   biased upward): that speed-up is the one reported; when a combination does not hold, the
+   best single trick is confirmed the same way; when that does not hold either, nothing is
+   recommended.
 
 Knobs whose Recipe fields conflict are skipped. The caller's trials are never changed.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from pitstop.tune.confirm import confirm
 from pitstop.tune.result import CombineStep, Trial
 from pitstop.tune.session import TuneSession
 from pitstop.tune.verdict import verdict
@@ -95,26 +98,16 @@ class _Greedy:
         self.combo = new
         return [c for c, _ in faster[1:]]
 
-    def confirm(self, first: Trial) -> Trial:
-        """The combination re-measured against the baseline in fresh pairs (the result), or
-        ``first`` when it is a single trick or does not hold."""
-        if len(self.combo.settings) < 2:
-            return first
-        session = self.session
-        final, _ = session.new_trial(self.combo.settings)
-        final.runs = list(self.combo.runs)
-        pairs = session.measure(session.baseline, [final])[id(final)]
-        final.runs = final.runs[len(self.combo.runs):]  # fresh pairs only
-        session.judge(final, pairs)
-        if final.status == "kept":
-            self.steps.append(CombineStep(final.name, "confirmed", f"re-measured against the baseline in "
-                                                                   f"{final.speed.pairs} fresh pairs: {final.reason}",
-                                          final.speed))
-            return final
-        self.steps.append(CombineStep(final.name, "not_confirmed",
-                                      f"re-measured against the baseline: {final.reason}; the best single trick "
-                                      f"({first.name}) is the result", final.speed))
-        return first
+    def confirm(self, first: Trial) -> Trial | None:
+        """The result, confirmed in fresh pairs against the baseline (:func:`pitstop.tune.confirm.confirm`):
+        the combination; when it does not hold, the best single trick; else None."""
+        chosen = [self.combo] if len(self.combo.settings) >= 2 else []
+        for trial in chosen + [first]:
+            final, step = confirm(self.session, trial)
+            self.steps.append(step)
+            if final is not None:
+                return final
+        return None
 
 
 def combine(session: TuneSession) -> None:

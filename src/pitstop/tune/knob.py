@@ -169,6 +169,18 @@ class Knob(Face, face="K"):
     def setting(self, value: Any) -> Setting:
         return Setting(self.tip, self.name, value, self.label(value))
 
+    # -- what a measurement means ------------------------------------------------------
+    def unavailable(self, value: Any, run: Any) -> str | None:
+        """Why a failed run (:class:`pitstop.tune.result.Run`, the baseline ran) shows that
+        ``value`` cannot run this training on this machine (no kernel for it here): the trial
+        is then ``not_applicable`` with that reason instead of ``failed``. None: a failure."""
+        return None
+
+    def hardware_note(self, value: Any, ctx: Context, speed: Any) -> Any:
+        """A :class:`pitstop.machine.HardwareNote` when the machine explains the speed
+        measured (:class:`pitstop.paired.Decision` vs the baseline), else None."""
+        return None
+
     # -- how to apply ------------------------------------------------------------------
     def recipe_fields(self, value: Any, ctx: Context) -> dict[str, Any]:
         """:class:`pitstop.Recipe` fields that ``value`` sets (API trials run with them;

@@ -11,8 +11,9 @@
    run cut short by the budget does not.
 3. **Verdicts** (:mod:`pitstop.tune.verdict`, :mod:`pitstop.tune.equivalence`): kept only
    when the interval lies above ``1 + margin`` and the loss trajectory is equivalent.
-4. **Greedy combination** (:mod:`pitstop.tune.combine`), then the combination re-measured
-   against the baseline in fresh pairs until it decides.
+4. **Greedy combination** (:mod:`pitstop.tune.combine`), then the result (a combination or
+   a single trick) re-measured against the baseline in fresh pairs until it decides
+   (:mod:`pitstop.tune.confirm`): the claim in the recipe is never the choosing pairs'.
 5. **Budget**: every run's timeout is capped by what is left of ``budget``; a run whose
    expected duration no longer fits is skipped and the result says so.
 """
@@ -94,8 +95,15 @@ def _result(session: TuneSession, loads: list) -> TuneResult:
         open_ = [t.name for t in session.trials if t.status == "skipped" or (t.speed and t.speed.status == "undecided")]
         notes.append("the time budget ran out" + (f": not decided: {', '.join(open_)}" if open_ else ""))
     best = session.best
+    for t in session.trials + ([best] if best is not None else []):  # the baseline as reported, after every run
+        if t.base_steps_per_s is not None:
+            t.base_steps_per_s = session.baseline.measured_steps_per_s
     snippet = combined_snippet([(session.knob(s), s.value) for s in best.settings], session.ctx) if best else ""
-    if best is None:
+    if best is None and session.combination:
+        notes.append("a trick measured faster when it was chosen did not hold in fresh pairs measured after the "
+                     "choice (see the combination): keep the baseline; on a busy machine, measure again when it is "
+                     "quieter")
+    elif best is None:
         notes.append("no trick was measurably faster and loss-equivalent on this training: keep the baseline "
                      "(an honest result, not a failure)")
     left = what_is_left(session, best)

@@ -21,7 +21,8 @@ JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when u
                  "memory_change", "loss_check": {"status", "deviation", "tolerance",
                  "message"} | null, "compile": {"compile_s", "compile_s_cached",
                  "break_even_steps"} | null, "recipe": {...changed Recipe fields...}, "runs": int,
-                 "run_step_times": [median step seconds of each run]}],
+                 "run_step_times": [median step seconds of each run],
+                 "hardware": {"feature", "cpu", "missing", "slowdown", "text"} | null}],
      "combination": [{"added", "status", "reason", "speedup_vs_previous"}],
      "best": {"knobs", "recipe" (Recipe.to_dict()), "recipe_changed", "speedup",
               "steps_per_s", "loss_check", "snippet", "framework": {"framework", "target", "kwargs",
@@ -64,8 +65,9 @@ RunStatus = Literal["ok", "crashed", "timeout", "oom", "error", "setup_error", "
 OK: RunStatus = "ok"
 FAILED_STATUSES: tuple[RunStatus, ...] = tuple(s for s in get_args(RunStatus) if s != OK)
 #: Steps of the greedy combination (:class:`CombineStep`): a trial status, ``added``, or the
-#: final re-measurement's ``confirmed`` / ``not_confirmed``.
-CombineStatus = Literal["added", "no_gain", "slower", "rejected", "failed", "skipped", "confirmed", "not_confirmed"]
+#: final re-measurement's ``confirmed`` / ``not_confirmed`` / ``unconfirmed`` (budget ran out).
+CombineStatus = Literal["added", "no_gain", "slower", "rejected", "failed", "skipped", "confirmed", "not_confirmed",
+                        "unconfirmed"]
 COMBINE_STATUSES: tuple[CombineStatus, ...] = get_args(CombineStatus)
 
 
@@ -171,6 +173,7 @@ class Trial:
     reduced_precision: bool = False
     expensive: bool = False
     base_steps_per_s: float | None = None         # the baseline's, for the steps/s the speed-up implies
+    hardware: Any = None                          # pitstop.machine.HardwareNote: the machine explains its speed
 
     @property
     def ok_runs(self) -> list[Run]:
@@ -238,7 +241,8 @@ class Trial:
                 "compile": to_json(self.compile),
                 "recipe": dict(self.recipe_fields), "runs": len(self.runs),
                 "run_step_times": [_num(r.median_step) for r in self.runs],
-                "peak_memory": self.peak_memory}
+                "peak_memory": self.peak_memory,
+                "hardware": self.hardware.to_dict() if self.hardware is not None else None}
 
 
 @dataclass(frozen=True)

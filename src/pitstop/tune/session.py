@@ -223,6 +223,11 @@ class TuneSession:
         failed = trial.failed
         if failed is not None:
             trial.status, trial.reason = "failed", failure_reason(failed)
+            if len(trial.settings) == 1 and self.baseline.ok_runs:
+                s = trial.settings[0]
+                why = self.knob(s).unavailable(s.value, failed)
+                if why:  # no kernel for it here: a measured fact about this machine, not the script failing
+                    trial.status, trial.reason = "not_applicable", why
             return
         if not trial.ok_runs or not pairs:
             trial.status = "skipped"
@@ -239,6 +244,9 @@ class TuneSession:
             trial.status, trial.reason = "rejected", f"not equivalent: {check.message}"
             return
         trial.status, trial.reason = verdict(trial.speed, opts.margin)
+        if len(trial.settings) == 1:
+            s = trial.settings[0]
+            trial.hardware = self.knob(s).hardware_note(s.value, self.ctx, trial.speed)
         if trial.speed is not None and trial.speed.status == "undecided":
             why = ("time budget" if self.budget.exhausted else
                    f"an expensive trial gets {self.expensive_pairs} pairs" if trial.expensive

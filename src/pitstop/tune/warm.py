@@ -62,21 +62,22 @@ def _wait(pid: int, timeout: float | None, result: str) -> tuple[int, bool]:
 
 
 def _killpg(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    from pitstop.lifecycle import kill_group
+
+    kill_group(pid)  # the group, and what its members started outside it (setsid)
 
 
-def _child(request: dict[str, Any], channel: int) -> None:
+def _child(request: dict[str, Any], channel: int, guard: tuple[int, int]) -> None:
     """In the fork child: become a session leader, set up stdio, run the bootstrap."""
     code = 0
     try:
         os.close(channel)
+        os.close(guard[1])
         os.setsid()
-        from pitstop.lifecycle import die_with_parent
+        from pitstop.lifecycle import die_with_parent, guard_group
 
-        die_with_parent(os.getppid())  # the worker gone (killed): this run goes too
+        die_with_parent(os.getppid())  # the worker gone (killed): this run goes too ...
+        guard_group(guard[0])          # ... and so does everything it started (its own session)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         err = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -154,6 +155,8 @@ def _warm_torch() -> None:
 def serve(parent: int | None = None) -> int:
     """The worker's loop (``python -m pitstop.tune.warm [PARENT_PID]``): one JSON request
     per stdin line, one JSON answer per stdout line."""
+    from pitstop.lifecycle import guard_pipe
+
     if parent is not None:
         from pitstop.lifecycle import die_with_parent
 
@@ -183,11 +186,16 @@ def serve(parent: int | None = None) -> int:
             out.write(json.dumps({"preloaded": _preload(request["preload"])}) + "\n")
             continue
         started = time.perf_counter()
+        guard = guard_pipe()  # the run's group ends when the write end closes: after the run, or with this worker
         pid = os.fork()
         if pid == 0:
-            _child(request, out.fileno())
+            _child(request, out.fileno(), guard)
+        os.close(guard[0])
         out.write(json.dumps({"started": pid}) + "\n")  # the client can kill the run's group itself
-        code, killed = _wait(pid, request.get("timeout"), request["result"])
+        try:
+            code, killed = _wait(pid, request.get("timeout"), request["result"])
+        finally:
+            os.close(guard[1])
         out.write(json.dumps({"returncode": code, "killed": killed, "elapsed": time.perf_counter() - started,
                               "pid": pid}) + "\n")
     return 0
