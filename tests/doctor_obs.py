@@ -14,7 +14,8 @@ from typing import Any
 
 from pitstop.doctor.check import Finding, Thresholds
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import LoaderRecord, ModelRecord, OptimizerRecord, ProbeResult, Site
+from pitstop.doctor.probe_records import ProbeResult
+from pitstop.doctor.records import LoaderRecord, ModelRecord, OptimizerRecord, Site
 from pitstop.jsoncodec import from_json, to_json
 
 __all__ = ["observations", "model", "optimizer", "loader", "site", "probe", "run_check", "findings_of"]

@@ -25,14 +25,14 @@ def ctx():
 
 
 def test_every_b_tip_has_exactly_one_benchmark():
-    from pitstop import tips
+    from pitstop import catalog
 
     codes = [c.tip for c in available()]
     assert set(codes) == EXPECTED and len(codes) == len(set(codes))
-    declared = {t.code for t in tips.all_tips() if "B" in t.faces}
+    declared = {t.code for t in catalog.all_tips() if "B" in t.faces}
     assert declared == EXPECTED, "a tip declares face B without a benchmark, or the other way round"
     for cls in available():
-        assert cls.claim.seed in tips.get(cls.tip).seeds, f"{cls.tip}: the claim's seed is not one of the tip's"
+        assert cls.claim.seed in catalog.get(cls.tip).seeds, f"{cls.tip}: the claim's seed is not one of the tip's"
 
 
 def _check_result(cls, result):

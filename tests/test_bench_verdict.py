@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pitstop import registry, stats
+from pitstop import catalog, stats
 from pitstop.bench import CONFIRMED, NOT_HERE, REFUTED, Benchmark, Claim, Measurement, Outcome
 from pitstop.bench.runner import _evaluate
 from pitstop.bench.verdict import SKIPPED, Verdict, judge, judge_exact, judge_scope, judge_speedup
@@ -99,13 +99,13 @@ def test_claims_are_validated():
 
 
 def test_a_broken_benchmark_is_refused_before_it_registers():
-    before = list(registry.implementations("B"))
+    before = list(catalog.implementations("B"))
     with pytest.raises(TypeError, match="claim"):
         type("NoClaim", (Benchmark,), {"title": "t", "run": lambda self, ctx: None}, tip="PIT607")
     with pytest.raises(TypeError, match="run"):
         type("NoRun", (Benchmark,), {"title": "t", "claim": Claim(seed="002", text="t", baseline="a",
                                                                    candidate="b")}, tip="PIT607")
-    assert registry.implementations("B") == before
+    assert catalog.implementations("B") == before
 
 
 class _Pooled(Benchmark):  # no tip=: never registered

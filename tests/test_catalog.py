@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import pitstop
-from pitstop import registry, tips
-from pitstop.tips import SECTIONS
+from pitstop import catalog
+from pitstop.catalog import SECTIONS
 
 from conftest import FIXTURES, ROOT, parse_tips_spec
 
@@ -26,7 +26,7 @@ def test_spec_snapshot_matches_shared_copy():
 
 
 def test_every_code_registered_once_with_slug_and_faces(spec):
-    registered = {t.code: t for t in tips.all_tips()}
+    registered = {t.code: t for t in catalog.all_tips()}
     spec_codes = {row.code for row in spec}
     assert spec_codes == set(registered), f"missing {spec_codes - set(registered)}, extra {set(registered) - spec_codes}"
     for row in spec:
@@ -38,7 +38,7 @@ def test_every_code_registered_once_with_slug_and_faces(spec):
 
 
 def test_every_tip_has_all_doc_sections(spec):
-    for tip in tips.all_tips():
+    for tip in catalog.all_tips():
         docs = tip.docs()
         assert list(docs) == list(SECTIONS.values()), tip.code
         for heading, body in docs.items():
@@ -50,47 +50,47 @@ def test_every_tip_has_all_doc_sections(spec):
 def test_tips_with_a_truth_note_say_it(spec):
     for row in spec:
         if row.truth:
-            assert tips.get(row.code).truth, f"{row.code}: TIPS.md has a truth note; the tip must state the truth"
+            assert catalog.get(row.code).truth, f"{row.code}: TIPS.md has a truth note; the tip must state the truth"
 
 
 def test_faces_are_either_implemented_or_declared_planned():
-    for tip in tips.all_tips():
+    for tip in catalog.all_tips():
         done, planned = set(tip.implemented_faces()), set(tip.planned_faces())
         assert not done & planned
         assert set(tip.faces) == (set(tip.faces) & done) | planned, tip.code
 
 
 def test_face_implementations_point_at_real_tips():
-    codes = {t.code for t in tips.all_tips()}
-    for face, impls in registry.all_implementations().items():
+    codes = {t.code for t in catalog.all_tips()}
+    for face, impls in catalog.all_implementations().items():
         for impl in impls:
             assert impl.tip in codes, f"{impl.__module__}.{impl.__qualname__} registers face {face} for unknown {impl.tip}"
 
 
 def test_helper_faces_name_real_public_functions():
-    for tip in tips.all_tips():
+    for tip in catalog.all_tips():
         for name in tip.helpers:
             assert name in pitstop.__all__, f"{tip.code}: helper {name} not exported by pitstop"
             assert callable(getattr(pitstop, name))
 
 
 def test_lookup_by_code_and_slug_and_near_matches():
-    assert tips.get("pit301") is tips.get("mixed-precision")
-    with pytest.raises(tips.UnknownTipError) as exc:
-        tips.get("PIT30")
+    assert catalog.get("pit301") is catalog.get("mixed-precision")
+    with pytest.raises(catalog.UnknownTipError) as exc:
+        catalog.get("PIT30")
     assert any("PIT301" in s for s in exc.value.suggestions)
-    with pytest.raises(tips.UnknownTipError) as exc:
-        tips.get("PIT3O1")  # a typo: letter O for zero
+    with pytest.raises(catalog.UnknownTipError) as exc:
+        catalog.get("PIT3O1")  # a typo: letter O for zero
     assert exc.value.suggestions == ["PIT301 (mixed-precision)"]
-    with pytest.raises(tips.UnknownTipError) as exc:
-        tips.get("NOPE")
+    with pytest.raises(catalog.UnknownTipError) as exc:
+        catalog.get("NOPE")
     assert exc.value.suggestions == []  # no random suggestion for an unrelated word
 
 
 def test_duplicate_code_is_refused():
-    existing = tips.get("PIT301")
-    with pytest.raises(tips._base.DuplicateTipError):
-        type("Dup", (tips.Tip,), {**{a: getattr(existing, a) for a in (
+    existing = catalog.get("PIT301")
+    with pytest.raises(catalog.DuplicateTipError):
+        type("Dup", (catalog.Tip,), {**{a: getattr(existing, a) for a in (
             "code", "slug", "title", "faces", "seeds", *SECTIONS)}})
 
 
@@ -98,15 +98,15 @@ def test_bad_tip_definitions_are_refused():
     base = {"code": "PIT999", "slug": "x-y", "title": "t", "faces": "L", "seeds": (),
             **{a: "some text that is long enough" for a in SECTIONS}, "references": ("ref",)}
     with pytest.raises(ValueError, match="code"):
-        type("Bad", (tips.Tip,), {**base, "code": "PX1"})
+        type("Bad", (catalog.Tip,), {**base, "code": "PX1"})
     with pytest.raises(ValueError, match="empty"):
-        type("Bad", (tips.Tip,), {**base, "why": "  "})
+        type("Bad", (catalog.Tip,), {**base, "why": "  "})
     with pytest.raises(ValueError, match="faces"):
-        type("Bad", (tips.Tip,), {**base, "faces": "LZ"})
+        type("Bad", (catalog.Tip,), {**base, "faces": "LZ"})
 
 
 def test_loading_the_catalog_does_not_import_torch():
-    code = "import sys, pitstop.tips as t; t.all_tips(); import pitstop.cli as c; c.build_parser(); " \
+    code = "import sys, pitstop.catalog as t; t.all_tips(); import pitstop.cli as c; c.build_parser(); " \
            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]"
     subprocess.run([sys.executable, "-c", code], check=True)
 

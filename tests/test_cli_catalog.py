@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-from pitstop.tips import SECTIONS
+from pitstop.catalog import SECTIONS
 
 
 def test_tips_lists_every_code(cli, spec):
@@ -73,18 +73,19 @@ def _place(line: str) -> tuple[str, int]:
 def test_explain_where_points_at_every_face_class(cli):
     """Every registered face class of a tip is listed at the line that defines it; helpers
     at their ``def``; the engine note at its attribute."""
-    import pitstop.tips as tips
-    from pitstop import registry
-    from pitstop.tips.locate import locate
+    from pitstop import catalog
+    from pitstop.catalog_locate import locate
 
     for code in ("PIT101", "PIT104", "PIT503", "PIT703"):
-        tip = tips.get(code)
+        tip = catalog.get(code)
         places = locate(tip)
-        classes = {c.__name__ for face in registry.FACES for c in registry.implementations(face, code)}
+        classes = {c.__name__ for face in catalog.FACES for c in catalog.implementations(face, code)}
         assert classes and classes <= {p.name for p in places}, code
         for p in places:
             text = Path(p.file).read_text(encoding="utf-8").splitlines()[p.line - 1]
-            if p.kind == "note":
+            if p.face == "test":
+                assert p.kind == "lint fixtures" or code in text or code.lower() + "_" in text, (p, text)
+            elif p.kind == "note":
                 assert text.lstrip().startswith("engine"), (p, text)
             elif p.face == "H":
                 assert text.startswith(f"def {p.name.split('.')[-1]}("), (p, text)
@@ -92,10 +93,24 @@ def test_explain_where_points_at_every_face_class(cli):
                 assert code in text, (p, text)
             else:
                 assert text.startswith(f"class {p.name}("), (p, text)
-    kinds = {(p.face, p.kind) for p in locate(tips.get("PIT104"))}
+    kinds = {(p.face, p.kind) for p in locate(catalog.get("PIT104"))}
     assert {("tip", "Tip"), ("D", "Check"), ("D", "Probe"), ("K", "Knob"), ("B", "Benchmark"), ("E", "note")} <= kinds
-    assert ("H", "helper") in {(p.face, p.kind) for p in locate(tips.get("PIT503"))}
-    assert ("L", "LintRule") in {(p.face, p.kind) for p in locate(tips.get("PIT101"))}
+    assert ("H", "helper") in {(p.face, p.kind) for p in locate(catalog.get("PIT503"))}
+    assert ("L", "LintRule") in {(p.face, p.kind) for p in locate(catalog.get("PIT101"))}
+
+
+def test_explain_where_lists_the_tests_of_a_tip(cli):
+    """Per tip, its tests are findable: the lint fixtures, the test functions and tables
+    (``EXPECTED`` of the bench runner, ``CASES`` of the doctor checks) that name the code."""
+    out = cli("explain", "PIT101", "--where", "--format", "json")
+    tests = [p for p in json.loads(out.stdout)["where"] if p["face"] == "test"]
+    names = {p["name"] for p in tests}
+    assert "tests/fixtures/lint/PIT101/" in names
+    assert "test_bench_runner.py::EXPECTED" in names
+    assert any(n.startswith("test_lint_cli.py::test_") for n in names)
+    assert all(Path(p["file"]).is_file() and p["line"] >= 1 for p in tests)
+    text = cli("explain", "PIT101", "--where").stdout
+    assert "  test    " in text and "test_bench_runner.py::EXPECTED (test)" in text
 
 
 def test_explain_where_prints_file_line_per_face(cli):
@@ -117,9 +132,9 @@ def test_explain_where_prints_file_line_per_face(cli):
 
 
 def test_explain_where_is_torch_free():
-    code = ("import sys; from pitstop.cli import main; import pitstop.tips as t\n"
+    code = ("import sys; from pitstop.cli import main; import pitstop.catalog as t\n"
             "for tip in t.all_tips(): assert main(['explain', tip.code, '--where']) == 0\n"
             "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.count("  tip ") == len(__import__("pitstop.tips").tips.all_tips())
+    assert out.stdout.count("  tip ") == len(__import__("pitstop.catalog").catalog.all_tips())

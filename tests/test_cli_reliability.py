@@ -67,7 +67,7 @@ def test_tune_save_recipe_path_is_checked_before_the_search(tmp_path, capsys, wh
 
 def test_tune_prints_its_results_even_when_saving_the_recipe_fails(tmp_path, capsys, monkeypatch):
     import pitstop.report.tune_terminal as report
-    import pitstop.tune.tuning as tuning
+    import pitstop.tune.api as tuning
     from pitstop.engine.recipe import Recipe
 
     class Result:

@@ -18,7 +18,7 @@ from pitstop.doctor.check import Check
 from pitstop.doctor.probe import Probe
 from pitstop.doctor.records import Breakdown, StepTime
 from pitstop.doctor.spec import StepRecord
-from pitstop.registry import implementations
+from pitstop.catalog import implementations
 
 from conftest import FIXTURES
 

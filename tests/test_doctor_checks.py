@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 from doctor_obs import findings_of, loader, model, observations, optimizer, probe, run_check, site
 
-from pitstop import registry, tips
+from pitstop import catalog
 from pitstop.doctor.check import Check, Thresholds
 
-tips.load_all()
-CHECKS = {c.__name__: c for c in registry.implementations("D") if issubclass(c, Check)}
-PROBES = {c.__name__: c for c in registry.implementations("D") if not issubclass(c, Check)}
+catalog.load_all()
+CHECKS = {c.__name__: c for c in catalog.implementations("D") if issubclass(c, Check)}
+PROBES = {c.__name__: c for c in catalog.implementations("D") if not issubclass(c, Check)}
 
 MIB = 2**20
 

@@ -24,7 +24,7 @@ from pitstop.doctor.spec import RunSpec
 from pitstop.doctor.torchrun import run_job
 from pitstop.report.doctor_html import doctor_html
 from pitstop.report.doctor_terminal import render
-from pitstop.report.jsonout import dumps
+from pitstop.jsoncodec import dumps
 
 pytestmark = pytest.mark.slow
 

@@ -267,8 +267,8 @@ def test_html_text_has_no_raw_backticks_or_exponents():
 
 
 def test_probe_row_explains_the_lower_bound_rule():
-    from pitstop.doctor.records import ProbeResult, Speedup
-    from pitstop.report.doctor_probes import gate_note
+    from pitstop.doctor.probe_records import ProbeResult, Speedup
+    from pitstop.doctor.probe import gate_note
 
     def probe(low: float) -> ProbeResult:
         return ProbeResult(candidate="bfloat16", speedups={"bfloat16": Speedup(ratio=1.54, low=low, high=2.1)},

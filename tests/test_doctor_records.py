@@ -6,15 +6,16 @@ import json
 
 from doctor_obs import model, observations, optimizer, probe, site
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import ModelRecord, OddSize, ProbeResult, Speedup
+from pitstop.doctor.probe_records import ProbeResult, Speedup
+from pitstop.doctor.records import ModelRecord, OddSize
 from pitstop.jsoncodec import from_json, to_json
 from pitstop.tune.context import context_from_observations
 
 
 def _precision_probe_skip(obs: Observations) -> str | None:
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     from pitstop.tips.pit301_mixed_precision import PrecisionProbe
 
     return PrecisionProbe().skip_reason(obs)
@@ -74,9 +75,9 @@ def test_shared_accessors():
 
 
 def test_probe_and_check_share_the_probe_key():
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     from pitstop.tips.pit501_fused_optimizer import OptimizerModeProbe
 
     assert [OptimizerModeProbe.key(i) for i in range(3)] == ["optimizer", "optimizer1", "optimizer2"]

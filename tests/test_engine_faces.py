@@ -7,21 +7,21 @@ import re
 
 import pitstop
 import pitstop.engine
-from pitstop import tips
+from pitstop import catalog
 from pitstop.engine import Recipe
 
 FIELDS = {f.name for f in dataclasses.fields(Recipe)}
 
 
 def _notes():
-    return [(t.code, t.engine) for t in tips.all_tips() if t.engine]
+    return [(t.code, t.engine) for t in catalog.all_tips() if t.engine]
 
 
 def test_engine_notes_exist_only_for_tips_that_declare_face_e():
     notes = _notes()
     assert len(notes) >= 20
     for code, note in notes:
-        assert "E" in tips.get(code).faces, code
+        assert "E" in catalog.get(code).faces, code
         assert note.endswith(".") and len(note) > 40, code
 
 

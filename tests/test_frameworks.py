@@ -18,7 +18,8 @@ from conftest import ROOT
 from pitstop.doctor.check import Finding, Thresholds, in_framework_terms
 from pitstop.doctor.frameworks import FrameworkInfo, detect, unwrap
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import FrameworkRecord, ProbeResult, StepTime
+from pitstop.doctor.probe_records import ProbeResult
+from pitstop.doctor.records import FrameworkRecord, StepTime
 from pitstop.jsoncodec import from_json
 from pitstop.engine.export import export, read_back
 from pitstop.engine.recipe import Recipe
@@ -128,9 +129,9 @@ def _obs(framework: str | None, **kw) -> Observations:
     ("accelerate", 'Accelerate: Accelerator(mixed_precision="bf16")'),
 ])
 def test_precision_fix_is_phrased_in_the_framework_option(framework, expected):
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     from pitstop.tips.pit301_mixed_precision import MixedPrecisionCheck
 
     raw = Finding(code="PIT301", title="t", evidence="e", fix="with torch.autocast(...) (`pitstop explain PIT301`)",
@@ -143,9 +144,9 @@ def test_precision_fix_is_phrased_in_the_framework_option(framework, expected):
 
 
 def test_a_framework_without_its_own_lever_keeps_the_plain_fix():
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     from pitstop.tips.pit101_dataloader_workers import DataWaitCheck
 
     raw = Finding(code="PIT101", title="t", evidence="e", fix="DataLoader(..., num_workers=N)", severity="high")
@@ -252,9 +253,13 @@ def test_a_failed_patch_is_the_knobs_failure():
     finally:
         patch.reset()
 
-    class R:  # the doctor's RunResult, as the child reports the error
-        status, steps, peak_memory, elapsed, exit_code, returncode = "error", [], None, 0.0, None, 1
-        message = "the script raised KnobApplyError"
+    from pitstop.doctor.spec import SetupFailed
+
+    assert issubclass(patch.KnobApplyError, SetupFailed)  # the child reports it as a typed status
+
+    class R:  # the doctor's RunResult, as the child reports a SetupFailed raised while the script ran
+        status, steps, peak_memory, elapsed, exit_code, returncode = "setup_error", [], None, 0.0, None, 1
+        message = "could not change Linear: AttributeError: x"
         traceback = "Traceback ...\npitstop.tune.patch.KnobApplyError: could not change Linear: AttributeError: x\n"
 
     run = run_from_result(R(), 3)
@@ -262,9 +267,9 @@ def test_a_failed_patch_is_the_knobs_failure():
 
 
 def test_compile_trial_draws_dropout_like_eager():
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     import torch._inductor.config as inductor_config
 
     from pitstop.tips.pit601_compile import CompileKnob
@@ -291,16 +296,19 @@ def test_tune_report_prints_the_framework_snippet():
     import io
 
     from pitstop.paired import Decision, Measure
-    from pitstop.tune.knob import Setting
     from pitstop.report.tune_terminal import render_text
+    from pitstop.tune.knob import Context, Setting
+    from pitstop.tune.options import TuneOptions
     from pitstop.tune.result import Run, Trial, TuneResult
+    from pitstop.tune.search_info import TuneSettings
 
     run = Run(status="ok", step_times=[0.1, 0.1], losses=[1.0, 0.9])
     best = Trial(name="bf16 autocast", settings=(Setting("PIT301", "autocast", "bf16", "bf16 autocast"),),
                  runs=[run], status="kept", recipe={"precision": "bf16-mixed"},
                  speed=Decision("faster", 1.3, 1.2, 1.4, 0.9, pairs=2, won=2, measure=Measure("wall", "quiet")))
-    result = TuneResult(mode="script", target="train.py", device="cpu", settings={"steps": 3, "warmup": 1, "repeats": 2},
-                        context={"framework": "transformers"}, baseline=Trial(name="baseline", runs=[run]),
+    result = TuneResult(mode="script", target="train.py", device="cpu",
+                        settings=TuneSettings(TuneOptions(steps=3, warmup=1, repeats=2)),
+                        context=Context(framework="transformers"), baseline=Trial(name="baseline", runs=[run]),
                         trials=[best], best=best, best_recipe=Recipe(precision="bf16-mixed").to_dict(),
                         snippet="with torch.autocast(...):\n")
     buf = io.StringIO()
@@ -393,9 +401,9 @@ def test_recipe_cli_prints_a_framework_form(cli, tmp_path):
 def test_a_compile_failure_is_the_knobs_failure(monkeypatch):
     from torch._dynamo.exc import TorchDynamoException
 
-    from pitstop import tips
+    from pitstop import catalog
 
-    tips.load_all()
+    catalog.load_all()
     import torch._inductor.config as inductor_config
 
     from pitstop.tips.pit601_compile import CompileKnob

@@ -30,8 +30,8 @@ def test_importing_the_packages_does_not_import_torch():
 
 
 def test_callable_packages_forward_to_their_functions():
-    from pitstop.doctor.api import doctor
-    from pitstop.tune.tuning import tune
+    from pitstop.api import doctor
+    from pitstop.tune.api import tune
 
     assert callable(pitstop.doctor) and callable(pitstop.tune)
     assert pitstop.doctor.doctor is pitstop.doctor and pitstop.tune.tune is pitstop.tune

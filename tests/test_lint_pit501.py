@@ -1,7 +1,7 @@
 """PIT501's lint messages say what really runs: checked against the installed torch.
 
 The rule picks its message from the optimizer class and the ``foreach``/``fused`` keywords
-(tips/pit501_fused_optimizer.py: ``IMPLEMENTATION_KWARGS``, ``implementation``). Here the
+(pitstop/optim_impl.py: ``IMPLEMENTATION_KWARGS``, ``implementation``). Here the
 table is compared with torch.optim's constructors, and every prediction with the
 implementation a real ``step()`` runs, read from the profiler's op names (``aten::_fused_*``,
 ``aten::_foreach_*``, or neither: the per-parameter for-loop). The CUDA default (foreach when
@@ -20,7 +20,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from pitstop.lint.runner import lint_source, rules_for
-from pitstop.tips.pit501_fused_optimizer import IMPLEMENTATION_KWARGS, implementation
+from pitstop.optim_impl import IMPLEMENTATION_KWARGS, implementation
 
 OPTIMIZERS = sorted(n for n, c in vars(torch.optim).items()
                     if isinstance(c, type) and issubclass(c, torch.optim.Optimizer) and c is not torch.optim.Optimizer)

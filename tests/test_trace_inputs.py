@@ -152,7 +152,7 @@ def test_trace_check_modules_stay_light():
     import subprocess
     import sys
 
-    code = ("import sys, pitstop.tips as t; t.load_all(); "
+    code = ("import sys, pitstop.catalog as t; t.load_all(); "
             "print(','.join(m for m in ('torch', 'numpy', 'msgspec') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""  # the trace checks load without torch, numpy or msgspec (pitstop lint loads them all)

@@ -132,7 +132,7 @@ def test_every_shared_trace_gives_schema_valid_json(row):
     import json
 
     jsonschema = pytest.importorskip("jsonschema")
-    from pitstop.report.jsonout import dumps
+    from pitstop.jsoncodec import dumps
     from pitstop.trace import TraceReport
 
     schema = json.loads((refs.ROOT / "docs" / "trace-schema.json").read_text())

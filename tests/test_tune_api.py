@@ -142,26 +142,26 @@ def test_sweep_finds_the_largest_batch_catches_oom_and_keeps_the_effective_batch
     res = pitstop.tune(_model(), _opt, loss_oom_above_limit, loader, steps=3, warmup=1, repeats=2, only=["PIT406"],
                        batch_sizes=[16, 32, 64, 128], effective_batch=128, threads=THREADS)
     sweep = res.sweep
-    rows = {r["batch_size"]: r for r in sweep["rows"] if r["variant"] == "plain"}
-    assert rows[128]["status"] == "oom" and rows[128]["fits"] is False
-    assert [rows[b]["accumulate"] for b in (16, 32, 64)] == [8, 4, 2]
-    assert all(rows[b]["status"] == "ok" and rows[b]["samples_per_s"] > 0 for b in (16, 32, 64))
-    assert sweep["largest_fit"]["plain"] == 64
-    assert sweep["recommended"]["recipe"]["accumulate"] == 128 // sweep["recommended"]["batch_size"]
+    rows = {r.batch_size: r for r in sweep.rows if r.variant == "plain"}
+    assert rows[128].status == "oom" and rows[128].fits is False
+    assert [rows[b].accumulate for b in (16, 32, 64)] == [8, 4, 2]
+    assert all(rows[b].status == "ok" and rows[b].samples_per_s > 0 for b in (16, 32, 64))
+    assert sweep.largest_fit["plain"] == 64
+    assert sweep.recommended.recipe["accumulate"] == 128 // sweep.recommended.batch_size
 
 
 def test_sweep_respects_a_memory_cap_measured_on_the_cpu():
     loader = DataLoader(_data(1024), batch_size=32, shuffle=True)
     probe = pitstop.tune(_model(), _opt, _loss, loader, steps=2, warmup=1, repeats=2, only=["PIT406"],
                          batch_sizes=[32, 256], threads=THREADS)
-    peaks = {r["batch_size"]: r["peak_memory"] for r in probe.sweep["rows"]}
+    peaks = {r.batch_size: r.peak_memory for r in probe.sweep.rows}
     assert peaks[256] > peaks[32] > 0  # measured, and growing with the batch
     cap = int((peaks[32] + peaks[256]) / 2)
     res = pitstop.tune(_model(), _opt, _loss, loader, steps=2, warmup=1, repeats=2, only=["PIT406"],
                        batch_sizes=[32, 256], memory_cap=cap, memory_margin=0.0, threads=THREADS)
-    rows = {r["batch_size"]: r for r in res.sweep["rows"]}
-    assert rows[32]["fits"] is True and rows[256]["status"] == "over_cap" and rows[256]["samples_per_s"] is None
-    assert res.sweep["largest_fit"]["plain"] == 32 and res.sweep["cap_source"] == "memory_cap option"
+    rows = {r.batch_size: r for r in res.sweep.rows}
+    assert rows[32].fits is True and rows[256].status == "over_cap" and rows[256].samples_per_s is None
+    assert res.sweep.largest_fit["plain"] == 32 and res.sweep.cap_source == "memory_cap option"
 
 
 def test_activation_checkpointing_lowers_the_measured_peak_of_a_transformer():
@@ -177,9 +177,9 @@ def test_activation_checkpointing_lowers_the_measured_peak_of_a_transformer():
     loader = DataLoader(SyntheticTokens(n=64, block_size=32, vocab_size=256, seed=0), batch_size=8, shuffle=True)
     res = pitstop.tune(model, lambda p: torch.optim.AdamW(p, lr=1e-3), gpt_loss, loader, steps=2, warmup=1,
                        repeats=2, only=["PIT401"], batch_sizes=[8], threads=THREADS)
-    rows = {r["variant"]: r for r in res.sweep["rows"]}
+    rows = {r.variant: r for r in res.sweep.rows}
     assert set(rows) == {"plain", "checkpoint blocks.*"}
-    assert rows["checkpoint blocks.*"]["peak_memory"] < rows["plain"]["peak_memory"]
+    assert rows["checkpoint blocks.*"].peak_memory < rows["plain"].peak_memory
     assert res.trial("checkpoint").status == "not_applicable"  # a memory knob: the sweep uses it, no speed trial
 
 
@@ -211,7 +211,7 @@ def test_budget_bounds_the_search_and_says_what_was_skipped():
     res = pitstop.tune(_model(), _opt, _loss, loader, steps=40, warmup=2, repeats=3, sweep=False, threads=THREADS,
                        budget=1.0, knobs=[SameKnob(), ClipKnob(), FP16Knob()])
     spent = time.perf_counter() - t0
-    assert res.budget["exhausted"] and res.budget["seconds"] == 1.0
+    assert res.budget.exhausted and res.budget.seconds == 1.0
     assert len(res.baseline.runs) >= 1  # the baseline always runs
     cut = [t for t in res.trials if t.status == "skipped" or len(t.ok_runs) < 3]  # not run, or fewer rounds
     assert cut and all("budget" in t.reason for t in cut if t.status not in ("failed", "rejected"))

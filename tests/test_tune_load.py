@@ -41,7 +41,7 @@ def busy(n: int = 2, limit: float = 300.0):
 
 
 def _search():
-    from pitstop.tune.tuning import tune_script
+    from pitstop.tune.api import tune_script
 
     knobs = [planted.HalveSpinKnob(), planted.AddSpinKnob(), planted.NoopKnob()]
     return tune_script(str(TUNE / "tiny_train.py"), args=("--spin", "20"), steps=6, warmup=2, repeats=3, max_pairs=5,

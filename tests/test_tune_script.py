@@ -168,7 +168,7 @@ def test_saved_recipe_trains_with_pitstop_fit(cnn):
 
 @pytest.fixture(scope="module")
 def planted_result():
-    from pitstop.tune.tuning import tune_script
+    from pitstop.tune.api import tune_script
 
     knobs = [planted.PerturbLossKnob(), planted.CrashKnob(), planted.HangKnob(), planted.OOMKnob(), planted.NoopKnob()]
     return tune_script(str(TUNE / "tiny_train.py"), steps=5, warmup=2, repeats=2, max_pairs=3, timeout=15, threads=1,
@@ -179,7 +179,7 @@ def planted_result():
 def paced_result():
     """tiny_train.py sleeping 40 ms per step: removing the sleep is a 2x+ speed-up and a 30 ms
     sleep per forward a slow-down, whatever else runs on the machine."""
-    from pitstop.tune.tuning import tune_script
+    from pitstop.tune.api import tune_script
 
     knobs = [planted.SkipPaceKnob(), planted.SlowKnob()]
     return tune_script(str(TUNE / "tiny_train.py"), args=("--pace", "40"), steps=6, warmup=2, repeats=2, timeout=60,
@@ -189,7 +189,7 @@ def paced_result():
 def test_a_real_speedup_is_kept_a_slowdown_called_slower_and_the_best_is_the_winner(paced_result):
     r = paced_result
     fast, slow = r.trial("skip-pace"), r.trial("slow")
-    bar = 1 + r.settings["margin"]
+    bar = 1 + r.settings.options.margin
     assert fast.status == "kept", fast.reason
     assert fast.speedup["low"] > bar and fast.speedup["ratio"] > 1.5
     assert slow.status == "slower", slow.reason
@@ -226,3 +226,22 @@ def test_cli_bad_input_is_exit_2_and_a_broken_script_exit_3(cli, tmp_path):
     assert only.returncode == 2 and "PIT999" in only.stderr
     broken = cli("tune", str(TUNE / "tiny_train.py"), "--threads", "1", "--", "--fail")
     assert broken.returncode == 3 and "broken on purpose" in broken.stderr
+
+
+def test_a_knob_that_cannot_change_the_model_is_a_setup_error_reported_by_the_child():
+    """The child reports a knob's failed patch as a typed status (``setup_error``, the knob's
+    message), not as the script's error for the tuner to find in the traceback text."""
+    from pitstop.doctor.runner import run_script
+    from pitstop.doctor.spec import RunSpec, Setup
+    from pitstop.tune.child import TARGET, setup_kwargs
+    from pitstop.tune.knob import Context
+    from pitstop.tune.script import run_from_result
+
+    spec = RunSpec(script=str(TUNE / "tiny_train.py"), steps=2, warmup=0, mode="light", probes=False,
+                   stdout="devnull", timeout=120,
+                   setups=(Setup(TARGET, setup_kwargs(planted.BrokenPatchKnob(), None, Context())),))
+    result = run_script(spec)
+    assert result.status == "setup_error", (result.status, result.message)
+    assert result.message.startswith("could not change") and "planted: no such layer" in result.message
+    run = run_from_result(result, 2)
+    assert run.status == "setup_error" and run.message == result.message

@@ -10,7 +10,7 @@ import pytest
 from pitstop.tune.knob import Context, Knob
 from pitstop.tune.options import TuneOptions
 from pitstop.tune.result import Run
-from pitstop.tune.search import search
+from pitstop.tune.protocol import search
 
 
 class _Fake(Knob, register=False):

@@ -7,13 +7,13 @@ import math
 import pytest
 
 from pitstop.engine.recipe import Recipe
-from pitstop.registry import implementations
+from pitstop.catalog import implementations
 from pitstop.tune.equivalence import FLOOR_EXACT, FLOOR_REDUCED, check_losses, median_trajectory
 from pitstop.tune.knob import Context, Knob, all_knobs
 from pitstop.tune.result import Run
 from pitstop.paired import Pair, Sample, choose_measure, decide
 from pitstop.stats import paired_ratio_interval
-from pitstop.tune.search import TuneOptions, merge_recipe_fields, select_knobs
+from pitstop.tune.options import TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.verdict import verdict
 
 from conftest import parse_tips_spec
@@ -303,3 +303,18 @@ def test_the_survey_breakdown_becomes_phase_shares_of_the_context():
     knobs = {k.tip: k for k in all_knobs()}
     assert knobs["PIT501"].phases("fused", ctx) == ("optimizer",)
     assert knobs["PIT101"].phases(1, Context(loader_workers=0)) and not knobs["PIT101"].phases(0, Context(loader_workers=4))
+
+
+def test_one_status_vocabulary_from_decision_to_verdict_to_report():
+    """Every paired decision maps to a trial status, and the report names every trial and
+    combination status (no status string made up on the way)."""
+    from typing import get_args
+
+    from pitstop.paired import DecisionStatus
+    from pitstop.report.tune_terminal import _STEP_TEXT, VERDICT_TEXT
+    from pitstop.tune.result import COMBINE_STATUSES, STATUSES
+    from pitstop.tune.verdict import VERDICT_OF
+
+    assert set(VERDICT_OF) == set(get_args(DecisionStatus)) and set(VERDICT_OF.values()) <= set(STATUSES)
+    assert set(VERDICT_TEXT) == set(STATUSES)
+    assert set(_STEP_TEXT) == set(COMBINE_STATUSES)

@@ -38,15 +38,15 @@ def test_a_forked_run_trains_exactly_like_a_fresh_process():
 
 def test_the_scripts_repeated_stderr_is_counted_not_printed():
     from pitstop.report.tune_terminal import render_text
-    from pitstop.tune.tuning import tune_script
+    from pitstop.tune.api import tune_script
 
     r = tune_script(str(TUNE / "tiny_train.py"), args=("--warn", "--pace", "20"), steps=4, warmup=1, repeats=2,
                     max_pairs=2, timeout=60, threads=1, knobs=[planted.SkipPaceKnob()])
     w = r.script_warnings
-    assert w is not None and w["distinct"] == 1 and w["lines"] >= 5 * (len(r.baseline.runs) + 1)
+    assert w is not None and w.distinct == 1 and w.lines >= 5 * (len(r.baseline.runs) + 1)
     buf = io.StringIO()
     render_text(r, file=buf)
     text = buf.getvalue()
-    assert text.count("a repeated warning") == 1 and f"{w['lines']} lines to stderr" in text
+    assert text.count("a repeated warning") == 1 and f"{w.lines} lines to stderr" in text
     assert r.time is not None and r.time.runs >= 3 and "warm worker" in r.time.worker
     assert "set-up and shutdown" in text and "measured steps" in text

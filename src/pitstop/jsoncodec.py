@@ -12,17 +12,25 @@ per-field code. Field metadata tunes the JSON shape where a record's document pr
 - an optional record (``X | None``) is written as ``{}`` when None, and ``{}`` reads as None.
 
 A class may define ``to_dict()`` / ``from_dict(data)`` itself; both functions defer to them.
+
+:func:`dumps` is the one writer of JSON text (files between processes, ``--format json``):
+:func:`to_jsonable` makes enums, paths, scalars and non-finite floats JSON-safe.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import json
+import math
 import types
 import typing
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-__all__ = ["to_json", "from_json", "record_to_json", "record_from_json", "KEY", "OMIT_NONE", "OMIT_ZERO", "FLATTEN"]
+__all__ = ["to_json", "from_json", "record_to_json", "record_from_json", "KEY", "OMIT_NONE", "OMIT_ZERO", "FLATTEN",
+           "to_jsonable", "dumps"]
 
 _UNSET = object()
 
@@ -121,3 +129,31 @@ def _optional_record(cls: type, name: str) -> bool:
         return False
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     return len(args) == 1 and dataclasses.is_dataclass(args[0])
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert to plain JSON types. NaN and infinities become ``None`` (JSON has neither)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        obj = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    if hasattr(obj, "to_dict") and callable(obj.to_dict) and not isinstance(obj, type):
+        obj = obj.to_dict()
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, enum.Enum):
+        return to_jsonable(obj.value)
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, (str, int, bool)):
+        return obj
+    if hasattr(obj, "item") and callable(obj.item):  # numpy / torch scalars
+        return to_jsonable(obj.item())
+    return str(obj)
+
+
+def dumps(obj: Any, indent: int | None = 2) -> str:
+    """JSON text of ``obj`` (through :func:`to_jsonable`; never NaN)."""
+    return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False)

@@ -29,11 +29,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pitstop.stats import paired_ratio_interval, quantile
+from pitstop.stats import median, paired_ratio_interval
 
-__all__ = ["Sample", "Pair", "Measure", "Decision", "choose_measure", "decide", "MIN_PAIRS", "CONTENTION",
+__all__ = ["Sample", "Pair", "Measure", "Decision", "DecisionStatus", "choose_measure", "decide", "MIN_PAIRS", "CONTENTION",
            "WAIT_DOMINATED"]
 
 #: pairs before any verdict (a dramatic slowdown, interval below 1/2, may stop at 2).
@@ -44,11 +44,6 @@ CONTENTION = 0.10
 WAIT_DOMINATED = 0.30
 #: candidate / baseline cores-in-use ratio beyond which the candidate changes parallelism.
 PARALLEL_CHANGE = 1.25
-
-
-def _median(xs: Sequence[float]) -> float | None:
-    xs = [x for x in xs if x is not None]
-    return quantile(xs, 0.5) if xs else None
 
 
 @dataclass(frozen=True)
@@ -71,10 +66,10 @@ class Sample:
         if not steps:
             return None
         cpus = [s.cpu + (getattr(s, "cpu_children", None) or 0.0) for s in steps if s.cpu is not None]
-        return cls(wall=_median([s.wall for s in steps]), cpu=_median(cpus),
-                   run_delay=_median([getattr(s, "run_delay", None) for s in steps]),
-                   active=_median([getattr(s, "main_active", None) for s in steps]),
-                   gpu=_median([getattr(s, "gpu", None) for s in steps]))
+        return cls(wall=median([s.wall for s in steps]), cpu=median(cpus),
+                   run_delay=median([getattr(s, "run_delay", None) for s in steps]),
+                   active=median([getattr(s, "main_active", None) for s in steps]),
+                   gpu=median([getattr(s, "gpu", None) for s in steps]))
 
     @classmethod
     def mean(cls, samples: Sequence[Sample]) -> Sample:
@@ -116,12 +111,12 @@ def choose_measure(pairs: Sequence[Pair]) -> Measure:
         return Measure("gpu", "CUDA events at the step boundaries (host load does not enter)")
     if not samples or any(s.cpu is None or s.run_delay is None for s in samples):
         return Measure("wall", "wall time (no per-process CPU clocks on this system)")
-    contention = _median([s.run_delay / s.cpu for s in samples if s.cpu]) or 0.0
+    contention = median([s.run_delay / s.cpu for s in samples if s.cpu]) or 0.0
 
     def asleep(side: str) -> float | None:
         xs = [1 - getattr(p, side).active / getattr(p, side).wall for p in pairs
               if getattr(p, side).active is not None and getattr(p, side).wall]
-        return _median(xs)
+        return median(xs)
 
     sleep = max((x for x in (asleep("base"), asleep("trial")) if x is not None), default=None)
     if contention < CONTENTION:
@@ -130,8 +125,8 @@ def choose_measure(pairs: Sequence[Pair]) -> Measure:
     if sleep is not None and sleep > WAIT_DOMINATED:
         return Measure("wall", f"wall time: the step is wait-dominated (the main thread slept {sleep:.0%} of it; CPU "
                                "time misses waits), although the machine is busy", contention, sleep)
-    util_b = _median([p.base.cpu / p.base.wall for p in pairs if p.base.wall])
-    util_t = _median([p.trial.cpu / p.trial.wall for p in pairs if p.trial.wall])
+    util_b = median([p.base.cpu / p.base.wall for p in pairs if p.base.wall])
+    util_t = median([p.trial.cpu / p.trial.wall for p in pairs if p.trial.wall])
     if util_b and util_t and not 1 / PARALLEL_CHANGE < util_t / util_b < PARALLEL_CHANGE:
         return Measure("wall", f"wall time: the candidate changes how many cores work ({util_b:.1f} -> {util_t:.1f} "
                                "CPU s per s; CPU time cannot credit parallelism), although the machine is busy",
@@ -140,11 +135,15 @@ def choose_measure(pairs: Sequence[Pair]) -> Measure:
                           "their CPU time for a core), which inflates wall time", contention, sleep)
 
 
+#: How a paired comparison ended (:func:`decide`); ``tune/verdict.py`` maps each to a trial status.
+DecisionStatus = Literal["faster", "slower", "same", "close", "undecided"]
+
+
 @dataclass(frozen=True)
 class Decision:
     """The paired verdict on a candidate vs a baseline."""
 
-    status: str          # "faster" | "slower" | "same" | "close" | "undecided"
+    status: DecisionStatus
     ratio: float         # typical baseline / candidate on ``measure`` (> 1: candidate faster)
     low: float
     high: float

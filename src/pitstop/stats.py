@@ -11,10 +11,10 @@ import math
 import random
 from collections import defaultdict
 from functools import lru_cache
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Summary", "summarize", "quantile", "RatioInterval", "ratio_interval", "round_ratio_interval",
+__all__ = ["Summary", "summarize", "quantile", "median", "RatioInterval", "ratio_interval", "round_ratio_interval",
            "paired_ratio_interval", "t_quantile"]
 
 
@@ -29,6 +29,12 @@ def quantile(xs: Sequence[float], q: float) -> float:
     lo = math.floor(pos)
     hi = min(lo + 1, len(s) - 1)
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def median(xs: Iterable[float | None]) -> float | None:
+    """The median of the values of ``xs`` that are not None; None when there are none."""
+    vals = [x for x in xs if x is not None]
+    return quantile(vals, 0.5) if vals else None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@
 - :mod:`pitstop.bench.verdict` (torch-free): the verdict rule.
 - :mod:`pitstop.bench.timing`: :class:`~pitstop.bench.timing.BenchContext` (Timer-based timing).
 - :mod:`pitstop.bench.runner`: selection, running, results, the JSON schema. The output is rendered
-  by :mod:`pitstop.report.bench_text` (terminal, JSON, Markdown) and :mod:`pitstop.report.bench_html`.
+  by ``report/bench_text.py`` (terminal, JSON, Markdown) and ``report/bench_html.py``.
 
 Only the torch-free names are imported here, so ``import pitstop.bench.base`` from a tip
 module never loads torch.

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pitstop.bench.verdict import SCOPES
-from pitstop.registry import Face
+from pitstop.catalog import Face
 from pitstop.stats import Summary, summarize
 
 __all__ = ["Benchmark", "BenchSkip", "Claim", "Measurement", "Comparison", "Outcome", "KINDS"]

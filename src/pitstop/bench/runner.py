@@ -1,7 +1,7 @@
 """Run the registered benchmarks (face B) and turn their measurements into verdicts.
 
-The runner never imports a tip: it asks the registry for ``implementations("B")`` after
-``pitstop.tips.load_all()``. For each benchmark it builds the context, calls ``run``,
+The runner never imports a tip: it asks the catalog for ``implementations("B")``
+(``pitstop.catalog`` discovers the tip modules). For each benchmark it builds the context, calls ``run``,
 computes the claim's ratio with a bootstrap interval of the ratio of medians (over whole
 timing rounds, ``pitstop.stats.round_ratio_interval``; over samples, ``pitstop.stats``, otherwise) and the verdict (``pitstop.bench.verdict``), and records the device.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pitstop import registry, stats
+from pitstop import catalog, stats
 from pitstop.bench.base import Benchmark, BenchSkip, Claim, Measurement, Outcome
 from pitstop.bench.verdict import CONFIDENCE, SKIPPED, Verdict, judge
 
@@ -32,24 +32,19 @@ class UnknownBenchmarkError(LookupError):
 
 def available() -> list[type[Benchmark]]:
     """Every registered benchmark, sorted by tip code."""
-    from pitstop import tips
-
-    tips.load_all()
-    return sorted(registry.implementations("B"), key=lambda c: (c.tip, c.__name__))
+    return sorted(catalog.implementations("B"), key=lambda c: (c.tip, c.__name__))
 
 
 def select(queries: Sequence[str]) -> list[type[Benchmark]]:
     """The benchmarks of the given codes or slugs (all when empty), in catalog order."""
-    from pitstop import tips
-
     every = available()
     if not queries:
         return every
     chosen: list[type[Benchmark]] = []
     for q in queries:
         try:
-            tip = tips.get(q)
-        except tips.UnknownTipError as exc:
+            tip = catalog.get(q)
+        except catalog.UnknownTipError as exc:
             have = {c.tip for c in every}
             near = [s for s in exc.suggestions if s.split()[0] in have] or exc.suggestions
             hint = f"; did you mean {', '.join(near)}?" if near else ""

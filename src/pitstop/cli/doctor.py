@@ -91,7 +91,7 @@ class DoctorCommand(Command):
         except (ScriptNotFoundError, ScriptSyntaxError) as exc:
             raise CliError(str(exc)) from None
         if args.format == "json":
-            from pitstop.report.jsonout import dumps
+            from pitstop.jsoncodec import dumps
 
             sys.stdout.write(dumps(diag.to_dict()) + "\n")
         else:

@@ -56,7 +56,7 @@ class SelftestCommand(Command):
             report = run_selftest(plan_for(args.device, args.bench), out, args.bench_out, on_stage=progress)
             self._bench_page(report, args)
         if args.format == "json":
-            from pitstop.report.jsonout import dumps
+            from pitstop.jsoncodec import dumps
 
             sys.stdout.write(dumps(report.to_dict()) + "\n")
         else:

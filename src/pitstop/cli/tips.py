@@ -12,9 +12,9 @@ from pitstop.cli import EXIT_OK, CliError, Command, check_writable_dir
 
 
 def _load():
-    from pitstop import tips
+    from pitstop import catalog
 
-    return tips
+    return catalog
 
 
 class TipsCommand(Command):
@@ -28,7 +28,7 @@ class TipsCommand(Command):
         parser.add_argument("--format", choices=("text", "json"), default="text")
 
     def run(self, args: argparse.Namespace) -> int:
-        from pitstop.registry import FACES
+        from pitstop.catalog import FACES
 
         tips = _load()
         selected = tips.all_tips()
@@ -73,7 +73,7 @@ class ExplainCommand(Command):
         from pitstop.report.tipdoc import tip_markdown, where_text
 
         if args.where:
-            from pitstop.tips.locate import locate
+            from pitstop.catalog_locate import locate
 
             places = locate(tip)
             if args.format == "json":

@@ -43,7 +43,7 @@ class TraceCommand(Command):
         except TraceError as exc:
             raise CliError(str(exc)) from None
         if args.format == "json":
-            from pitstop.report.jsonout import dumps
+            from pitstop.jsoncodec import dumps
 
             print(dumps(report.to_dict()))
         else:

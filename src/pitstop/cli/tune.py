@@ -14,7 +14,7 @@ from pathlib import Path
 from pitstop.cli import EXIT_OK, CliError, Command, check_number, check_output_file, split_at_double_dash
 
 EXIT_SCRIPT_FAILED = 3
-MAX_MARGIN = 10.0  # as pitstop.tune.search.TuneOptions accepts
+MAX_MARGIN = 10.0  # as pitstop.tune.options.TuneOptions accepts
 
 
 
@@ -58,7 +58,7 @@ class TuneCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from pitstop.examples import DEFAULT_SCRIPT
-        from pitstop.tune.search import TuneError
+        from pitstop.tune.options import TuneError
 
         if args.module and args.script:
             args.script_args = [args.script, *args.script_args]  # with -m the first positional is a script arg
@@ -80,8 +80,8 @@ class TuneCommand(Command):
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         from pitstop.tune.knob import all_knobs
         from pitstop.tune.script import TuneInputError
-        from pitstop.tune.search import select_knobs
-        from pitstop.tune.tuning import tune_script
+        from pitstop.tune.api import tune_script
+        from pitstop.tune.options import select_knobs
 
         try:
             select_knobs(all_knobs(), args.only)

@@ -14,19 +14,15 @@ from collections.abc import Sequence
 
 from pitstop.compare.model import (FASTER, NO_SAMPLES, ONLY_A, ONLY_B, SAME, SLOWER, Comparison, Delta,
                                    Side)
-from pitstop.stats import quantile, ratio_interval
+from pitstop.stats import median, ratio_interval
 
 __all__ = ["compare_sides", "delta", "unlike"]
-
-
-def _median(xs: Sequence[float]) -> float | None:
-    return quantile(list(xs), 0.5) if xs else None
 
 
 def delta(group: str, name: str, a: Sequence[float], b: Sequence[float], *, confidence: float = 0.9,
           min_change: float = 0.02, step_a: float | None = None, step_b: float | None = None) -> Delta:
     """One quantity's delta (``a``, ``b``: its seconds in each step of each side)."""
-    ma, mb = _median(a), _median(b)
+    ma, mb = median(a), median(b)
     share_a = ma / step_a if ma is not None and step_a else None
     share_b = mb / step_b if mb is not None and step_b else None
     if not ma and not mb:

@@ -82,12 +82,13 @@ _LAZY = {
     "Diagnosis": "pitstop.doctor.diagnosis",
     "diagnose": "pitstop.doctor.diagnosis",
     "EXIT_CODES": "pitstop.doctor.diagnosis",
-    "DoctorReport": "pitstop.doctor.api",
+    "DoctorReport": "pitstop.api",
+    "DoctorSession": "pitstop.doctor.session",
 }
 
 __all__ = ["doctor", *_LAZY]
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, itself="doctor")
-make_callable(__name__, "pitstop.doctor.api:doctor",
-              "Run the doctor around a step function: see :func:`pitstop.doctor.api.doctor`.")
+make_callable(__name__, "pitstop.api:doctor",
+              "Run the doctor around a step function: see :func:`pitstop.api.doctor`.")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from pitstop.doctor.observations import Observations
-from pitstop.registry import Face
+from pitstop.catalog import Face
 
 __all__ = ["Check", "Finding", "in_framework_terms", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib"]
 

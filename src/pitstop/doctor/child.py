@@ -28,7 +28,7 @@ import time
 import traceback
 
 from pitstop.doctor.runner import FINISHING_SUFFIX, PARTIAL_SUFFIX
-from pitstop.doctor.spec import RunResult, RunSpec
+from pitstop.doctor.spec import RunResult, RunSpec, SetupFailed
 
 __all__ = ["main", "run_in_process", "SNAPSHOT_S", "Interrupted"]
 
@@ -222,6 +222,9 @@ def run_in_process(spec: RunSpec, result_path: str) -> str:
         if not isinstance(exc.code, (int, type(None))):
             print(exc.code, file=sys.stderr)
         kw["message"] = f"the script called sys.exit({exc.code!r}) after {inst.index} optimizer steps"
+    except SetupFailed as exc:  # a setup's change failed while the script ran: not the script's fault
+        status, kw["tb"], kw["message"] = "setup_error", _script_traceback(exc), str(exc)
+        sys.stderr.write(kw["tb"])
     except BaseException as exc:
         status, kw["tb"] = "error", _script_traceback(exc)
         kw["message"] = f"the script raised {type(exc).__name__}: {exc}"

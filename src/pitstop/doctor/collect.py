@@ -20,9 +20,10 @@ from pitstop.doctor.compile_records import CompileRecord
 from pitstop.doctor.instrument import Instrumentation
 from pitstop.doctor.observations import Observations
 from pitstop.doctor.profiled import peak_for
+from pitstop.doctor.probe_records import ProbeResult
 from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, ForwardCounts,
                                     Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,
-                                    MemoryRecord, ModelRecord, OddSize, OptimizerRecord, ProbeResult, SampledSite,
+                                    MemoryRecord, ModelRecord, OddSize, OptimizerRecord, SampledSite,
                                     Settings, Site, StepTime)
 from pitstop.jsoncodec import from_json
 from pitstop.machine import machine_cores, usable_cores

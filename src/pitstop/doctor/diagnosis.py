@@ -1,7 +1,7 @@
 """From a :class:`RunResult` to a :class:`Diagnosis`: run every registered check (torch-free).
 
-The mechanism knows no tip by name: it asks ``registry.implementations("D")`` after
-``tips.load_all()``, runs each check on the observations, ranks the findings and records
+The mechanism knows no tip by name: it asks ``catalog.implementations("D")`` (which
+discovers the tip modules), runs each check on the observations, ranks the findings and records
 which checks were skipped and why. :meth:`Diagnosis.to_dict` is the ``--format json``
 schema (documented in the README).
 """
@@ -13,13 +13,14 @@ from typing import Any
 
 from pitstop.doctor.check import Check, Finding, Thresholds, in_framework_terms
 from pitstop.doctor.observations import PHASES, Observations
+from pitstop.doctor.probe import gate_note
 from pitstop.doctor.records import FrameworkRecord
 from pitstop.doctor.spec import RunResult
 from pitstop.doctor.rankviews import rank_view
 from pitstop.jsoncodec import to_json
 from pitstop.ranks import RankView
 
-__all__ = ["Diagnosis", "SkippedCheck", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
+__all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -43,6 +44,33 @@ class SkippedCheck:
     reason: str
 
 
+@dataclass(frozen=True)
+class Throughput:
+    """Steps, samples and tokens per second of the observed steps, and how the batch was read
+    (``throughput`` of the JSON document)."""
+
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    batch_size: int | None = None
+    batch_dim: int | None = None
+    batch_how: str | None = None
+    samples_per_step: int | None = None
+    micro_batches_per_step: float | None = None
+    step_boundary: str | None = None
+
+
+@dataclass(frozen=True)
+class PrecisionSeen:
+    """What the training forwards really ran under: the autocast dtype seen by the model's
+    layers in most training forwards ("none", "bfloat16", "float16"; None when no training
+    forward was seen), the forwards per autocast dtype, and the parameters' dtype."""
+
+    autocast: str | None = None
+    autocast_forwards: dict[str, int] = field(default_factory=dict)
+    param_dtype: str | None = None
+
+
 @dataclass
 class Diagnosis:
     result: RunResult
@@ -51,6 +79,8 @@ class Diagnosis:
     skipped: list[SkippedCheck] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     thresholds: Thresholds = field(default_factory=Thresholds)
+    #: probe key -> why its measured gain gave no finding (below ``thresholds.probe_speedup``)
+    probe_notes: dict[str, str] = field(default_factory=dict)
     #: a torchrun job (``doctor/job.py``): its size, one view per rank (rank order), each
     #: rank's status and message, the stragglers' rank numbers, the interrupting signal
     world_size: int = 1
@@ -111,34 +141,46 @@ class Diagnosis:
             f"more than --warmup ({r.spec.warmup}) times." if not r.observed else "")
 
     # -- numbers ----------------------------------------------------------------------------
-    def summary(self) -> dict[str, Any]:
+    @property
+    def throughput(self) -> Throughput:
         o = self.observations
         sps = 1.0 / o.mean_step if o.mean_step else None
         b = o.batch
         samples = (b.samples_per_step if b else None) or o.batch_size
         tokens = b.tokens_per_step if b else None
-        return {"steps_per_s": sps, "samples_per_s": sps * samples if sps and samples else None,
-                "tokens_per_s": sps * tokens if sps and tokens else None,
-                "batch_size": o.batch_size, "batch_dim": b.dim if b else None, "batch_how": b.how if b else None,
-                "samples_per_step": samples, "micro_batches_per_step": b.micro_batches_per_step if b else None,
-                "step_boundary": o.step_boundary}
+        return Throughput(steps_per_s=sps, samples_per_s=sps * samples if sps and samples else None,
+                          tokens_per_s=sps * tokens if sps and tokens else None,
+                          batch_size=o.batch_size, batch_dim=b.dim if b else None, batch_how=b.how if b else None,
+                          samples_per_step=samples, micro_batches_per_step=b.micro_batches_per_step if b else None,
+                          step_boundary=o.step_boundary)
+
+    def summary(self) -> dict[str, Any]:
+        """:attr:`throughput` as JSON values."""
+        return to_json(self.throughput)
 
     def breakdown(self) -> dict[str, dict[str, float]]:
         o = self.observations
         return {ph: {"seconds": o.seconds(ph), "share": o.share(ph)} for ph in PHASES if o.breakdown}
 
-    def framework(self) -> dict[str, Any]:
+    @property
+    def framework_seen(self) -> FrameworkRecord:
         """The detected training framework (``name`` None: a plain PyTorch loop)."""
-        return to_json(self.observations.framework or FrameworkRecord())
+        return self.observations.framework or FrameworkRecord()
 
-    def precision(self) -> dict[str, Any]:
-        """What the training forwards really ran under: the autocast dtype seen by the model's
-        layers in most training forwards ("none", "bfloat16", "float16"; None when no
-        training forward was seen) and the parameters' dtype."""
+    def framework(self) -> dict[str, Any]:
+        """:attr:`framework_seen` as JSON values."""
+        return to_json(self.framework_seen)
+
+    @property
+    def precision_seen(self) -> PrecisionSeen:
         o = self.observations
         ac = {k: v for k, v in o.forwards.autocast.items() if v}
-        return {"autocast": max(ac, key=ac.__getitem__) if ac else None, "autocast_forwards": ac,
-                "param_dtype": o.model.param_dtype if o.model else None}
+        return PrecisionSeen(autocast=max(ac, key=ac.__getitem__) if ac else None, autocast_forwards=ac,
+                             param_dtype=o.model.param_dtype if o.model else None)
+
+    def precision(self) -> dict[str, Any]:
+        """:attr:`precision_seen` as JSON values."""
+        return to_json(self.precision_seen)
 
     def syncs_per_step(self) -> float:
         n = max(len(self.result.observed), 1)
@@ -203,10 +245,9 @@ class Diagnosis:
 
 
 def _checks() -> list[type[Check]]:
-    from pitstop import registry, tips
+    from pitstop import catalog
 
-    tips.load_all()
-    return sorted((c for c in registry.implementations("D") if issubclass(c, Check)), key=lambda c: (c.tip, c.__name__))
+    return sorted((c for c in catalog.implementations("D") if issubclass(c, Check)), key=lambda c: (c.tip, c.__name__))
 
 
 def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: str | None = None) -> Diagnosis:
@@ -219,6 +260,7 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
     if not obs.device_name:
         obs.device = result.device
     diag = Diagnosis(result=result, observations=obs, thresholds=th)
+    diag.probe_notes = {name: note for name, p in obs.probes.items() if (note := gate_note(p, th.probe_speedup))}
     if not result.observed or result.observations is None:
         return diag
     job = obs.distributed is not None and obs.distributed.merged

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pitstop.doctor.compile_records import CompileRecord
+from pitstop.doctor.probe_records import ProbeResult
 from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, Forwards,
                                     FrameworkRecord, GraphRecord, Kernels, LoaderRecord, MemoryRecord, ModelRecord,
-                                    OptimizerRecord, ProbeResult, SampledSite, Settings, Site, StepTime)
+                                    OptimizerRecord, SampledSite, Settings, Site, StepTime)
 from pitstop.doctor.dist_records import JobRecord
 from pitstop.jsoncodec import record_from_json, record_to_json
 

@@ -32,10 +32,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pitstop.doctor.records import Gain, ProbeResult
-from pitstop.registry import Face
+from pitstop.doctor.probe_records import Gain, ProbeResult
+from pitstop.catalog import Face
 
-__all__ = ["Probe", "ProbeSkip", "probe_gain", "gain_text", "ESTIMATE_NOTE"]
+__all__ = ["Probe", "ProbeSkip", "probe_gain", "gain_text", "gate_note", "ESTIMATE_NOTE"]
 
 #: appended to the evidence of findings whose impact comes from a probe.
 ESTIMATE_NOTE = ("the impact is an estimate from a compute-only probe (no DataLoader workers competing, "
@@ -82,3 +82,17 @@ def probe_gain(result: ProbeResult | None, candidate: str | None = None) -> Gain
 def gain_text(g: Gain) -> str:
     """``1.72x (90% interval 1.41x-2.05x over 12 rounds)``."""
     return g.text()
+
+
+def gate_note(result: ProbeResult, threshold: float) -> str:
+    """Why a probe that measured a gain produced no finding: the checks gate on the
+    interval's lower bound (``Thresholds.probe_speedup``), not on the median ratio. Empty
+    when that does not apply. :func:`pitstop.doctor.diagnosis.diagnose` keeps it in
+    ``Diagnosis.probe_notes`` for the reports to print."""
+    g = result.gain()
+    if g is None or g.ratio <= 1.0 or g.low >= threshold:
+        return ""
+    conf = f"{100 * g.confidence:.0f}% " if g.confidence else ""
+    return (f"no finding from this probe: its {conf}interval's lower bound {g.low:.2f}x is below the "
+            f"{threshold:.2f}x a recommendation needs (the median {g.ratio:.2f}x alone is not enough on this "
+            "machine's noise); `pitstop tune` measures it on the real loop")

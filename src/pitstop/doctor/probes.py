@@ -1,6 +1,6 @@
 """Running the registered probes (face D, :class:`~pitstop.doctor.probe.Probe`) in the child.
 
-The mechanism knows no tip: it asks the registry for every :class:`Probe`, lets each one
+The mechanism knows no tip: it asks the catalog for every :class:`Probe`, lets each one
 say from the plain observations whether it applies, and runs it with a
 :class:`ProbeContext`: copies of the user's model (the first one that trained) and of the
 last training batch it saw, the live optimizers (to read, never to step), and the timing
@@ -33,8 +33,9 @@ from typing import Any
 import torch
 
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import ProbeResult, Speedup
+from pitstop.doctor.probe_records import ProbeResult, Speedup
 from pitstop.doctor.probe import Probe, ProbeSkip
+from pitstop.stats import median
 
 __all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "contention", "probe_measure",
            "MAX_PROBE_BYTES", "PROBE_SAMPLES", "CONFIDENCE"]
@@ -148,12 +149,6 @@ def _unavailable(variants: dict[str, Callable[[], Any]], baseline: str) -> dict[
             first = (str(exc).strip().splitlines() or [""])[0].strip()
             out[name] = f"{type(exc).__name__}: {first[:200]}"
     return out
-
-
-def _median(xs: list[float]) -> float:
-    from pitstop.stats import quantile
-
-    return quantile(xs, 0.5)
 
 
 def _scalar(out: Any) -> torch.Tensor:
@@ -361,7 +356,7 @@ class ProbeContext:
                                          measure=d.measure.name, measure_why=d.measure.why)
         best = max(speedups, key=lambda k: (speedups[k].low, speedups[k].ratio))
         top = speedups[best]
-        seconds = {k: _median([x.wall for x in v]) for k, v in t.items()}
+        seconds = {k: median([x.wall for x in v]) for k, v in t.items()}
         return ProbeResult(what=what, baseline=baseline, seconds=seconds,
                            measure=top.measure, measure_why=top.measure_why, runs=len(t[baseline]),
                            speedups=speedups, candidate=best, speedup=top.ratio, interval=(top.low, top.high),
@@ -370,10 +365,9 @@ class ProbeContext:
 
 
 def probe_classes() -> list[type[Probe]]:
-    from pitstop import registry, tips
+    from pitstop import catalog
 
-    tips.load_all()
-    return sorted((c for c in registry.implementations("D") if issubclass(c, Probe)), key=lambda c: (c.tip, c.name))
+    return sorted((c for c in catalog.implementations("D") if issubclass(c, Probe)), key=lambda c: (c.tip, c.name))
 
 
 def run_probes(obs: Observations, *, model: torch.nn.Module | None, args: tuple | None, compiled: bool,

@@ -3,13 +3,13 @@
 :class:`RunSpec` says which script to run and how (steps, warmup, timeout, setups, seed,
 mode); :class:`RunResult` is what the child process wrote back: a status, the per-step
 records (wall time, phases, loss) and, in ``full`` mode, the :class:`Observations` the
-doctor's checks read. Both round-trip through JSON (``to_dict`` / ``from_dict``), which
-is how they cross the process boundary and how ``pitstop tune`` can store them.
+doctor's checks read. Both round-trip through JSON (``to_dict`` / ``from_dict``, the one
+codec :mod:`pitstop.jsoncodec`), which is how they cross the process boundary and how
+``pitstop tune`` can store them.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from dataclasses import dataclass, field
@@ -18,14 +18,15 @@ from typing import Any
 
 from pitstop.doctor.compile_records import CompileRecord
 from pitstop.doctor.observations import Observations
-from pitstop.jsoncodec import from_json, to_json
+from pitstop.jsoncodec import dumps, record_from_json, record_to_json
 
-__all__ = ["Setup", "RunSpec", "StepRecord", "RunResult", "STATUSES", "MODES", "MAX_TIMEOUT"]
+__all__ = ["Setup", "SetupFailed", "RunSpec", "StepRecord", "RunResult", "STATUSES", "MODES", "MAX_TIMEOUT"]
 
 #: How a run ended. ``stopped``: the doctor stopped the script after the planned steps
 #: (the normal case); ``finished``: the script returned by itself; ``exited``: it called
 #: ``sys.exit``; ``error``: it raised; ``timeout``: the watchdog stopped it;
-#: ``setup_error``: a setup callable failed; ``crashed``: the child died without a report;
+#: ``setup_error``: a setup callable failed, before the script or (:class:`SetupFailed`) when
+#: its change took effect while the script ran; ``crashed``: the child died without a report;
 #: ``interrupted``: Ctrl-C / SIGTERM stopped the run (a torchrun job's partial report).
 STATUSES = ("stopped", "finished", "exited", "error", "timeout", "setup_error", "crashed", "interrupted")
 
@@ -35,6 +36,12 @@ MODES = ("full", "light")
 
 #: the longest timeout a run accepts, in seconds (30 days); ``None`` means no timeout
 MAX_TIMEOUT = 30 * 24 * 3600.0
+
+
+class SetupFailed(RuntimeError):
+    """Raised (in the child) when a setup's change fails as it takes effect while the script
+    runs, e.g. a ``pitstop tune`` knob patching the model at its first forward: the run ends
+    with status ``setup_error`` and this message, not ``error`` (the script is not at fault)."""
 
 
 @dataclass(frozen=True)
@@ -56,11 +63,11 @@ class Setup:
         json.dumps(self.kwargs)  # raises TypeError early when not JSON-able
 
     def to_dict(self) -> dict[str, Any]:
-        return {"target": self.target, "kwargs": dict(self.kwargs)}
+        return record_to_json(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Setup:
-        return cls(d["target"], dict(d.get("kwargs") or {}))
+        return record_from_json(cls, d)
 
 
 @dataclass(frozen=True)
@@ -123,18 +130,11 @@ class RunSpec:
         return self.script if self.script is not None else f"-m {self.module}"
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["args"] = list(self.args)
-        d["setups"] = [s.to_dict() for s in self.setups]
-        return d
+        return record_to_json(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
-        known = {f.name for f in dataclasses.fields(cls)}
-        kw = {k: v for k, v in d.items() if k in known}
-        kw["args"] = tuple(kw.get("args", ()))
-        kw["setups"] = tuple(Setup.from_dict(s) for s in kw.get("setups", ()))
-        return cls(**kw)
+        return record_from_json(cls, d)
 
 
 @dataclass
@@ -167,10 +167,12 @@ class StepRecord:
     tokens: int | None = None   # tokens of those forwards when the inputs are sequences
     micro_batches: int | None = None  # training forwards (those whose graph reached a backward)
 
+    def to_dict(self) -> dict[str, Any]:
+        return record_to_json(self)
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StepRecord:
-        known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return record_from_json(cls, d)
 
 
 @dataclass
@@ -206,44 +208,15 @@ class RunResult:
         return [s.loss for s in self.steps]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "spec": self.spec.to_dict(),
-            "status": self.status,
-            "steps": [dataclasses.asdict(s) for s in self.steps],
-            "exit_code": self.exit_code,
-            "traceback": self.traceback,
-            "message": self.message,
-            "elapsed": self.elapsed,
-            "peak_memory": self.peak_memory,
-            "device": self.device,
-            "observations": self.observations.to_dict() if self.observations is not None else None,
-            "trace_path": self.trace_path,
-            "returncode": self.returncode,
-            "compile": to_json(self.compile) if self.compile is not None else None,
-        }
+        return record_to_json(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunResult:
-        return cls(
-            spec=RunSpec.from_dict(d["spec"]),
-            status=d["status"],
-            steps=[StepRecord.from_dict(s) for s in d.get("steps", [])],
-            exit_code=d.get("exit_code"),
-            traceback=d.get("traceback"),
-            message=d.get("message", ""),
-            elapsed=d.get("elapsed", 0.0),
-            peak_memory=d.get("peak_memory"),
-            device=d.get("device", "cpu"),
-            observations=Observations.from_dict(d["observations"]) if d.get("observations") is not None else None,
-            trace_path=d.get("trace_path"),
-            returncode=d.get("returncode"),
-            compile=from_json(CompileRecord, d["compile"]) if d.get("compile") else None,
-        )
+        return record_from_json(cls, d)
 
     def write(self, path: str | Path) -> None:
         """Atomic write: a reader never sees half a file."""
         from pitstop.atomic import write_atomic
-        from pitstop.report.jsonout import dumps
 
         write_atomic(path, dumps(self.to_dict(), indent=None))
 

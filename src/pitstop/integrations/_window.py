@@ -10,7 +10,7 @@ __all__ = ["DoctorWindow"]
 
 
 class DoctorWindow:
-    """Starts :class:`pitstop.doctor.api.DoctorSession` at optimizer step ``start_step``
+    """Starts :class:`pitstop.doctor.session.DoctorSession` at optimizer step ``start_step``
     (counted by the framework), finishes it after ``warmup + steps`` (+1 profiled) steps,
     prints the report (``print_report``) and writes it to ``save`` (``.json`` or ``.html``)."""
 
@@ -28,7 +28,7 @@ class DoctorWindow:
 
     def maybe_start(self, global_step: int) -> None:
         if self.session is None and self.report is None and global_step >= self.start_step:
-            from pitstop.doctor.api import DoctorSession
+            from pitstop.doctor.session import DoctorSession
 
             self.session = DoctorSession(self.target, self.steps, self.warmup, probes=self.probes)
             self.session.start()
@@ -37,8 +37,10 @@ class DoctorWindow:
         if self.session is None or not (force or self.session.finished):
             return
         session, self.session = self.session, None
-        self.report = session.finish(status="finished" if session.finished else "exited",
-                                     message="" if session.finished else "training ended inside the doctor's window")
+        from pitstop.report.doctor_report import DoctorReport
+
+        self.report = DoctorReport.of(session.finish(status="finished" if session.finished else "exited",
+                                                     message="" if session.finished else "training ended inside the doctor's window"))
         if self.print_report:
             self.report.print(file=sys.stderr)
         if self.save is not None:
@@ -46,7 +48,7 @@ class DoctorWindow:
             if path.suffix.lower() == ".html":
                 self.report.html(path)
             else:
-                from pitstop.report.jsonout import dumps
+                from pitstop.jsoncodec import dumps
 
                 path.write_text(dumps(self.report.to_dict()) + "\n", encoding="utf-8")
             print(f"pitstop: doctor report written to {path}", file=sys.stderr)

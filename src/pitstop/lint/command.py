@@ -151,7 +151,7 @@ def _report(req: LintRequest, sel: Selection, run: LintRun, errors: list[FileErr
     """The findings in the chosen format (text: with the summary unless ``--quiet``)."""
     from pitstop import __version__
     from pitstop.lint import reporters
-    from pitstop.tips import get
+    from pitstop.catalog import get
 
     findings = run.findings
     for r in run.results:

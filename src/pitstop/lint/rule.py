@@ -1,7 +1,7 @@
 """The lint face: :class:`LintRule`, the base class of every static rule (torch-free, cheap).
 
 A tip module subclasses it with ``tip="PITnnn"`` and is registered by
-:class:`pitstop.registry.Face`. A rule is a set of callbacks fed by ONE traversal of each
+:class:`pitstop.catalog.Face`. A rule is a set of callbacks fed by ONE traversal of each
 file: ``visit_<Node>(self, node)`` / ``leave_<Node>(self, node)`` for libcst node class
 names (``visit_Call``, ``leave_ClassDef``, ...) and ``finish(self)`` once the file is done.
 One instance is made per file, so a rule may keep per-file state in ``self``.
@@ -21,7 +21,7 @@ import importlib
 import re
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from pitstop.registry import Face
+from pitstop.catalog import Face
 
 if TYPE_CHECKING:  # pragma: no cover
     from pitstop.lint.context import FileContext, FixSpec

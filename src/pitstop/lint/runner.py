@@ -47,13 +47,12 @@ def all_rule_classes() -> dict[str, list[type]]:
     """Every registered lint rule class, by code (loads the tip catalog once)."""
     global _RULES
     if _RULES is None:
-        from pitstop import registry, tips
+        from pitstop import catalog
 
-        tips.load_all()
         rules: dict[str, list[type]] = {}
-        for cls in registry.implementations("L"):
+        for cls in catalog.implementations("L"):
             rules.setdefault(cls.tip, []).append(cls)
-            _SLUGS[cls.tip] = tips.get(cls.tip).slug
+            _SLUGS[cls.tip] = catalog.get(cls.tip).slug
         _RULES = dict(sorted(rules.items()))
     return _RULES
 

@@ -4,7 +4,7 @@ Mechanisms build plain dicts/dataclasses of measurements; this package only rend
 """
 
 from pitstop.report.html import Chart, bar_chart, html_page, line_chart, stacked_bar
-from pitstop.report.jsonout import dumps, to_jsonable
+from pitstop.jsoncodec import dumps, to_jsonable
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
 __all__ = [

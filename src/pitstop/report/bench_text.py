@@ -10,7 +10,7 @@ from typing import Any
 
 from pitstop.bench.base import Measurement
 from pitstop.bench.verdict import CONFIRMED, NOT_HERE, REFUTED
-from pitstop.report.jsonout import dumps
+from pitstop.jsoncodec import dumps
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
 
 __all__ = ["print_text", "to_json", "to_markdown", "fmt_ratio", "fmt_claimed", "fmt_value", "fmt_spread", "fmt_rate",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pitstop.report.jsonout import dumps
+from pitstop.jsoncodec import dumps
 
 __all__ = ["to_json"]
 

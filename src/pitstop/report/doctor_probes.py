@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pitstop.doctor.records import ProbeResult
+from pitstop.doctor.probe_records import ProbeResult
 
-__all__ = ["speedup_cell", "probe_line", "gate_note", "unavailable_text"]
+__all__ = ["speedup_cell", "probe_line", "unavailable_text"]
 
 
 def speedup_cell(p: ProbeResult) -> str:
@@ -33,15 +33,3 @@ def probe_line(p: ProbeResult, device: str = "cpu") -> str:
     parts = [f"{p.what}: {speedup_cell(p)}" if p.speedups else (p.what or "")]
     parts += [x for x in (unavailable_text(p, device), p.hardware.text() if p.hardware is not None else "") if x]
     return "; ".join(x for x in parts if x)
-
-
-def gate_note(p: ProbeResult, threshold: float) -> str:
-    """Why a probe that measured a gain produced no finding: the checks gate on the
-    interval's lower bound, not on the median ratio. Empty when that does not apply."""
-    g = p.gain()
-    if g is None or g.ratio <= 1.0 or g.low >= threshold:
-        return ""
-    conf = f"{100 * g.confidence:.0f}% " if g.confidence else ""
-    return (f"no finding from this probe: its {conf}interval's lower bound {g.low:.2f}x is below the "
-            f"{threshold:.2f}x a recommendation needs (the median {g.ratio:.2f}x alone is not enough on this "
-            "machine's noise); `pitstop tune` measures it on the real loop")

@@ -2,46 +2,48 @@
 
 from __future__ import annotations
 
-from typing import IO, Any
+from typing import IO
 
 from rich.table import Table
 from rich.text import Text
 
-from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import MemoryRecord
-from pitstop.report.doctor_probes import gate_note, probe_line
+from pitstop.doctor.check import Finding
+from pitstop.doctor.diagnosis import Diagnosis, PrecisionSeen, Throughput
+from pitstop.doctor.observations import PHASES, Observations
+from pitstop.doctor.records import FrameworkRecord, MemoryRecord
+from pitstop.report.doctor_probes import probe_line
 from pitstop.report.doctor_ranks import render_ranks
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
 
-__all__ = ["render", "impact_label", "framework_line", "throughput_text", "site_lines", "compile_lines"]
+__all__ = ["render", "impact_label", "framework_line", "shows_framework", "throughput_text", "site_lines",
+           "compile_lines"]
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
 
-def impact_label(f: dict[str, Any]) -> str:
-    imp = f["impact"]
-    if imp["kind"] == "correctness":
+def impact_label(f: Finding) -> str:
+    if f.impact_kind == "correctness":
         return "correctness"
-    if imp["share"] is not None:
-        unit = "of step" if imp["kind"] == "time" else "of memory"
-        return f"{100 * imp['share']:.1f}% {unit}"
-    if imp["bytes"]:
-        return fmt_bytes(imp["bytes"])
+    if f.impact_share is not None:
+        unit = "of step" if f.impact_kind == "time" else "of memory"
+        return f"{100 * f.impact_share:.1f}% {unit}"
+    if f.impact_bytes:
+        return fmt_bytes(f.impact_bytes)
     return "n/a"
 
 
-def throughput_text(tp: dict[str, Any]) -> str:
+def throughput_text(tp: Throughput) -> str:
     """``3.2 steps/s, 102.4 samples/s (batch 8 along dim 0, 4 micro-batches per step), 6553 tokens/s``."""
-    out = f"{tp['steps_per_s']:.2f} steps/s" if tp.get("steps_per_s") else ""
-    if tp.get("samples_per_s"):
-        extra = f"batch {tp['batch_size']}"
-        if tp.get("batch_dim"):
-            extra += f" along dim {tp['batch_dim']}"
-        if (tp.get("micro_batches_per_step") or 1) > 1:
-            extra += f", {tp['micro_batches_per_step']:g} micro-batches per step"
-        out += f", {tp['samples_per_s']:.1f} samples/s ({extra})"
-    if tp.get("tokens_per_s"):
-        out += f", {tp['tokens_per_s']:.0f} tokens/s"
+    out = f"{tp.steps_per_s:.2f} steps/s" if tp.steps_per_s else ""
+    if tp.samples_per_s:
+        extra = f"batch {tp.batch_size}"
+        if tp.batch_dim:
+            extra += f" along dim {tp.batch_dim}"
+        if (tp.micro_batches_per_step or 1) > 1:
+            extra += f", {tp.micro_batches_per_step:g} micro-batches per step"
+        out += f", {tp.samples_per_s:.1f} samples/s ({extra})"
+    if tp.tokens_per_s:
+        out += f", {tp.tokens_per_s:.0f} tokens/s"
     return out
 
 
@@ -108,93 +110,101 @@ def _memory_rows(obs: Observations) -> list[tuple[str, str, str]]:
     ]
 
 
-def framework_line(fw: dict[str, Any], prec: dict[str, Any]) -> str:
+def framework_line(fw: FrameworkRecord, prec: PrecisionSeen) -> str:
     """``framework: Lightning Trainer (lightning 2.6.6, precision='bf16-mixed')  |  precision: ...``"""
     parts = []
-    if fw.get("name"):
+    if fw.name:
         pkg = {"lightning": "lightning", "fabric": "lightning", "transformers": "transformers",
-               "accelerate": "accelerate"}.get(fw["name"], fw["name"])
-        ver = (fw.get("versions") or {}).get(pkg)
-        conf = ", ".join(f"{k}={v!r}" for k, v in (fw.get("configured") or {}).items())
+               "accelerate": "accelerate"}.get(fw.name, fw.name)
+        ver = (fw.versions or {}).get(pkg)
+        conf = ", ".join(f"{k}={v!r}" for k, v in (fw.configured or {}).items())
         inner = ", ".join(x for x in (f"{pkg} {ver}" if ver else "", conf) if x)
-        parts.append(f"framework: {fw.get('label') or fw['name']}" + (f" ({inner})" if inner else ""))
-    ac = prec.get("autocast")
+        parts.append(f"framework: {fw.label or fw.name}" + (f" ({inner})" if inner else ""))
+    ac = prec.autocast
     if ac:
-        n = sum((prec.get("autocast_forwards") or {}).values())
-        seen = (prec.get("autocast_forwards") or {}).get(ac, 0)
+        n = sum((prec.autocast_forwards or {}).values())
+        seen = (prec.autocast_forwards or {}).get(ac, 0)
         parts.append(f"precision seen: {'no autocast' if ac == 'none' else ac + ' autocast'} in {seen} of {n} "
-                     f"training forwards, {prec.get('param_dtype')} parameters")
+                     f"training forwards, {prec.param_dtype} parameters")
     return "  |  ".join(parts)
 
 
-def render(diag, file: IO[str] | None = None) -> None:
-    d = diag.to_dict()
+def shows_framework(fw: FrameworkRecord, prec: PrecisionSeen) -> bool:
+    """A framework was detected, or the forwards ran under autocast."""
+    return bool(fw.name) or prec.autocast not in (None, "none")
+
+
+def render(diag: Diagnosis, file: IO[str] | None = None) -> None:
+    r, o = diag.result, diag.observations
+    observed = len(r.observed)
     con = make_console(file)
-    style = "bold green" if d["outcome"] == "diagnosed" else "bold red"
-    con.print(Text(f"pitstop doctor: {d['message']}", style=style))
-    st, tp = d["step_time"] or {}, d["throughput"]
-    if st:
+    style = "bold green" if diag.outcome == "diagnosed" else "bold red"
+    con.print(Text(f"pitstop doctor: {diag.headline}", style=style))
+    st, tp = o.step_time, diag.throughput
+    if st is not None:
         rate = throughput_text(tp)
-        con.print(f"device: {d['device']['name'] or d['device']['type']}  |  {d['steps']['observed']} observed steps "
-                  f"after {d['steps']['warmup']} warmup  |  step time median {fmt_seconds(st['median'])}, "
-                  f"p90 {fmt_seconds(st['p90'])}  |  {rate}")
-    fw, prec = d.get("framework") or {}, d.get("precision") or {}
-    if fw.get("name") or prec.get("autocast") not in (None, "none"):
+        con.print(f"device: {o.device_name or o.device}  |  {observed} observed steps "
+                  f"after {r.spec.warmup} warmup  |  step time median {fmt_seconds(st.median)}, "
+                  f"p90 {fmt_seconds(st.p90)}  |  {rate}")
+    fw, prec = diag.framework_seen, diag.precision_seen
+    if shows_framework(fw, prec):
         con.print(framework_line(fw, prec), markup=False, highlight=False)
-    if d["traceback"] and d["world_size"] <= 1:  # the child already wrote it to the script's stderr, above
-        last = d["traceback"].rstrip().splitlines()[-1]
+    if r.traceback and diag.world_size <= 1:  # the child already wrote it to the script's stderr, above
+        last = r.traceback.rstrip().splitlines()[-1]
         con.print(Text(f"\nThe script's traceback is above (on stderr); it ends: {last}", style="bold"))
-    if d["breakdown"]:
+    if o.breakdown:
         title = "Step time breakdown (mean per observed step)"
-        if d["world_size"] > 1:
-            title = (f"Step time breakdown of rank {d['ranks'][0]['rank'] if d['ranks'] else 0} (mean per observed "
+        if diag.world_size > 1:
+            ranks = diag.ranks()
+            title = (f"Step time breakdown of rank {ranks[0].rank if ranks else 0} (mean per observed "
                      "step; waits for the other ranks are inside backward here, split out in the ranks table below)")
         con.print(Text("\n" + title, style="bold"))
-        for phase, v in d["breakdown"].items():
-            con.print(f"  {phase:<10} {text_bar(v['share'], 30)} {100 * v['share']:5.1f}%  {fmt_seconds(v['seconds'])}")
-        for line in site_lines(diag.observations):
+        for phase in PHASES:
+            share = o.share(phase)
+            con.print(f"  {phase:<10} {text_bar(share, 30)} {100 * share:5.1f}%  {fmt_seconds(o.seconds(phase))}")
+        for line in site_lines(o):
             con.print(f"  {line}")
-        if tp.get("batch_how"):
-            con.print(f"  batch: {tp['batch_how']}")
-    render_ranks(diag, d, con)
-    if d["memory"] and d["steps"]["observed"]:
+        if tp.batch_how:
+            con.print(f"  batch: {tp.batch_how}")
+    if diag.world_size > 1:  # TODO: report/doctor_ranks.py (torchrun) still reads the JSON form
+        render_ranks(diag, diag.to_dict(), con)
+    if o.memory is not None and observed:
         table = Table(title="Memory", title_justify="left")
         for col in ("part", "bytes", "note"):
             table.add_column(col, overflow="fold")
-        for row in _memory_rows(diag.observations):
+        for row in _memory_rows(o):
             table.add_row(*row)
         con.print(table)
-        syncs = d["syncs"]
-        con.print(f"syncs per step: {d['syncs_per_step']:.1f}"
-                  + ("" if not syncs else "  (" + ", ".join(f"{s['kind']} at {s['where']}: {s['calls']}" for s in syncs[:3]) + ")"))
-        fl = d["flops"] or {}
-        if fl.get("per_step"):
-            mfu = f"{100 * fl['mfu']:.1f}%" if fl.get("mfu") is not None else "n/a"
-            con.print(f"FLOPs per step: {fl['per_step'] / 1e9:.2f} GFLOP; achieved {fl['achieved_per_s'] / 1e9:.1f} "
-                      f"GFLOP/s; MFU {mfu} ({fl['peak_source']})")
-        for name, p in diag.observations.probes.items():
-            note = gate_note(p, diag.thresholds.probe_speedup)
-            con.print(f"probe {name}: {probe_line(p, diag.observations.device)}" + (f"; {note}" if note else ""))
+        syncs = o.syncs
+        con.print(f"syncs per step: {diag.syncs_per_step():.1f}"
+                  + ("" if not syncs else "  (" + ", ".join(f"{s.kind} at {s.where}: {s.calls}" for s in syncs[:3]) + ")"))
+        fl = o.flops
+        if fl is not None and fl.per_step:
+            mfu = f"{100 * fl.mfu:.1f}%" if fl.mfu is not None else "n/a"
+            con.print(f"FLOPs per step: {fl.per_step / 1e9:.2f} GFLOP; achieved {fl.achieved_per_s / 1e9:.1f} "
+                      f"GFLOP/s; MFU {mfu} ({fl.peak_source})")
+        for name, p in o.probes.items():
+            note = diag.probe_notes.get(name, "")
+            con.print(f"probe {name}: {probe_line(p, o.device)}" + (f"; {note}" if note else ""))
     for line in compile_lines(diag.observations):
         con.print(line, markup=False, highlight=False)
-    findings = d["findings"]
+    findings = diag.findings
     if findings:
         table = Table(title=f"Findings ({len(findings)}, ranked by impact)", title_justify="left", show_lines=True)
         for col in ("#", "code", "severity", "impact", "finding"):
             table.add_column(col, overflow="fold")
         for i, f in enumerate(findings, 1):
-            body = Text(f["title"], style="bold")
-            body.append(f"\n{f['evidence']}\nfix: {f['fix']}", style="")
-            table.add_row(str(i), f["code"], Text(f["severity"], style=_SEV_STYLE[f["severity"]]),
-                          impact_label(f), body)
+            body = Text(f.title, style="bold")
+            body.append(f"\n{f.evidence}\nfix: {f.fix}", style="")
+            table.add_row(str(i), f.code, Text(f.severity, style=_SEV_STYLE[f.severity]), impact_label(f), body)
         con.print(table)
-    elif d["outcome"] == "diagnosed":
+    elif diag.outcome == "diagnosed":
         con.print(Text("\nNo findings: no check found a problem worth fixing in this run.", style="green"))
-    if d["skipped_checks"]:
+    if diag.skipped:
         con.print(Text("\nChecks skipped", style="bold"))
-        for s in d["skipped_checks"]:
-            con.print(f"  {s['code']}: {s['reason']}")
-    for note in d["notes"] + d["check_errors"]:
+        for sk in diag.skipped:
+            con.print(f"  {sk.code}: {sk.reason}")
+    for note in o.notes + diag.errors:
         con.print(f"note: {note}")
-    if d["trace"]:
-        con.print(f"trace: {d['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")
+    if r.trace_path:
+        con.print(f"trace: {r.trace_path} (open in https://ui.perfetto.dev or chrome://tracing)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pitstop.registry import FACES
+from pitstop.catalog import FACES
 
 __all__ = ["faces_label", "print_tips", "tip_markdown", "index_markdown", "where_text"]
 
@@ -74,13 +74,12 @@ def index_markdown(tips, category_titles: dict[str, str]) -> str:
 
 def where_text(tip, places, cwd: Path) -> str:
     """``pitstop explain CODE --where``: one ``face  file:line  name (kind)`` line per place
-    (:class:`pitstop.tips.locate.Location`), paths relative to ``cwd`` when under it."""
+    (:class:`pitstop.catalog_locate.Location`), paths relative to ``cwd`` when under it."""
     def shown(file: str) -> str:
         path = Path(file)
         return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
 
-    rows = [("tip" if p.face == "tip" else FACES[p.face], f"{shown(p.file)}:{p.line}", f"{p.name} ({p.kind})")
-            for p in places]
+    rows = [(FACES.get(p.face, p.face), f"{shown(p.file)}:{p.line}", f"{p.name} ({p.kind})") for p in places]
     width = max(len(r[1]) for r in rows)
     lines = [f"{tip.code} {tip.slug}"] + [f"  {face:<7} {loc:<{width}}  {what}" for face, loc, what in rows]
     planned = tip.planned_faces()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import IO, Any
 
-from pitstop.report.jsonout import dumps
+from pitstop.jsoncodec import dumps
 from pitstop.report.terminal import fmt_bytes, make_console
 from pitstop.tune.result import TuneResult
+from pitstop.tune.sweep import SweepResult
 
 __all__ = ["render_text", "render_json", "VERDICT_TEXT"]
 
@@ -56,8 +57,8 @@ def _time(console: Any, result: TuneResult) -> None:
         return
     line = (f"time: {t.total:.0f} s in all: survey {t.survey:.0f} s; {t.runs} runs ({t.worker}): set-up and "
             f"shutdown {t.setup + t.other:.0f} s, warm-up steps {t.warmup:.0f} s, measured steps {t.measured:.0f} s")
-    if b and b.get("seconds"):
-        line += f"; budget {b['seconds']:.0f} s" + (" (exhausted: some runs were skipped)" if b.get("exhausted") else "")
+    if b is not None and b.seconds:
+        line += f"; budget {b.seconds:.0f} s" + (" (exhausted: some runs were skipped)" if b.exhausted else "")
     console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -95,10 +96,10 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
 def _header(console: Any, result: TuneResult, d: dict[str, Any]) -> None:
     base = d["baseline"]
     sps = base["steps_per_s"]
-    opts = d["settings"]
+    opts = result.settings.options
     console.print(f"[bold]pitstop tune[/bold] {result.target}  ({result.mode} mode, {result.device}; "
-                  f"{opts['steps']} steps after {opts['warmup']} warmup per run; each trial paired with the baseline "
-                  f"runs next to it, {max(2, opts['repeats'])} to {opts.get('max_pairs', opts['repeats'])} pairs)")
+                  f"{opts.steps} steps after {opts.warmup} warmup per run; each trial paired with the baseline "
+                  f"runs next to it, {max(2, opts.repeats)} to {opts.max_pairs} pairs)")
     console.print(f"baseline: {sps:.2f} steps/s" if sps else "baseline: not measured", end="")
     if base["samples_per_s"]:
         console.print(f", {base['samples_per_s']:.1f} samples/s", end="")
@@ -109,8 +110,8 @@ def _header(console: Any, result: TuneResult, d: dict[str, Any]) -> None:
         console.print(f"decided on: {why}", markup=False, highlight=False)
     warn = result.script_warnings
     if warn:
-        console.print(f"the script wrote {warn['lines']} lines to stderr over all runs ({warn['distinct']} distinct; "
-                      f"first: {warn['first'][0][:120]!r})", markup=False, highlight=False)
+        console.print(f"the script wrote {warn.lines} lines to stderr over all runs ({warn.distinct} distinct; "
+                      f"first: {warn.first[0][:120]!r})", markup=False, highlight=False)
 
 
 def _trials_table(result: TuneResult) -> Any:
@@ -163,24 +164,24 @@ _STEP_TEXT = {"added": "added", "no_gain": "not added", "slower": "not added", "
               "unconfirmed": "unconfirmed"}
 
 
-def _sweep(console: Any, sweep: dict[str, Any]) -> None:
+def _sweep(console: Any, sweep: SweepResult) -> None:
     from rich.table import Table
 
-    cap = sweep.get("cap")
-    title = (f"batch-size sweep (memory: {sweep['memory_measure']}; cap {fmt_bytes(cap)} = {sweep['cap_source']}, "
-             f"margin {sweep['margin']:.0%})")
+    cap = sweep.cap
+    title = (f"batch-size sweep (memory: {sweep.memory_measure}; cap {fmt_bytes(cap)} = {sweep.cap_source}, "
+             f"margin {sweep.margin:.0%})")
     table = Table(title=title, title_justify="left")
     for col in ("batch", "variant", "accumulate", "peak mem", "fits", "samples/s", "note"):
         table.add_column(col)
-    for r in sweep["rows"]:
-        table.add_row(str(r["batch_size"]), r["variant"], str(r["accumulate"]), fmt_bytes(r["peak_memory"]),
-                      {True: "yes", False: "no", None: "-"}[r["fits"]],
-                      f"{r['samples_per_s']:.1f}" if r["samples_per_s"] else "-", r["reason"] or r["status"])
+    for r in sweep.rows:
+        table.add_row(str(r.batch_size), r.variant, str(r.accumulate), fmt_bytes(r.peak_memory),
+                      {True: "yes", False: "no", None: "-"}[r.fits],
+                      f"{r.samples_per_s:.1f}" if r.samples_per_s else "-", r.reason or r.status)
     console.print(table)
-    largest = ", ".join(f"{k}: {v if v is not None else 'none'}" for k, v in sweep["largest_fit"].items())
+    largest = ", ".join(f"{k}: {v if v is not None else 'none'}" for k, v in sweep.largest_fit.items())
     console.print(f"largest batch that fits: {largest}")
-    rec = sweep.get("recommended")
+    rec = sweep.recommended
     if rec:
-        console.print(f"fastest that fits: batch {rec['batch_size']} ({rec['variant']}, accumulate {rec['accumulate']}): "
-                      f"{rec['samples_per_s']:.1f} samples/s")
-    console.print(f"note: {sweep['note']}", markup=False, highlight=False)
+        console.print(f"fastest that fits: batch {rec.batch_size} ({rec.variant}, accumulate {rec.accumulate}): "
+                      f"{rec.samples_per_s:.1f} samples/s")
+    console.print(f"note: {sweep.note}", markup=False, highlight=False)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pitstop.tips._base import Tip
+from pitstop.catalog import Tip
 
 
 class GradientAccumulation(Tip):

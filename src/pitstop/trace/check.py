@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import ClassVar
 
-from pitstop.registry import Face
+from pitstop.catalog import Face
 from pitstop.trace.result import RankResult, TraceFinding
 from pitstop.trace.thresholds import TraceThresholds
 

@@ -12,7 +12,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from pitstop.ranks import RankView, StepStats, find_stragglers, spread
-from pitstop.registry import implementations
+from pitstop.catalog import implementations
 from pitstop.trace.analyze import analyze_file
 from pitstop.trace.check import JobView
 from pitstop.trace.load import TRACE_SUFFIXES, TraceError
@@ -80,9 +80,6 @@ def analyze_paths(paths: list[Path | str], th: TraceThresholds = TraceThresholds
 
 def run_checks(ranks: tuple[RankResult, ...], job: JobView, th: TraceThresholds) -> tuple[TraceFinding, ...]:
     """Every registered face-T check over every rank, then over the job; ranked by severity."""
-    import pitstop.tips
-
-    pitstop.tips.load_all()
     found: list[TraceFinding] = []
     for cls in implementations("T"):
         check = cls()

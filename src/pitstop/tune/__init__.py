@@ -6,16 +6,18 @@ Layout (small modules; nothing here imports torch until a torch-backed name is u
 - ``knob``: :class:`Knob` (base of every tip's knob face), :class:`Context`, :class:`Setting`
 - ``options``: :class:`TuneOptions`, the budget, the backend protocol
 - ``session``: :class:`TuneSession` (options, budget, trials; paired adaptive passes on
-  :mod:`pitstop.paired`); ``combine``: its greedy combination step; ``search``: the steps in order
+  :mod:`pitstop.paired`); ``combine``: its greedy combination step; ``protocol``: the steps in
+  order (:func:`~pitstop.tune.protocol.search`) and the :class:`TuneResult` they make
 - ``verdict`` / ``equivalence``: a trial's verdict from its paired interval, the loss-trajectory check
-- ``result``: :class:`TuneResult` and its JSON form (rendered by :mod:`pitstop.report.tune_terminal`)
+- ``result``: :class:`TuneResult` and its JSON form (rendered by ``report/tune_terminal.py``);
+  ``search_info``: its typed settings, budget, script warnings and time split
 - ``script`` (+ ``child``, ``patch``, ``warm``): script mode on the doctor's child bootstrap, runs
   forked from a warm worker
 - ``inprocess`` (+ ``sweep``, ``peak``): API mode (trials in this process) through ``make_step``, the batch-size sweep
-- ``tuning``: the entry points :func:`tune` and :func:`tune_script`
+- ``api``: the entry points :func:`tune` (``pitstop.tune(...)``) and :func:`tune_script`
 
 The package itself is callable: ``pitstop.tune(model, optimizer_factory, loss_fn, loader)``
-is :func:`pitstop.tune.tuning.tune` (a subpackage and a function of the same name cannot
+is :func:`pitstop.tune.api.tune` (a subpackage and a function of the same name cannot
 otherwise coexist on ``pitstop``).
 """
 
@@ -31,7 +33,7 @@ _LAZY = {
     "TuneResult": "pitstop.tune.result",
     "Trial": "pitstop.tune.result",
     "Run": "pitstop.tune.result",
-    "tune_script": "pitstop.tune.tuning",
+    "tune_script": "pitstop.tune.api",
     "ApiBackend": "pitstop.tune.inprocess",
     "ScriptBackend": "pitstop.tune.script",
     "check_losses": "pitstop.tune.equivalence",
@@ -41,5 +43,5 @@ __all__ = ["tune", "Knob", "Context", "Setting", "Applicability", "all_knobs", *
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY, itself="tune")
-make_callable(__name__, "pitstop.tune.tuning:tune",
-              "Tune an engine training (API mode): see :func:`pitstop.tune.tuning.tune`.")
+make_callable(__name__, "pitstop.tune.api:tune",
+              "Tune an engine training (API mode): see :func:`pitstop.tune.api.tune`.")

@@ -1,8 +1,8 @@
 """The knob face (K): one switchable trick that ``tune`` measures A/B (torch-free).
 
 A tip module declares ``class AutocastKnob(Knob, tip="PIT301")`` at its end (under
-``# --- knob face ---``); the class registers itself through :class:`pitstop.registry.Face`
-and the tuner finds it with ``registry.implementations("K")``. The tuner never names a tip.
+``# --- knob face ---``); the class registers itself through :class:`pitstop.catalog.Face`
+and the tuner finds it with ``catalog.implementations("K")``. The tuner never names a tip.
 
 A knob answers, from the :class:`Context` (what was observed of the user's training):
 
@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pitstop.registry import Face, implementations
+from pitstop.catalog import Face, implementations
 
 __all__ = ["Knob", "Setting", "Context", "Applicability", "all_knobs"]
 
@@ -213,7 +213,4 @@ class Knob(Face, face="K"):
 
 def all_knobs() -> list[Knob]:
     """One instance of every registered knob, in ``(order, tip)`` order (catalog loaded)."""
-    from pitstop import tips
-
-    tips.load_all()
     return [cls() for cls in sorted(implementations("K"), key=lambda c: (c.order, c.tip, c.name))]

@@ -32,13 +32,15 @@ from collections.abc import Callable
 from typing import Any
 
 from pitstop.doctor.frameworks import unwrap
+from pitstop.doctor.spec import SetupFailed
 
 __all__ = ["on_model", "wrap_forward", "patch_init", "to_float", "map_tensors", "reset", "KnobApplyError"]
 
 
-class KnobApplyError(RuntimeError):
-    """A knob could not change the script's model (raised in the child): ``tune`` reports
-    the knob as failed to apply, not the script as broken."""
+class KnobApplyError(SetupFailed):
+    """A knob could not change the script's model (raised in the child): the doctor's child
+    reports the run as ``setup_error`` with this message (a typed status, not traceback text),
+    and ``tune`` reports the knob as failed to apply, not the script as broken."""
 
 _callbacks: list[tuple[int, int, Callable[[Any], None]]] = []
 _installed: dict[str, Any] = {}

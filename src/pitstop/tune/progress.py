@@ -1,4 +1,8 @@
-"""A progress bar across the runs of a search: rich on stderr, silent when not a terminal."""
+"""A progress bar across the runs of a search: rich on stderr, silent when not a terminal.
+
+Live feedback while the search runs, not a rendering of its result: it draws on the terminal
+with ``rich`` itself (``report/`` renders the finished :class:`~pitstop.tune.result.TuneResult`).
+"""
 
 from __future__ import annotations
 
@@ -64,6 +68,6 @@ def make_progress(enabled: bool | None = None) -> NullProgress:
         enabled = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
     if not enabled:
         return NullProgress()
-    from pitstop.report import make_console
+    from rich.console import Console
 
-    return BarProgress(make_console(stderr=True))
+    return BarProgress(Console(file=sys.stderr, soft_wrap=False, highlight=False, emoji=False))

@@ -5,7 +5,8 @@
 - :class:`Trial`: one configuration (the baseline, a single trick, or a combination), its
   runs, the speed comparison with the baseline, the loss check and the verdict.
 - :class:`TuneResult`: the whole search: baseline, trials, the greedy combination steps and
-  the best combination with its :class:`pitstop.Recipe` fields and snippet.
+  the best combination with its :class:`pitstop.Recipe` fields and snippet; what the search
+  ran with and what it cost are in :mod:`pitstop.tune.search_info`.
 
 JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when unknown)::
 
@@ -35,11 +36,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pitstop.tune.knob import Setting
+from pitstop.jsoncodec import to_json
+from pitstop.paired import Decision
+from pitstop.tune.equivalence import LossCheck
+from pitstop.tune.knob import Context, Setting
+from pitstop.tune.search_info import BudgetUse, ScriptWarnings, TimeSplit, TuneSettings
 
-__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "TimeSplit", "CompileCost", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA"]
+if TYPE_CHECKING:
+    from pitstop.engine.recipe import Recipe
+    from pitstop.tune.sweep import SweepResult  # sweep.py imports options.py, which imports this module
+
+__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "CompileCost", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA",
+           "TrialStatus", "RunStatus", "CombineStatus", "COMBINE_STATUSES"]
 
 SCHEMA = "pitstop.tune/1"
 
@@ -49,10 +59,17 @@ SCHEMA = "pitstop.tune/1"
 #: crashed, hung (timeout), ran out of memory, or its setup failed; ``not_applicable``: the
 #: knob cannot change this training (with the reason); ``skipped``: not measured (budget,
 #: conflict with a kept trick).
-STATUSES = ("kept", "no_gain", "slower", "rejected", "failed", "not_applicable", "skipped")
-OK = "ok"
-#: How a run can fail.
-FAILED_STATUSES = ("crashed", "timeout", "oom", "error", "setup_error", "too_few_steps")
+TrialStatus = Literal["kept", "no_gain", "slower", "rejected", "failed", "not_applicable", "skipped"]
+STATUSES: tuple[TrialStatus, ...] = get_args(TrialStatus)
+#: How a run ended: ``ok``, or how it failed.
+RunStatus = Literal["ok", "crashed", "timeout", "oom", "error", "setup_error", "too_few_steps"]
+OK: RunStatus = "ok"
+FAILED_STATUSES: tuple[RunStatus, ...] = tuple(s for s in get_args(RunStatus) if s != OK)
+#: Steps of the greedy combination (:class:`CombineStep`): a trial status, ``added``, or the
+#: final re-measurement's ``confirmed`` / ``not_confirmed`` / ``unconfirmed`` (budget ran out).
+CombineStatus = Literal["added", "no_gain", "slower", "rejected", "failed", "skipped", "confirmed", "not_confirmed",
+                        "unconfirmed"]
+COMBINE_STATUSES: tuple[CombineStatus, ...] = get_args(CombineStatus)
 
 
 @dataclass
@@ -62,7 +79,7 @@ class Run:
     process and its workers (``cpu_times``), run-queue delay (``run_delays``), main-thread
     active seconds (``actives``) and CUDA event seconds (``gpu_times``)."""
 
-    status: str                                   # "ok" or one of FAILED_STATUSES
+    status: RunStatus
     step_times: list[float] = field(default_factory=list)    # observed steps, seconds
     warmup_times: list[float] = field(default_factory=list)
     losses: list[float | None] = field(default_factory=list)  # every step, warmup first
@@ -135,10 +152,6 @@ class CompileCost:
     compile_s_cached: float | None
     break_even_steps: int | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"compile_s": self.compile_s, "compile_s_cached": self.compile_s_cached,
-                "break_even_steps": self.break_even_steps}
-
 
 @dataclass
 class Trial:
@@ -146,19 +159,19 @@ class Trial:
 
     ``speed`` (:class:`pitstop.paired.Decision`), ``loss_check``
     (:class:`pitstop.tune.equivalence.LossCheck`), ``recipe`` (:class:`pitstop.Recipe`) and
-    ``compile`` (:class:`CompileCost`) stay objects until :meth:`to_dict`."""
+    ``compile`` (:class:`CompileCost`) stay typed objects until :meth:`to_dict`."""
 
     name: str
     settings: tuple[Setting, ...] = ()
     runs: list[Run] = field(default_factory=list)
-    status: str = "skipped"
+    status: TrialStatus = "skipped"
     reason: str = ""
-    speed: Any = None                             # pitstop.paired.Decision vs the baseline
-    loss_check: Any = None                        # LossCheck
+    speed: Decision | None = None                 # vs the baseline
+    loss_check: LossCheck | None = None
     memory_change: int | None = None              # bytes vs the baseline's peak
     compile: CompileCost | None = None
     explanation: str | None = None                # the knob's facts of its runs (pitstop.tune.explanation)
-    recipe: Any = None                            # pitstop.Recipe with the trial's fields (None: baseline)
+    recipe: Recipe | None = None                  # the Recipe with the trial's fields (None: baseline)
     recipe_fields: dict[str, Any] = field(default_factory=dict)   # the fields it changes
     reduced_precision: bool = False
     expensive: bool = False
@@ -228,7 +241,7 @@ class Trial:
                 "measured_steps_per_s": _num(self.measured_steps_per_s),
                 "speedup": self.speedup, "memory_change": self.memory_change,
                 "loss_check": self.loss_check.to_dict() if self.loss_check is not None else None,
-                "compile": self.compile.to_dict() if self.compile is not None else None,
+                "compile": to_json(self.compile),
                 "explanation": self.explanation,
                 "recipe": dict(self.recipe_fields), "runs": len(self.runs),
                 "run_step_times": [_num(r.median_step) for r in self.runs],
@@ -245,34 +258,13 @@ class CombineStep:
     combination (vs the baseline for the final step)."""
 
     added: str
-    status: str
+    status: CombineStatus
     reason: str
-    speed: Any = None
+    speed: Decision | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"added": self.added, "status": self.status, "reason": self.reason,
                 "speedup_vs_previous": self.speed.to_dict() if self.speed is not None else None}
-
-
-@dataclass(frozen=True)
-class TimeSplit:
-    """Where the search's time went, summed over every run: ``setup`` (process start or
-    fork, imports, the script's own set-up until its first step), ``warmup`` and
-    ``measured`` steps, and ``other`` (the rest of each run: shutdown, reports), plus the
-    survey and the search's ``total`` wall time; ``runs`` and how they ran (``worker``)."""
-
-    total: float
-    survey: float
-    setup: float
-    warmup: float
-    measured: float
-    other: float
-    runs: int
-    worker: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("total", "survey", "setup", "warmup", "measured", "other", "runs",
-                                              "worker")}
 
 
 @dataclass
@@ -280,20 +272,20 @@ class TuneResult:
     mode: str
     target: str
     device: str
-    settings: dict[str, Any]
-    context: dict[str, Any]
+    settings: TuneSettings
+    context: Context
     baseline: Trial
     trials: list[Trial] = field(default_factory=list)
     combination: list[CombineStep] = field(default_factory=list)
     best: Trial | None = None
     best_recipe: dict[str, Any] = field(default_factory=dict)     # Recipe.to_dict()
     snippet: str = ""
-    sweep: dict[str, Any] | None = None
-    budget: dict[str, Any] = field(default_factory=dict)
+    sweep: SweepResult | None = None
+    budget: BudgetUse | None = None
     noise: float | None = None         # the baseline's own run-to-run spread (reported, not a bar)
     notes: list[str] = field(default_factory=list)
     time: TimeSplit | None = None
-    script_warnings: dict[str, Any] | None = None   # {"lines", "distinct", "first": [...]}
+    script_warnings: ScriptWarnings | None = None
 
     def trial(self, name: str) -> Trial:
         for t in self.trials:
@@ -327,8 +319,8 @@ class TuneResult:
             "mode": self.mode,
             "target": self.target,
             "device": self.device,
-            "settings": dict(self.settings),
-            "context": dict(self.context),
+            "settings": self.settings.to_dict(self.mode),
+            "context": self.context.to_dict(),
             "baseline": {
                 "steps_per_s": _num(base.measured_steps_per_s), "samples_per_s": _num(base.samples_per_s),
                 "step_time": _num(base.median_step), "noise": _num(self.noise), "runs": len(base.runs),
@@ -349,17 +341,17 @@ class TuneResult:
                 "framework": _framework_config(recipe, self.context),
                 "measured": bool(best and best.runs),
             },
-            "sweep": self.sweep,
-            "budget": dict(self.budget),
-            "time": self.time.to_dict() if self.time is not None else None,
-            "script_warnings": self.script_warnings,
+            "sweep": to_json(self.sweep),
+            "budget": to_json(self.budget) if self.budget is not None else {},
+            "time": to_json(self.time),
+            "script_warnings": to_json(self.script_warnings),
             "notes": list(self.notes),
         }
 
 
-def _framework_config(recipe: Any, context: dict[str, Any]) -> dict[str, Any] | None:
+def _framework_config(recipe: Any, context: Context) -> dict[str, Any] | None:
     """The recipe in the detected framework's options (:mod:`pitstop.engine.export`), or None."""
-    framework = (context or {}).get("framework")
+    framework = context.framework
     if not framework or not recipe.changed():
         return None
     from pitstop.engine.export import export

@@ -60,11 +60,7 @@ def run_from_result(result: Any, steps: int) -> Run:
     if status in ("finished", "exited") and run.step_times and not (status == "exited" and result.exit_code):
         run.message = f"{result.message} ({len(run.step_times)} of {steps} steps measured)"
         return run
-    if status == "error" and "KnobApplyError" in text:  # the knob could not patch the model: not the script's fault
-        run.status = "setup_error"
-        run.message = next((ln.split("KnobApplyError:", 1)[1].strip() for ln in reversed(text.splitlines())
-                            if "KnobApplyError:" in ln), result.message)
-    elif status == "error":
+    if status == "error":
         run.status = "oom" if any(m in text for m in _OOM_MARKERS) else "error"
     elif status in ("finished", "exited"):
         run.status = "error" if status == "exited" and result.exit_code else "too_few_steps"

@@ -1,5 +1,5 @@
 """A tuning session: the options, the budget, the trials, and the paired measurements that
-decide them (torch-free). :func:`pitstop.tune.search.search` runs its steps: the survey, the
+decide them (torch-free). :func:`pitstop.tune.protocol.search` runs its steps: the survey, the
 single tricks (:meth:`TuneSession.measure`), the greedy combination
 (:func:`pitstop.tune.combine.combine`), the result.
 
@@ -26,7 +26,9 @@ from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.progress import NullProgress
 from pitstop.tune.result import CombineStep, CompileCost, Run, Trial
-from pitstop.tune.verdict import median, verdict
+from pitstop.tune.search_info import ScriptWarnings
+from pitstop.stats import median
+from pitstop.tune.verdict import verdict
 
 __all__ = ["TuneSession", "failure_reason", "script_warnings"]
 
@@ -326,11 +328,11 @@ def _not_applicable(knob: Knob, ctx: Context, mode: str) -> Trial | None:
                  reason=reason)
 
 
-def script_warnings(runs: Sequence[Run]) -> dict[str, Any] | None:
+def script_warnings(runs: Sequence[Run]) -> ScriptWarnings | None:
     """What the script wrote to stderr over all runs, deduplicated: ``lines`` in all,
     ``distinct`` lines, the ``first`` few distinct ones (None when it wrote nothing)."""
     lines = [ln for r in runs for ln in r.stderr_lines]
     if not lines:
         return None
     distinct = list(dict.fromkeys(ln.strip() for ln in lines if ln.strip()))
-    return {"lines": len(lines), "distinct": len(distinct), "first": distinct[:3]}
+    return ScriptWarnings(lines=len(lines), distinct=len(distinct), first=distinct[:3])

@@ -18,15 +18,63 @@ Losses are not compared across batch sizes (a different batch is a different opt
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from pitstop.jsoncodec import OMIT_NONE
 from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.peak import MEASURE_CPU, MEASURE_CUDA, default_cap
 from pitstop.tune.options import Budget, merge_recipe_fields
 
-__all__ = ["batch_size_sweep", "DEFAULT_MEMORY_MARGIN"]
+__all__ = ["batch_size_sweep", "DEFAULT_MEMORY_MARGIN", "SweepRow", "SweepPick", "SweepResult"]
 
 DEFAULT_MEMORY_MARGIN = 0.10
+
+
+@dataclass
+class SweepRow:
+    """One batch size and variant: its ``accumulate``, measured ``peak_memory``, whether it
+    ``fits``, ``status`` (``ok``, ``skipped``, ``over_cap``, or how its run failed), speed, and
+    ``recipe`` (the Recipe fields of its knobs; absent when it was not reached)."""
+
+    batch_size: int
+    variant: str
+    accumulate: int = 1
+    peak_memory: int | None = None
+    fits: bool | None = None
+    status: str = "skipped"
+    samples_per_s: float | None = None
+    steps_per_s: float | None = None
+    reason: str = ""
+    knobs: list[dict[str, Any]] = field(default_factory=list)
+    recipe: dict[str, Any] | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class SweepPick:
+    """The fastest row that fits (samples/s)."""
+
+    batch_size: int
+    variant: str
+    accumulate: int
+    samples_per_s: float | None
+    recipe: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """The ``sweep`` section of the result: the memory ``cap`` and where it comes from, the
+    rows, the largest batch that fits per variant, the fastest that fits."""
+
+    cap: int | None
+    cap_source: str
+    margin: float
+    effective_batch: int | None
+    memory_measure: str
+    rows: list[SweepRow]
+    largest_fit: dict[str, int | None]
+    recommended: SweepPick | None
+    note: str
 
 
 def _sizes(base: int, max_batch: int) -> list[int]:
@@ -40,7 +88,7 @@ def _sizes(base: int, max_batch: int) -> list[int]:
 def batch_size_sweep(backend: Any, ctx: Context, knobs: Sequence[Knob], *, budget: Budget, steps: int, warmup: int,
                      timeout: float, batch_sizes: Sequence[int] | None = None, max_batch: int | None = None,
                      memory_cap: int | None = None, memory_margin: float = DEFAULT_MEMORY_MARGIN,
-                     effective_batch: int | None = None, progress: Any = None) -> dict[str, Any]:
+                     effective_batch: int | None = None, progress: Any = None) -> SweepResult:
     """Sweep the batch sizes (see the module docstring); the ``sweep`` section of the result."""
     base = ctx.batch_size or 1
     sizes = sorted(set(batch_sizes)) if batch_sizes else _sizes(base, max_batch or 8 * base)
@@ -49,7 +97,7 @@ def batch_size_sweep(backend: Any, ctx: Context, knobs: Sequence[Knob], *, budge
                    margin=memory_margin, effective_batch=effective_batch, progress=progress)
     variants = _variants(ctx, knobs)
     largest: dict[str, int | None] = {name: None for name, _ in variants}
-    rows: list[dict[str, Any]] = []
+    rows: list[SweepRow] = []
     if progress is not None:
         progress.total_add(len(sizes) * len(variants))
     for b in sizes:
@@ -57,7 +105,7 @@ def batch_size_sweep(backend: Any, ctx: Context, knobs: Sequence[Knob], *, budge
         for vname, settings in variants:
             row = sweep.row(b, vname, settings)
             rows.append(row)
-            if row["status"] == "ok":
+            if row.status == "ok":
                 fits_any = True
                 largest[vname] = b
         if not fits_any:
@@ -84,10 +132,8 @@ class _Sweep:
         self.by_key = {(k.tip, k.name): k for k in knobs}
         self.estimate = 0.0  # the longest timed run so far: what the budget must still fit
 
-    def row(self, b: int, vname: str, settings: tuple[Setting, ...]) -> dict[str, Any]:
-        row: dict[str, Any] = {"batch_size": b, "variant": vname, "accumulate": 1, "peak_memory": None,
-                               "fits": None, "status": "skipped", "samples_per_s": None, "steps_per_s": None,
-                               "reason": "", "knobs": [s.to_dict() for s in settings]}
+    def row(self, b: int, vname: str, settings: tuple[Setting, ...]) -> SweepRow:
+        row = SweepRow(batch_size=b, variant=vname, knobs=[s.to_dict() for s in settings])
         if self.progress is not None:
             self.progress.start(f"sweep batch {b} {vname}")
         self._measure(row, b, settings)
@@ -95,77 +141,78 @@ class _Sweep:
             self.progress.advance()
         return row
 
-    def _measure(self, row: dict[str, Any], b: int, settings: tuple[Setting, ...]) -> None:
+    def _measure(self, row: SweepRow, b: int, settings: tuple[Setting, ...]) -> None:
         settings, acc = self._accumulation(row, b, settings)
         if acc is None:
             return
-        row["accumulate"] = acc
+        row.accumulate = acc
         if not self.budget.fits(self.estimate):
-            row["reason"] = "time budget spent"
+            row.reason = "time budget spent"
             return
         fields, _ = merge_recipe_fields([self.by_key[(s.code, s.knob)].recipe_fields(s.value, self.ctx)
                                          for s in settings])
-        row["recipe"] = fields
+        row.recipe = fields
         if self._fits(row, b, settings):
             self._time(row, b, acc, settings)
 
-    def _accumulation(self, row: dict[str, Any], b: int, settings: tuple[Setting, ...]
+    def _accumulation(self, row: SweepRow, b: int, settings: tuple[Setting, ...]
                       ) -> tuple[tuple[Setting, ...], int | None]:
         """With ``effective_batch``: the accumulation that keeps it (None: this size cannot)."""
         eb = self.effective_batch
         if not eb:
             return settings, 1
         if b > eb or eb % b:
-            row["reason"] = f"effective batch {eb} is not a multiple of {b}"
+            row.reason = f"effective batch {eb} is not a multiple of {b}"
             return settings, None
         acc = eb // b
         if acc > 1:
             if self.accumulate is None:
-                row["reason"] = "no accumulation knob registered"
+                row.reason = "no accumulation knob registered"
                 return settings, None
             settings = settings + (self.accumulate.setting(acc),)
-            row["knobs"] = [s.to_dict() for s in settings]
+            row.knobs = [s.to_dict() for s in settings]
         return settings, acc
 
-    def _fits(self, row: dict[str, Any], b: int, settings: tuple[Setting, ...]) -> bool:
+    def _fits(self, row: SweepRow, b: int, settings: tuple[Setting, ...]) -> bool:
         """One untimed memory probe step: does the batch fit under the cap (with the margin)?"""
         probe = self.backend.run(settings, self.knobs, memory_only=True, batch_size=b, timeout=self.timeout)
         if not probe.ok:
-            row.update(fits=False, status=probe.status,
-                       reason=("out of memory (caught)" if probe.status == "oom" else probe.message))
+            row.fits, row.status = False, probe.status
+            row.reason = "out of memory (caught)" if probe.status == "oom" else probe.message
             return False
-        peak = row["peak_memory"] = probe.peak_memory
+        peak = row.peak_memory = probe.peak_memory
         if peak is not None and self.cap is not None and peak * (1 + self.margin) > self.cap:
-            row.update(fits=False, status="over_cap",
-                       reason=f"peak x {1 + self.margin:g} = {peak * (1 + self.margin) / 2**20:.0f} MiB "
-                              f"> cap {self.cap / 2**20:.0f} MiB")
+            row.fits, row.status = False, "over_cap"
+            row.reason = (f"peak x {1 + self.margin:g} = {peak * (1 + self.margin) / 2**20:.0f} MiB "
+                          f"> cap {self.cap / 2**20:.0f} MiB")
             return False
-        row["fits"] = True
+        row.fits = True
         return True
 
-    def _time(self, row: dict[str, Any], b: int, acc: int, settings: tuple[Setting, ...]) -> None:
+    def _time(self, row: SweepRow, b: int, acc: int, settings: tuple[Setting, ...]) -> None:
         timed = self.backend.run(settings, self.knobs, batch_size=b, timeout=self.timeout, steps=self.steps,
                                  warmup=self.warmup)
         self.estimate = max(self.estimate, timed.elapsed)
         if not timed.ok:
-            row.update(fits=timed.status != "oom", status=timed.status, reason=timed.message)
+            row.fits, row.status, row.reason = timed.status != "oom", timed.status, timed.message
             return
         sps = 1.0 / timed.median_step if timed.median_step else None
-        row.update(status="ok", steps_per_s=sps, samples_per_s=sps * (timed.batch_size or b * acc) if sps else None,
-                   reason="" if row["peak_memory"] is not None else "peak not measurable here: fit assumed")
+        row.status, row.steps_per_s = "ok", sps
+        row.samples_per_s = sps * (timed.batch_size or b * acc) if sps else None
+        row.reason = "" if row.peak_memory is not None else "peak not measurable here: fit assumed"
 
 
-def _summary(rows: list[dict[str, Any]], largest: dict[str, int | None], ctx: Context, *, cap: int | None,
-             cap_source: str, margin: float, effective_batch: int | None) -> dict[str, Any]:
-    ok = [r for r in rows if r["status"] == "ok" and r["samples_per_s"]]
-    best = max(ok, key=lambda r: r["samples_per_s"]) if ok else None
-    return {
-        "cap": cap, "cap_source": cap_source, "margin": margin, "effective_batch": effective_batch,
-        "memory_measure": MEASURE_CUDA if ctx.device == "cuda" else MEASURE_CPU,
-        "rows": rows, "largest_fit": largest,
-        "recommended": None if best is None else {
-            "batch_size": best["batch_size"], "variant": best["variant"], "accumulate": best["accumulate"],
-            "samples_per_s": best["samples_per_s"], "recipe": best.get("recipe", {})},
-        "note": ("one timed run per row; losses are not compared across batch sizes (a different batch is a "
-                 "different optimization: scale the learning rate, or fix effective_batch=)"),
-    }
+def _summary(rows: list[SweepRow], largest: dict[str, int | None], ctx: Context, *, cap: int | None,
+             cap_source: str, margin: float, effective_batch: int | None) -> SweepResult:
+    ok = [r for r in rows if r.status == "ok" and r.samples_per_s]
+    best = max(ok, key=lambda r: r.samples_per_s) if ok else None
+    return SweepResult(
+        cap=cap, cap_source=cap_source, margin=margin, effective_batch=effective_batch,
+        memory_measure=MEASURE_CUDA if ctx.device == "cuda" else MEASURE_CPU,
+        rows=rows, largest_fit=largest,
+        recommended=None if best is None else SweepPick(
+            batch_size=best.batch_size, variant=best.variant, accumulate=best.accumulate,
+            samples_per_s=best.samples_per_s, recipe=best.recipe or {}),
+        note=("one timed run per row; losses are not compared across batch sizes (a different batch is a "
+              "different optimization: scale the learning rate, or fix effective_batch=)"),
+    )

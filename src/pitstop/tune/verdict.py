@@ -15,35 +15,33 @@ or CUDA event time) is chosen from the load the runs observed and shown with the
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-__all__ = ["verdict", "DEFAULT_MARGIN", "DEFAULT_CONFIDENCE", "median"]
+if TYPE_CHECKING:
+    from pitstop.paired import Decision, DecisionStatus
+    from pitstop.tune.result import TrialStatus
+
+__all__ = ["verdict", "VERDICT_OF", "DEFAULT_MARGIN", "DEFAULT_CONFIDENCE"]
 
 DEFAULT_MARGIN = 0.05
 DEFAULT_CONFIDENCE = 0.9
 
 
-def verdict(decision: Any, margin: float = DEFAULT_MARGIN) -> tuple[str, str]:
+#: The trial status each paired decision gives (before the loss check, which can reject a ``kept``).
+VERDICT_OF: dict[DecisionStatus, TrialStatus] = {
+    "faster": "kept", "slower": "slower", "same": "no_gain", "close": "no_gain", "undecided": "no_gain"}
+
+
+def verdict(decision: Decision | None, margin: float = DEFAULT_MARGIN) -> tuple[TrialStatus, str]:
     """``(status, reason)`` from a :class:`pitstop.paired.Decision` (None: nothing measured)."""
     if decision is None:
         return "no_gain", "no steps measured"
     on = f"{decision.measure.name} time" if decision.measure.name != "gpu" else "CUDA event time"
     counts = f"faster in {decision.won}/{decision.pairs} pairs, on {on}"
     bar = 1 + margin
-    if decision.status == "faster":
-        return "kept", f"interval above {bar:.2f}x; {counts}"
-    if decision.status == "slower":
-        return "slower", f"interval below 1/{bar:.2f}; {counts}"
-    if decision.status == "same":
-        return "no_gain", f"interval cannot reach {bar:.2f}x; {counts}"
-    if decision.status == "close":
-        return "no_gain", (f"on the {bar:.2f}x bar: at most {decision.high:.2f}x, too close to it to be worth keeping; "
-                           f"{counts}")
-    return "no_gain", f"undecided after {decision.pairs} pairs (interval spans {bar:.2f}x); {counts}"
-
-
-def median(xs: Any) -> float | None:
-    from pitstop.stats import quantile
-
-    xs = list(xs)
-    return quantile(xs, 0.5) if xs else None
+    why = {"faster": f"interval above {bar:.2f}x",
+           "slower": f"interval below 1/{bar:.2f}",
+           "same": f"interval cannot reach {bar:.2f}x",
+           "close": f"on the {bar:.2f}x bar: at most {decision.high:.2f}x, too close to it to be worth keeping",
+           "undecided": f"undecided after {decision.pairs} pairs (interval spans {bar:.2f}x)"}
+    return VERDICT_OF[decision.status], f"{why[decision.status]}; {counts}"

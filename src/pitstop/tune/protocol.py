@@ -25,12 +25,12 @@ from typing import Any
 
 from pitstop.tune.combine import combine
 from pitstop.tune.knob import Context, Knob
-from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
-from pitstop.tune.result import TimeSplit, Trial, TuneResult
+from pitstop.tune.options import Backend, TuneOptions
+from pitstop.tune.result import Trial, TuneResult
+from pitstop.tune.search_info import BudgetUse, TimeSplit, TuneSettings
 from pitstop.tune.session import TuneSession, script_warnings
 
-__all__ = ["TuneOptions", "Backend", "TuneError", "Budget", "search", "select_knobs", "merge_recipe_fields",
-           "TuneSession", "what_is_left"]
+__all__ = ["search", "what_is_left"]
 
 
 def search(backend: Backend, knobs: Sequence[Knob], options: TuneOptions, *, progress: Any = None,
@@ -122,8 +122,8 @@ def _result(session: TuneSession, loads: list) -> TuneResult:
     time = TimeSplit(total=total, survey=session.survey_s, setup=setup, warmup=warm, measured=measured, other=other,
                      runs=len(runs), worker=worker)
     return TuneResult(mode=session.backend.mode, target=session.backend.target, device=session.ctx.device,
-                      settings=session.options.to_dict(), context=session.ctx.to_dict(), baseline=base,
+                      settings=TuneSettings(session.options), context=session.ctx, baseline=base,
                       trials=session.trials + session.not_applicable, combination=session.combination, best=best,
                       best_recipe=best.recipe.to_dict() if best is not None else {}, snippet=snippet,
-                      budget=session.budget.to_dict(), noise=noise, notes=notes, time=time,
+                      budget=BudgetUse(**session.budget.to_dict()), noise=noise, notes=notes, time=time,
                       script_warnings=script_warnings(runs))

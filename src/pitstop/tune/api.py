@@ -1,5 +1,5 @@
 """The two entry points: :func:`tune` (API mode, engine users) and :func:`tune_script`
-(script mode, ``pitstop tune train.py``). Both run :func:`pitstop.tune.search.search`."""
+(script mode, ``pitstop tune train.py``). Both run :func:`pitstop.tune.protocol.search`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from typing import Any
 from pitstop.tune.knob import Knob, all_knobs
 from pitstop.tune.progress import NullProgress
 from pitstop.tune.result import TuneResult
+from pitstop.tune.search_info import BudgetUse
 from pitstop.tune.options import Budget, TuneOptions
-from pitstop.tune.search import search
+from pitstop.tune.protocol import search
 
 __all__ = ["tune", "tune_script"]
 
@@ -56,7 +57,7 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
                        progress=progress, knobs=knobs, max_pairs=max_pairs)
     finally:
         torch.set_num_threads(previous)
-    result.settings["threads"] = threads
+    result.settings.threads = threads
     return result
 
 
@@ -90,7 +91,7 @@ def _tune(model, optimizer_factory, loss_fn, loader, *, steps, warmup, repeats, 
                 warmup=warmup, timeout=timeout, batch_sizes=batch_sizes, max_batch=max_batch, memory_cap=cap,
                 memory_margin=DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin,
                 effective_batch=effective_batch, progress=bar)
-        result.budget = started.to_dict()
+        result.budget = BudgetUse(**started.to_dict())
     return result
 
 
@@ -118,6 +119,6 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
         result = search(backend, knob_list, options, progress=bar)
     finally:
         backend.close()
-    result.settings["threads"] = threads
-    result.settings["omp_wait_policy"] = "PASSIVE" if backend.passive_omp else None
+    result.settings.threads = threads
+    result.settings.omp_wait_policy = "PASSIVE" if backend.passive_omp else None
     return result

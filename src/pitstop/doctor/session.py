@@ -1,21 +1,9 @@
-"""``pitstop.doctor(step_fn)``: the doctor for code that has a step function.
+"""The doctor in *this* process: :class:`DoctorSession` and :func:`run_step_fn`.
 
-The same instrumentation as ``pitstop doctor SCRIPT``, installed in *this* process around
-calls of ``step_fn`` (no child process, no script). Use it when you own the loop::
-
-    def step():
-        x, y = next(batches)
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(); loss.backward(); opt.step()
-
-    report = pitstop.doctor(step, steps=20, warmup=3)
-    report.print()                 # the terminal report
-    report.findings                # ranked Finding objects
-    report.to_dict()               # the --format json document
-
-``pitstop.fit`` / engine users: pass a function that runs one step of the engine, or run
-the training script itself under ``pitstop doctor train.py`` (the engine steps a torch
-optimizer, so the global step hooks see it). Every ``optimizer.step()`` counts as a step.
+The same instrumentation as ``pitstop doctor SCRIPT``, installed in this process around calls
+of a step function (no child process, no script). They return the typed :class:`Diagnosis`;
+the public ``pitstop.doctor(step_fn)`` (:mod:`pitstop.api`) wraps it in a
+``DoctorReport`` (``report/doctor_report.py``) that can print itself.
 """
 
 from __future__ import annotations
@@ -28,27 +16,11 @@ from typing import Any
 from pitstop.doctor.diagnosis import Diagnosis, diagnose
 from pitstop.doctor.spec import RunResult, RunSpec
 
-__all__ = ["doctor", "DoctorReport", "DoctorSession"]
+__all__ = ["run_step_fn", "DoctorSession"]
 
 
-class DoctorReport(Diagnosis):
-    """A :class:`Diagnosis` with rendering shortcuts."""
-
-    def print(self, file=None) -> None:
-        from pitstop.report.doctor_terminal import render
-
-        render(self, file=file)
-
-    def html(self, path) -> None:
-        from pathlib import Path
-
-        from pitstop.report.doctor_html import doctor_html
-
-        Path(path).write_text(doctor_html(self), encoding="utf-8")
-
-
-def doctor(step_fn: Callable[[], Any], steps: int = 10, warmup: int = 2, *, probes: bool = True,
-           trace_dir: str | None = None, trace_steps: int = 3, max_calls: int | None = None) -> DoctorReport:
+def run_step_fn(step_fn: Callable[[], Any], steps: int = 10, warmup: int = 2, *, probes: bool = True,
+                trace_dir: str | None = None, trace_steps: int = 3, max_calls: int | None = None) -> Diagnosis:
     """Call ``step_fn`` until ``warmup`` + ``steps`` optimizer steps (plus one profiled
     step, and ``trace_steps`` under the profiler when ``trace_dir`` is set) have run;
     return the diagnosis. An exception from ``step_fn`` ends the run: the report keeps
@@ -77,7 +49,7 @@ class DoctorSession:
     """The doctor over a window of optimizer steps of code running in *this* process:
     :meth:`start` installs the instrumentation, :attr:`finished` turns True once
     ``warmup + steps`` (+ the profiled step) have run, :meth:`finish` uninstalls it, runs the
-    probes and returns the :class:`DoctorReport`. What :func:`doctor` and the framework
+    probes and returns the :class:`Diagnosis`. What :func:`run_step_fn` and the framework
     callbacks (:mod:`pitstop.integrations`) run on."""
 
     def __init__(self, target: str, steps: int = 10, warmup: int = 2, *, probes: bool = True,
@@ -103,7 +75,7 @@ class DoctorSession:
         self.started = time.perf_counter()
         self.inst.install()
 
-    def finish(self, *, status: str = "finished", message: str = "", traceback: str | None = None) -> DoctorReport:
+    def finish(self, *, status: str = "finished", message: str = "", traceback: str | None = None) -> Diagnosis:
         from pitstop.doctor.collect import observations
 
         inst = self.inst
@@ -116,6 +88,4 @@ class DoctorSession:
         result = RunResult(spec=self.spec, status=status, steps=list(inst.records), traceback=traceback,
                            message=message, elapsed=time.perf_counter() - (self.started or time.perf_counter()),
                            device=obs.device, observations=obs, trace_path=inst.trace_path)
-        d = diagnose(result)
-        return DoctorReport(result=d.result, observations=d.observations, findings=d.findings,
-                            skipped=d.skipped, errors=d.errors, thresholds=d.thresholds)
+        return diagnose(result)
