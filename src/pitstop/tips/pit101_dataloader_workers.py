@@ -167,19 +167,11 @@ from pitstop.doctor.records import CpuRecord  # noqa: E402
 
 
 class DataWaitCheck(Check, tip="PIT101"):
-    """Decided from what the cores did during the wait (``obs.cpu``), not a rule of thumb:
-
-    - no workers, and the training process was mostly idle while it waited (``Dataset``
-      I/O, sleeping, decoding outside the GIL): workers overlap the wait with compute even
-      when torch's intra-op threads use every core;
-    - no workers and a CPU-bound wait: workers need spare cores; without one the gain is
-      doubtful (severity low);
-    - more workers than spare cores whose own CPU work is small next to the wait: the wait
-      is their competition with the training threads, not loading: *fewer* workers;
-    - more workers than spare cores doing CPU-heavy loading: no direction in worker count
-      helps for sure: cheaper per-sample work (severity low);
-    - workers mostly idle on a machine with free cores (I/O-bound): more workers.
-    """
+    """Decided from what the cores did during the wait (``obs.cpu``), not a rule of thumb: an idle
+    wait (I/O, sleeping) -> workers overlap it; a CPU-bound wait -> workers need spare cores (low
+    without one); more workers than spare cores with little CPU work of their own -> *fewer*
+    workers; CPU-heavy workers on busy cores -> cheaper per-sample work (low); workers idle on a
+    machine with free cores (I/O-bound) -> more workers."""
 
     looks_at = "time the step blocks in DataLoader iteration, and what the cores did meanwhile"
     #: the HF Trainer builds the DataLoader itself; Lightning, Fabric and Accelerate use the user's
@@ -389,7 +381,7 @@ class WorkersKnob(Knob, tip="PIT101"):
 
 
 # --- trace face ---
-from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
+from pitstop.trace.check import TraceCheck  # noqa: E402
 
 
 class InputBoundTrace(TraceCheck, tip="PIT101"):
