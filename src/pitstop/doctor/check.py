@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 from pitstop.doctor.observations import Observations
 from pitstop.catalog import Face
 
-__all__ = ["Check", "Finding", "in_framework_terms", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib"]
+__all__ = ["Check", "Finding", "in_framework_terms", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib", "short_where"]
 
 #: Severity order, most urgent first. Time and memory findings take theirs from the
 #: estimated share a fix saves (:func:`severity_for`: >= ``high_share`` high, >=
@@ -193,6 +193,14 @@ def in_framework_terms(check: Check, finding: Finding, obs: Observations) -> Fin
 def pct(x: float | None) -> str:
     """``0.123`` -> ``"12.3%"`` (for evidence strings)."""
     return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def short_where(where: str | None, unknown: str = "an unknown line") -> str:
+    """``/a/b/model.py:45`` -> ``model.py:45`` (for titles; the evidence keeps the full path)."""
+    if not where:
+        return unknown
+    path, _, line = where.rpartition(":")
+    return f"{path.rsplit('/', 1)[-1]}:{line}"
 
 
 def ms(seconds: float | None) -> str:

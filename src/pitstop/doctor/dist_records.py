@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RankDist", "StragglerRecord", "JobRecord"]
+from pitstop.ranks import Straggler
+
+__all__ = ["RankDist", "JobRecord"]
 
 
 @dataclass(frozen=True)
@@ -67,24 +69,12 @@ class RankDist:
 
 
 @dataclass(frozen=True)
-class StragglerRecord:
-    """A rank the others waited for (see :func:`pitstop.ranks.find_stragglers`)."""
-
-    rank: int
-    phase: str
-    lag: float
-    late_steps: int
-    steps: int
-    evidence: str
-
-
-@dataclass(frozen=True)
 class JobRecord:
     """The ranks of one job: ``ranks`` in rank order, and what holds across them."""
 
     world_size: int = 1
     ranks: tuple[RankDist, ...] = ()
-    stragglers: tuple[StragglerRecord, ...] = ()
+    stragglers: tuple[Straggler, ...] = ()
     #: per-rank mean seconds per step for each phase, with ``collective`` split from the
     #: phase it happened in (DDP's reduction from ``backward``, explicit calls from ``other``).
     breakdowns: tuple[dict[str, float], ...] = ()

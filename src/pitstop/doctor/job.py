@@ -17,7 +17,7 @@ import dataclasses
 
 from pitstop.doctor.check import Finding, Thresholds
 from pitstop.doctor.diagnosis import Diagnosis, diagnose
-from pitstop.doctor.dist_records import JobRecord, RankDist, StragglerRecord
+from pitstop.doctor.dist_records import JobRecord, RankDist
 from pitstop.doctor.observations import Observations
 from pitstop.doctor.rankviews import rank_view, split_breakdown
 from pitstop.doctor.spec import RunResult
@@ -54,8 +54,7 @@ def merge_ranks(results: list[RunResult], th: Thresholds) -> JobRecord:
         means.append(obs.mean_step)
     found = find_stragglers(views, min_lag=th.straggler_lag, rel_lag=th.straggler_rel,
                             min_fraction=th.straggler_steps) if any(d.initialized for d in dists) else []
-    stragglers = tuple(StragglerRecord(rank=s.rank, phase=s.phase, lag=s.lag, late_steps=s.late_steps,
-                                       steps=s.steps, evidence=s.evidence) for s in found)
+    stragglers = tuple(found)
     return JobRecord(world_size=world, ranks=tuple(dists), stragglers=stragglers, breakdowns=tuple(breakdowns),
                      step_means=tuple(means))
 

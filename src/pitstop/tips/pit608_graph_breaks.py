@@ -82,7 +82,7 @@ class GraphBreaks(Tip):
 # --- doctor face ---
 import re  # noqa: E402
 
-from pitstop.doctor.check import SEVERITIES, Check, ms, pct, severity_for  # noqa: E402
+from pitstop.doctor.check import SEVERITIES, Check, ms, pct, severity_for, short_where  # noqa: E402
 
 
 def _fix_for(reason: str, source: str | None) -> str:
@@ -100,12 +100,6 @@ def _fix_for(reason: str, source: str | None) -> str:
     return ("move the call dynamo cannot trace out of the compiled `forward`, or wrap it as a custom op "
             "(`torch.library.custom_op`); `torch.compile(model, fullgraph=True)` shows the first one as an error")
 
-
-def _short(where: str | None) -> str:
-    if not where:
-        return "an unknown line"
-    path, _, line = where.rpartition(":")
-    return f"{path.rsplit('/', 1)[-1]}:{line}"
 
 
 class GraphBreakCheck(Check, tip="PIT608"):
@@ -139,7 +133,7 @@ class GraphBreakCheck(Check, tip="PIT608"):
             share = sync / step if sync and step else None
             sev = severity_for(share, th)
             sev = sev if SEVERITIES.index(sev) < SEVERITIES.index("medium") else "medium"
-            where = f"{_short(b.where)}" + (f" in `{b.function}`" if b.function else "")
+            where = f"{short_where(b.where)}" + (f" in `{b.function}`" if b.function else "")
             source = re.sub(r"\s+#.*$", "", b.source or "")
             evidence = f"dynamo: {b.reason}" + (f" at `{source}`" if source else "") + ". "
             evidence += "The compiled graph ends there and a new one starts after it, with Python in between"
@@ -152,7 +146,7 @@ class GraphBreakCheck(Check, tip="PIT608"):
         rest = c.breaks[self.most:]
         if rest:
             yield self.finding(th, title=f"{len(rest)} more graph breaks", severity="low",
-                               evidence="; ".join(f"{_short(b.where)}: {b.reason}" for b in rest[:10]),
+                               evidence="; ".join(f"{short_where(b.where)}: {b.reason}" for b in rest[:10]),
                                fix=_fix_for("", None), where=[b.where for b in rest if b.where])
 
 

@@ -74,7 +74,7 @@ class Recompiles(Tip):
 # --- doctor face ---
 import re  # noqa: E402
 
-from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.doctor.check import Check, pct, short_where  # noqa: E402
 
 _INDEX = re.compile(r"size mismatch at index (\d+)")
 
@@ -98,12 +98,6 @@ def recompile_fix(guard: str) -> str:
     return ('see the guard with TORCH_LOGS="recompiles" and keep what it checks constant between calls, '
             "or mark it dynamic")
 
-
-def _short(where: str | None) -> str:
-    if not where:
-        return "?"
-    path, _, line = where.rpartition(":")
-    return f"{path.rsplit('/', 1)[-1]}:{line}"
 
 
 class RecompileCheck(Check, tip="PIT609"):
@@ -136,7 +130,7 @@ class RecompileCheck(Check, tip="PIT609"):
             n = sum(r.count for r in c.recompiles if (r.function, r.where) == (hit.function, hit.where))
             guard = hit.last_reason or next((r.example for r in c.recompiles if r.function == hit.function), "")
             yield self.finding(
-                th, title=f"`{hit.function}` ({_short(hit.where)}) hit dynamo's {hit.limit_name} and runs eagerly",
+                th, title=f"`{hit.function}` ({short_where(hit.where, '?')}) hit dynamo's {hit.limit_name} and runs eagerly",
                 evidence=f"recompiled {n or hit.limit} times (last failing guard: {guard}); at "
                          f"torch._dynamo.config.{hit.limit_name} = {hit.limit} dynamo stops compiling it and the rest of "
                          f"the run is uncompiled: the compile time bought nothing." + in_window,
@@ -145,7 +139,7 @@ class RecompileCheck(Check, tip="PIT609"):
             if (r.function, r.where) in hit_fns or r.count < self.at_least:
                 continue
             yield self.finding(
-                th, title=f"`{r.function}` ({_short(r.where)}) recompiled {r.count} times",
+                th, title=f"`{r.function}` ({short_where(r.where, '?')}) recompiled {r.count} times",
                 evidence=f"failing guard: {r.guard} (e.g. {r.example}); each recompilation runs dynamo and the "
                          f"backend again." + in_window,
                 fix=recompile_fix(r.guard), share=share, severity=None if share else "medium",
