@@ -1,8 +1,8 @@
 """A trace's events read a window of whole events at a time, never the whole file (torch-free).
 
 A Kineto trace is one JSON object whose ``traceEvents`` list holds nearly all of its bytes.
-:class:`TraceWindows` reads the file (or the gzip stream) forward in blocks and keeps at most
-about two windows of its bytes (:data:`WINDOW` each): the part before the list is decoded on
+:class:`TraceWindows` reads the file (or the gzip stream) forward and keeps at most two
+windows of its bytes (:data:`WINDOW` each): the part before the list is decoded on
 its own (closed as ``...: []}``), then the list is cut after an event (``}`` ``,`` ``{``) past
 each window's length and ``[`` + those events + ``]`` is typed in one msgspec call; what
 follows the last cut is decoded as ``{"traceEvents": [`` + the rest of the file.
@@ -31,9 +31,9 @@ __all__ = ["WINDOW", "NotStreamable", "TraceWindows"]
 
 #: bytes of JSON typed per msgspec call (about 60,000 Kineto events)
 WINDOW = 16 * 2**20
-_BLOCK = 1 << 20
 _HEAD_LIMIT = 64 * 2**20  # the traceEvents key must start within this many bytes
 _TRIES = 8  # candidate cuts tried per window before giving up
+_GROW = 16  # windows of bytes the buffer may hold while looking for a cut
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _CUT = re.compile(rb"\}\s*,\s*\{")
 _HEAD = msgspec.json.Decoder(WireTrace)
@@ -58,7 +58,7 @@ class TraceWindows:
 
     def _fill(self, size: int) -> None:
         while not self.eof and len(self.buf) < size:
-            block = self.fh.read(max(size - len(self.buf), _BLOCK))
+            block = self.fh.read(size - len(self.buf))
             if block:
                 self.buf += block
             else:
@@ -89,7 +89,7 @@ class TraceWindows:
             if self.eof or len(self.buf) >= _HEAD_LIMIT:
                 raise NotStreamable("no traceEvents list near the start")
             searched = len(self.buf)
-            self._fill(searched + _BLOCK)
+            self._fill(searched + self.window)
         head = _HEAD.decode(bytes(self.buf[:found.end()]) + b"]}")
         if head.traceEvents != []:
             raise NotStreamable("traceEvents is not a top-level key")
@@ -98,11 +98,15 @@ class TraceWindows:
 
     def _cut(self) -> list[WireEvent]:
         """Type the events of about one window; leave the buffer starting with ``[`` at the next."""
-        buf, pos = self.buf, self.window
-        for _ in range(_TRIES):
+        buf, pos, tries = self.buf, self.window, 0
+        while tries < _TRIES:
             found = _CUT.search(buf, pos)
-            if found is None:
-                break
+            if found is None:  # an event longer than the rest of the buffer: read on, within limits
+                if self.eof or len(buf) >= _GROW * self.window:
+                    break
+                self._fill(len(buf) + self.window)
+                continue
+            tries += 1
             cut = found.start() + 1
             saved, buf[cut] = buf[cut], 0x5D  # "]" just after the event's "}"
             try:
