@@ -114,7 +114,8 @@ def test_memory_stays_well_below_the_file(tmp_path):
     finally:
         tracemalloc.stop()
     assert len(timeline.gpu.start) > 0
-    assert peak < 0.5 * size, (peak, size)  # reading the file whole needs more than its size
+    # the columns and a few windows (about 0.45x here); reading the file whole holds its bytes and more (3x)
+    assert peak < size, (peak, size)
 
 
 def test_a_file_the_windows_cannot_cut_is_read_whole(tmp_path):
