@@ -87,7 +87,7 @@ class _TableBuilder:
         self.names: dict[str, int] = {}
         self.stack_ids: dict[str, int] = {}
         self.with_stacks = stacks
-        self.parts: list[list[np.ndarray]] = []
+        self.parts: list[list[np.ndarray | None]] = []
 
     def add(self, evs: list[WireEvent], *, lane: np.ndarray | None = None, kind: np.ndarray | None = None,
             flag: np.ndarray | None = None, device: np.ndarray | None = None) -> None:
@@ -112,15 +112,20 @@ class _TableBuilder:
             np.full(n, -1, dtype=np.int32) if device is None else device, stack, ext])
 
     def table(self) -> Table:
-        if self.parts:
-            cols = [np.concatenate([p[i] for p in self.parts]) for i in range(_NCOLS)]
-        else:
-            cols = [np.zeros(0, dtype=t) for t in _DTYPES]
-        self.parts = []
-        order = np.argsort(cols[1], kind="stable")
-        cols = [c[order] for c in cols]
-        for c in cols:
-            c.flags.writeable = False
+        """The columns, sorted by start (stable); each column's chunks are joined, reordered and
+        released before the next, so the peak is the table plus one column, not three tables."""
+        parts, self.parts = self.parts, []
+        start = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, dtype=np.float64)
+        order = np.argsort(start, kind="stable")
+        del start
+        cols = []
+        for i, dtype in enumerate(_DTYPES):
+            col = np.concatenate([p[i] for p in parts]) if parts else np.zeros(0, dtype=dtype)
+            for p in parts:
+                p[i] = None
+            col = col[order]
+            col.flags.writeable = False
+            cols.append(col)
         return Table(tuple(self.names), *cols, stacks=tuple(self.stack_ids))
 
 

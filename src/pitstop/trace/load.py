@@ -1,7 +1,10 @@
 """Read one Kineto trace file into a :class:`~pitstop.trace.model.Timeline` (torch-free).
 
-The decoder is msgspec's typed JSON decoder over the structs of :mod:`pitstop.trace.wire`:
-it reads the (gunzipped) bytes once and builds only the fields named there. Every problem
+The decoder is msgspec's typed JSON decoder over the structs of :mod:`pitstop.trace.wire`,
+building only the fields named there. The file (or its gzip stream) is read forward a window
+of events at a time (:mod:`pitstop.trace.stream`), so memory is the columns plus a few windows,
+not the file; a file that reader does not expect (or cannot read) is read whole as before,
+which also gives every broken file its one-line error. Every problem
 with the file itself (missing, truncated gzip, not JSON, JSON that is not a Kineto trace)
 raises :class:`TraceError` with one line that names the file.
 """
@@ -17,9 +20,11 @@ import msgspec
 
 from pitstop.trace.columns import EventSorter
 from pitstop.trace.model import Device, Timeline
-from pitstop.trace.wire import WireDevice, WireEvent, WireTrace
+from pitstop.trace.stream import WINDOW, NotStreamable, TraceWindows
+from pitstop.trace.wire import WireDevice, WireEvent, WireTail, WireTrace
 
-__all__ = ["TraceError", "load_timeline", "read_bytes", "decode", "TRACE_SUFFIXES", "CHUNK"]
+__all__ = ["TraceError", "load_timeline", "read_windows", "read_whole", "read_bytes", "decode", "TRACE_SUFFIXES",
+           "CHUNK"]
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 
@@ -73,23 +78,14 @@ def decode(data: bytes, path: Path) -> WireTrace:
     return wire
 
 
-def load_timeline(path: Path | str, chunk: int = CHUNK) -> Timeline:
-    """Read and type one trace file. The events are decoded ``chunk`` at a time from their raw
-    JSON slices, so only one chunk of decoded events is alive at once."""
+def load_timeline(path: Path | str, chunk: int = CHUNK, window: int = WINDOW) -> Timeline:
+    """Read and type one trace file: in windows of ``window`` bytes when the file allows
+    (:func:`read_windows`), else whole, its events typed ``chunk`` at a time (:func:`read_whole`)."""
     path = Path(path)
-    wire = decode(read_bytes(path), path)
-    raw = wire.traceEvents or []
-    builder = EventSorter()
-    for first in range(0, len(raw), chunk):
-        part = raw[first:first + chunk]
-        try:
-            events = _EVENTS.decode(b"[" + b",".join(part) + b"]")
-        except msgspec.ValidationError as exc:
-            where = re.sub(r"\$\[(\d+)\]", lambda m: f"traceEvents[{first + int(m.group(1))}]", str(exc))
-            raise TraceError(f"{path}: not a Kineto trace ({where})") from None
-        builder.add(events)
-        del events, part
-    del raw
+    try:
+        wire, builder = read_windows(path, window)
+    except (NotStreamable, msgspec.DecodeError, OSError, EOFError, zlib.error):
+        wire, builder = read_whole(path, chunk)
     if not builder.known:
         raise TraceError(f"{path}: not a Kineto trace (none of its {builder.events} events is a PyTorch profiler "
                          "operator, runtime call or GPU activity)")
@@ -103,6 +99,40 @@ def load_timeline(path: Path | str, chunk: int = CHUNK) -> Timeline:
         python=builder.python.table(), steps=tuple(sorted(builder.steps, key=lambda s: s.start)),
         gpu_devices=tuple(sorted(builder.gpu_devices)),
     )
+
+
+def read_windows(path: Path, window: int = WINDOW) -> tuple[WireTail, EventSorter]:
+    """The top-level keys and the sorted events of ``path``, read forward a window at a time;
+    raises :class:`~pitstop.trace.stream.NotStreamable`, msgspec's or the file's errors."""
+    builder = EventSorter()
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+        fh.seek(0)
+        with gzip.GzipFile(fileobj=fh) if gz else fh as src:
+            windows = TraceWindows(src, window)
+            for events in windows.events():
+                builder.add(events)
+                del events
+    assert windows.meta is not None
+    return windows.meta, builder
+
+
+def read_whole(path: Path, chunk: int = CHUNK) -> tuple[WireTrace, EventSorter]:
+    """The top level and the sorted events of ``path``, its bytes read at once and its events
+    typed ``chunk`` at a time from their raw slices; every problem is a :class:`TraceError`."""
+    wire = decode(read_bytes(path), path)
+    raw = wire.traceEvents or []
+    builder = EventSorter()
+    for first in range(0, len(raw), chunk):
+        part = raw[first:first + chunk]
+        try:
+            events = _EVENTS.decode(b"[" + b",".join(part) + b"]")
+        except msgspec.ValidationError as exc:
+            where = re.sub(r"\$\[(\d+)\]", lambda m: f"traceEvents[{first + int(m.group(1))}]", str(exc))
+            raise TraceError(f"{path}: not a Kineto trace ({where})") from None
+        builder.add(events)
+        del events, part
+    return wire, builder
 
 
 def _number(value: object) -> int | None:

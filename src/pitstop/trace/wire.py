@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-__all__ = ["WireArgs", "WireEvent", "WireDevice", "WireDistributed", "WireTrace"]
+__all__ = ["WireArgs", "WireEvent", "WireDevice", "WireDistributed", "WireTrace", "WireTail", "META_FIELDS"]
 
 _Id = int | str | None
 
@@ -70,3 +70,18 @@ class WireTrace(msgspec.Struct, frozen=True, gc=False):
     computeProperties: list[WireDevice] | None = None  # noqa: N815
     distributedInfo: WireDistributed | None = None  # noqa: N815
     schemaVersion: int | str | None = None  # noqa: N815
+
+
+class WireTail(msgspec.Struct, frozen=True, gc=False):
+    """The last part of a trace read in windows (:mod:`pitstop.trace.stream`): its last events,
+    typed at once, and the top-level keys that follow the ``traceEvents`` list."""
+
+    traceEvents: list[WireEvent] | None = None  # noqa: N815
+    deviceProperties: list[WireDevice] | None = None  # noqa: N815
+    computeProperties: list[WireDevice] | None = None  # noqa: N815
+    distributedInfo: WireDistributed | None = None  # noqa: N815
+    schemaVersion: int | str | None = None  # noqa: N815
+
+
+#: the top-level keys besides ``traceEvents`` (the same in :class:`WireTrace` and :class:`WireTail`)
+META_FIELDS = ("deviceProperties", "computeProperties", "distributedInfo", "schemaVersion")
