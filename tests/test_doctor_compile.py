@@ -80,11 +80,10 @@ def test_recompile_and_limit_messages():
 
 # -- the checks, on typed observations ------------------------------------------------------------
 def _findings(code: str, rec: CompileRecord, **kw) -> list:
-    from pitstop import registry, tips
+    from pitstop import catalog
 
-    tips.load_all()
     obs = Observations(compile=rec, steps_observed=10, step_time=StepTime(median=0.1, mean=0.1), **kw)
-    (cls,) = [c for c in registry.implementations("D") if c.tip == code and hasattr(c, "check")]
+    (cls,) = [c for c in catalog.implementations("D") if c.tip == code and hasattr(c, "check")]
     check = cls()
     assert check.skip_reason(obs) is None
     return list(check.check(obs, Thresholds()))

@@ -259,6 +259,7 @@ def test_a_failed_patch_is_the_knobs_failure():
 
     class R:  # the doctor's RunResult, as the child reports a SetupFailed raised while the script ran
         status, steps, peak_memory, elapsed, exit_code, returncode = "setup_error", [], None, 0.0, None, 1
+        compile = None
         message = "could not change Linear: AttributeError: x"
         traceback = "Traceback ...\npitstop.tune.patch.KnobApplyError: could not change Linear: AttributeError: x\n"
 
