@@ -190,20 +190,30 @@ class Diagnosis:
         """One view per rank (a single process is rank 0 of 1)."""
         return self.rank_views or [rank_view(self.observations)]
 
-    def ranks_json(self) -> list[dict[str, Any]]:
-        status = {d["rank"]: d for d in self.rank_status}
+    def rank_outcome(self, rank: int) -> tuple[str, str]:
+        """(status, message) of one rank of the job (the run's own where the job did not say)."""
+        st = next((d for d in self.rank_status if d["rank"] == rank), {})
+        return st.get("status", self.result.status), st.get("message", self.result.message)
+
+    def rank_allreduce(self, rank: int) -> tuple[float, float] | None:
+        """(bytes, rounds) one rank all-reduced per observed step (means), or None when the
+        job holds no distributed record of that rank."""
         job = self.observations.distributed
-        dist = {r.rank: r for r in job.ranks} if job is not None else {}
+        dist = next((r for r in job.ranks if r.rank == rank), None) if job is not None else None
+        return (dist.mean("allreduce_bytes"), dist.mean("reductions")) if dist is not None else None
+
+    def ranks_json(self) -> list[dict[str, Any]]:
         out = []
         for v in self.ranks():
             st = v.step_time
-            out.append({"rank": v.rank, "status": status.get(v.rank, {}).get("status", self.result.status),
-                        "message": status.get(v.rank, {}).get("message", self.result.message),
+            status, message = self.rank_outcome(v.rank)
+            ar = self.rank_allreduce(v.rank)
+            out.append({"rank": v.rank, "status": status, "message": message,
                         "step_time": {"median": st.median, "p90": st.p90, "steps": st.steps} if st else None,
                         "breakdown": dict(v.breakdown), "samples_per_s": v.samples_per_s,
                         "collective_wait": sum(v.waits) / len(v.waits) if v.waits else None,
-                        "allreduce_bytes_per_step": dist[v.rank].mean("allreduce_bytes") if v.rank in dist else None,
-                        "allreduce_rounds_per_step": dist[v.rank].mean("reductions") if v.rank in dist else None})
+                        "allreduce_bytes_per_step": ar[0] if ar is not None else None,
+                        "allreduce_rounds_per_step": ar[1] if ar is not None else None})
         return out
 
     def to_dict(self) -> dict[str, Any]:

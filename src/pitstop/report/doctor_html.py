@@ -60,8 +60,8 @@ def doctor_html(diag: Diagnosis) -> str:
         chart = stacked_bar("Step time breakdown (mean per observed step)", parts, unit="ms")
         sites = "".join(f'<p class="muted">{_esc(t)}</p>' for t in site_lines(o))
         sections.append(("Where the step time goes", chart.to_html() + sites))
-    if diag.world_size > 1:  # TODO: report/doctor_ranks.py (torchrun) still reads the JSON form
-        headers, rows = rank_rows(diag.to_dict())
+    if diag.world_size > 1:
+        headers, rows = rank_rows(diag)
         sections.append((f"{diag.world_size} ranks side by side",
                          _table(headers, [[_esc(c) for c in row] for row in rows])))
     records = r.steps

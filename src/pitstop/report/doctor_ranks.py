@@ -7,6 +7,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from pitstop.doctor.diagnosis import Diagnosis
 from pitstop.ranks import spread
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
 
@@ -27,47 +28,48 @@ def _ddp_line(logging: dict[str, Any]) -> str:
     return "DDP's own logging data (rank 0, sampled by DDP): " + ", ".join(parts)
 
 
-def rank_rows(d: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def rank_rows(diag: Diagnosis) -> tuple[list[str], list[list[str]]]:
     """The ranks side by side as plain cells: (headers, rows), one column per rank."""
-    late = set(d["stragglers"])
-    ranks = d["ranks"]
-    headers = [""] + [f"rank {r['rank']}" + (" (straggler)" if r["rank"] in late else "") for r in ranks]
-    st = [r["step_time"] or {} for r in ranks]
-    rows = [["status", *(r["status"] for r in ranks)],
-            ["step (median)", *(fmt_seconds(s.get("median")) if s else "n/a" for s in st)],
-            ["step (p90)", *(fmt_seconds(s.get("p90")) if s else "n/a" for s in st)],
-            ["samples/s", *(f"{r['samples_per_s']:.0f}" if r.get("samples_per_s") else "n/a" for r in ranks)]]
+    late = set(diag.stragglers)
+    ranks = diag.ranks()
+    headers = [""] + [f"rank {v.rank}" + (" (straggler)" if v.rank in late else "") for v in ranks]
+    st = [v.step_time for v in ranks]
+    rows = [["status", *(diag.rank_outcome(v.rank)[0] for v in ranks)],
+            ["step (median)", *(fmt_seconds(s.median) if s is not None else "n/a" for s in st)],
+            ["step (p90)", *(fmt_seconds(s.p90) if s is not None else "n/a" for s in st)],
+            ["samples/s", *(f"{v.samples_per_s:.0f}" if v.samples_per_s else "n/a" for v in ranks)]]
     for p in RANK_PHASES:
-        if any((r["breakdown"] or {}).get(p) for r in ranks):
-            rows.append([f"{p} (mean)", *(fmt_seconds((r["breakdown"] or {}).get(p)) for r in ranks)])
-    if any(r.get("allreduce_bytes_per_step") for r in ranks):
-        rows.append(["all-reduce/step", *(f"{fmt_bytes(r['allreduce_bytes_per_step'])} in "
-                                          f"{r['allreduce_rounds_per_step']:g} round(s)"
-                                          if r.get("allreduce_bytes_per_step") else "" for r in ranks)])
+        if any(v.breakdown.get(p) for v in ranks):
+            rows.append([f"{p} (mean)", *(fmt_seconds(v.breakdown.get(p)) for v in ranks)])
+    allreduce = [diag.rank_allreduce(v.rank) for v in ranks]
+    if any(ar is not None and ar[0] for ar in allreduce):
+        rows.append(["all-reduce/step", *(f"{fmt_bytes(ar[0])} in {ar[1]:g} round(s)"
+                                          if ar is not None and ar[0] else "" for ar in allreduce)])
     return headers, rows
 
 
-def render_ranks(diag, d: dict[str, Any], con) -> None:
+def render_ranks(diag: Diagnosis, con: Any) -> None:
     """The per-rank table, spread, all-reduce volume, the failing rank's traceback."""
-    if d["world_size"] <= 1:
+    if diag.world_size <= 1:
         return
-    late = set(d["stragglers"])
-    headers, rows = rank_rows(d)
-    table = Table(title=f"{d['world_size']} ranks side by side", title_justify="left")
+    late = set(diag.stragglers)
+    ranks = diag.ranks()
+    headers, rows = rank_rows(diag)
+    table = Table(title=f"{diag.world_size} ranks side by side", title_justify="left")
     table.add_column("")
-    for r, h in zip(d["ranks"], headers[1:]):
+    for v, h in zip(ranks, headers[1:]):
         table.add_column(h.replace(" (straggler)", "*"), justify="right",
-                         style="bold red" if r["rank"] in late else None)
+                         style="bold red" if v.rank in late else None)
     for row in rows:
         table.add_row(*row)
     con.print(table)
     if late:
         con.print("* straggler: the other ranks steadily wait for it (see the findings)")
-    sp = spread(diag.ranks())
+    sp = spread(ranks)
     if sp is not None:
         con.print(f"step-time spread: rank {sp.slowest_rank} {fmt_seconds(sp.slowest)} / rank {sp.fastest_rank} "
                   f"{fmt_seconds(sp.fastest)} = {sp.ratio:.2f}x (medians)")
-    vols = [r["allreduce_bytes_per_step"] for r in d["ranks"] if r.get("allreduce_bytes_per_step")]
+    vols = [ar[0] for v in ranks if (ar := diag.rank_allreduce(v.rank)) is not None and ar[0]]
     if vols:
         con.print(f"all-reduce volume per optimizer step: {fmt_bytes(sum(vols))} over {len(vols)} ranks "
                   f"({fmt_bytes(max(vols))} per rank)")
@@ -80,6 +82,7 @@ def render_ranks(diag, d: dict[str, Any], con) -> None:
         if src:
             con.print(f"collective waits: explicit torch.distributed calls timed; DDP's reduction by {src}",
                       markup=False, highlight=False)
-    if d["traceback"]:
-        con.print(Text(f"\nTraceback of the rank that failed first ({d['message']}):", style="bold"))
-        con.print(d["traceback"].rstrip(), markup=False, highlight=False)
+    traceback = diag.result.traceback
+    if traceback:
+        con.print(Text(f"\nTraceback of the rank that failed first ({diag.headline}):", style="bold"))
+        con.print(traceback.rstrip(), markup=False, highlight=False)

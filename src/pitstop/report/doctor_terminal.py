@@ -166,8 +166,8 @@ def render(diag: Diagnosis, file: IO[str] | None = None) -> None:
             con.print(f"  {line}")
         if tp.batch_how:
             con.print(f"  batch: {tp.batch_how}")
-    if diag.world_size > 1:  # TODO: report/doctor_ranks.py (torchrun) still reads the JSON form
-        render_ranks(diag, diag.to_dict(), con)
+    if diag.world_size > 1:
+        render_ranks(diag, con)
     if o.memory is not None and observed:
         table = Table(title="Memory", title_justify="left")
         for col in ("part", "bytes", "note"):

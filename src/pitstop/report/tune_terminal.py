@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import IO, Any
 
 from pitstop.jsoncodec import dumps
+from pitstop.paired import Decision
 from pitstop.report.terminal import fmt_bytes, make_console
-from pitstop.tune.result import TuneResult
+from pitstop.tune.equivalence import LossCheck
+from pitstop.tune.result import Trial, TuneResult
 from pitstop.tune.sweep import SweepResult
 
 __all__ = ["render_text", "render_json", "VERDICT_TEXT"]
@@ -20,20 +22,20 @@ def render_json(result: TuneResult) -> str:
     return dumps(result.to_dict())
 
 
-def _speed(sp: dict[str, Any] | None) -> str:
-    if not sp:
+def _speed(sp: Decision | None) -> str:
+    if sp is None:
         return "-"
-    return f"{sp['ratio']:.2f}x [{sp['low']:.2f}, {sp['high']:.2f}]"
+    return f"{sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}]"
 
 
-def _loss(lc: dict[str, Any] | None) -> str:
-    if not lc:
+def _loss(lc: LossCheck | None) -> str:
+    if lc is None:
         return "-"
-    if lc["status"] == "ok":
-        return f"ok ({lc['deviation']:.2%})"
-    if lc["status"] == "diverged":
-        return f"DIVERGED ({lc['deviation']:.1%} > {lc['tolerance']:.1%})"
-    return lc["status"]
+    if lc.status == "ok":
+        return f"ok ({lc.deviation:.2%})"
+    if lc.status == "diverged":
+        return f"DIVERGED ({lc.deviation:.1%} > {lc.tolerance:.1%})"
+    return lc.status
 
 
 def _mem(delta: int | None) -> str:
@@ -62,7 +64,7 @@ def _time(console: Any, result: TuneResult) -> None:
     console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
-def _compile_text(t: Any) -> str:
+def _compile_text(t: Trial) -> str:
     c = t.compile
     if t.status == "kept" and c.break_even_steps:
         return f"; compile {c.compile_s:.1f} s, pays off after {c.break_even_steps} steps"
@@ -73,8 +75,7 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
     """The terminal report: settings and baseline, the trials table, the combination, the
     best configuration with the code to use it, the sweep, notes and where the time went."""
     console = make_console(file, width=width or 150)
-    d = result.to_dict()
-    _header(console, result, d)
+    _header(console, result)
     console.print(_trials_table(result))
     console.print("steps/s: the baseline's times the paired speed-up (wall-clock rates of single runs are in the JSON)",
                   markup=False, highlight=False)
@@ -85,7 +86,7 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
             iv = f" ({sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}])" if sp is not None else ""
             console.print(f"  {_STEP_TEXT.get(step.status, step.status):13s} {step.added}{iv}: {step.reason}",
                           markup=False, highlight=False)
-    _best(console, result, d["best"])
+    _best(console, result)
     if result.sweep:
         _sweep(console, result.sweep)
     for note in result.notes:
@@ -93,17 +94,16 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
     _time(console, result)
 
 
-def _header(console: Any, result: TuneResult, d: dict[str, Any]) -> None:
-    base = d["baseline"]
-    sps = base["steps_per_s"]
+def _header(console: Any, result: TuneResult) -> None:
+    sps, samples = result.baseline_steps_per_s, result.baseline_samples_per_s
     opts = result.settings.options
     console.print(f"[bold]pitstop tune[/bold] {result.target}  ({result.mode} mode, {result.device}; "
                   f"{opts.steps} steps after {opts.warmup} warmup per run; each trial paired with the baseline "
                   f"runs next to it, {max(2, opts.repeats)} to {opts.max_pairs} pairs)")
     console.print(f"baseline: {sps:.2f} steps/s" if sps else "baseline: not measured", end="")
-    if base["samples_per_s"]:
-        console.print(f", {base['samples_per_s']:.1f} samples/s", end="")
-    console.print(f" ({base['runs']} runs; their spread {result.noise:.0%}, already inside each paired interval)"
+    if samples:
+        console.print(f", {samples:.1f} samples/s", end="")
+    console.print(f" ({len(result.baseline.runs)} runs; their spread {result.noise:.0%}, already inside each paired interval)"
                   if result.noise is not None else "")
     why = _why(result)
     if why:
@@ -128,27 +128,27 @@ def _trials_table(result: TuneResult) -> Any:
         verdict = VERDICT_TEXT.get(t.status, t.status)
         style = _STYLE.get(t.status, "")
         reason = t.reason + (_compile_text(t) if t.compile else "") + (f"; {t.hardware.text()}" if t.hardware else "") + (f"; {t.explanation}" if t.explanation else "")
-        sp = t.speedup
+        sp = t.speed
         table.add_row(t.name, codes, f"{t.steps_per_s:.2f}" if t.steps_per_s else "-", _speed(sp),
-                      str(sp["rounds"]) if sp else "-", _mem(t.memory_change),
-                      _loss(t.loss_check.to_dict() if t.loss_check is not None else None),
+                      str(sp.pairs) if sp is not None else "-", _mem(t.memory_change), _loss(t.loss_check),
                       f"[{style}]{verdict}[/]" if style else verdict, reason)
     return table
 
 
-def _best(console: Any, result: TuneResult, best: dict[str, Any]) -> None:
+def _best(console: Any, result: TuneResult) -> None:
     """The best configuration and how to use it (framework options, plain PyTorch, the engine)."""
-    if result.best is None:
+    best = result.best
+    if best is None:
         why = ("no trick held in fresh pairs after it was chosen" if result.combination
                else "no trick was faster and loss-equivalent")
         console.print(f"[bold]best: the baseline[/bold]: {why}")
         return
-    console.print(f"[bold green]best: {result.best.name}[/] -> {_speed(best['speedup'])} vs the baseline "
-                  f"({best['steps_per_s']:.2f} steps/s), loss {_loss(best['loss_check'])}")
-    cfg = best.get("framework")
-    if cfg:
-        console.print(f"\n[bold]set it in your {cfg['target'].split('.')[-1]}[/bold] ({cfg['framework']} detected)")
-        console.print(cfg["snippet"], markup=False, highlight=False)
+    console.print(f"[bold green]best: {best.name}[/] -> {_speed(best.speed)} vs the baseline "
+                  f"({result.best_steps_per_s:.2f} steps/s), loss {_loss(best.loss_check)}")
+    cfg = result.framework_config()
+    if cfg is not None:
+        console.print(f"\n[bold]set it in your {cfg.target.split('.')[-1]}[/bold] ({cfg.framework} detected)")
+        console.print(cfg.snippet(), markup=False, highlight=False)
         console.print("[bold]or, in plain PyTorch[/bold]")
     else:
         console.print("\n[bold]paste into your script[/bold]")
@@ -156,7 +156,7 @@ def _best(console: Any, result: TuneResult, best: dict[str, Any]) -> None:
     from pitstop.tune.snippet import recipe_snippet
 
     console.print("[bold]or train with the engine[/bold] (pitstop.fit; --save-recipe writes it as a file)")
-    console.print(recipe_snippet(best["recipe_changed"]), markup=False, highlight=False)
+    console.print(recipe_snippet(result.recipe_changed()), markup=False, highlight=False)
 
 
 _STEP_TEXT = {"added": "added", "no_gain": "not added", "slower": "not added", "rejected": "REJECTED",

@@ -45,6 +45,7 @@ from pitstop.tune.knob import Context, Setting
 from pitstop.tune.search_info import BudgetUse, ScriptWarnings, TimeSplit, TuneSettings
 
 if TYPE_CHECKING:
+    from pitstop.engine.export import FrameworkConfig
     from pitstop.engine.recipe import Recipe
     from pitstop.tune.sweep import SweepResult  # sweep.py imports options.py, which imports this module
 
@@ -308,12 +309,43 @@ class TuneResult:
 
         return Recipe.from_dict(self.best_recipe) if self.best_recipe else Recipe()
 
+    @property
+    def baseline_steps_per_s(self) -> float | None:
+        """The baseline's wall-clock steps/s of its own runs (None when not measured)."""
+        return _num(self.baseline.measured_steps_per_s)
+
+    @property
+    def baseline_samples_per_s(self) -> float | None:
+        return _num(self.baseline.samples_per_s)
+
+    @property
+    def best_steps_per_s(self) -> float | None:
+        """The best configuration's steps/s (the baseline's when nothing was kept)."""
+        return _num(self.best.steps_per_s) if self.best is not None else self.baseline_steps_per_s
+
+    def recipe_changed(self) -> dict[str, Any]:
+        """The fields of :meth:`recipe` that differ from the default :class:`pitstop.Recipe`."""
+        from pitstop.engine.recipe import Recipe
+
+        default = Recipe().to_dict()
+        return {k: v for k, v in self.recipe().to_dict().items() if v != default[k]}
+
+    def framework_config(self) -> FrameworkConfig | None:
+        """The best recipe in the detected framework's options (:mod:`pitstop.engine.export`),
+        or None (no framework detected, or nothing changed)."""
+        framework = self.context.framework
+        recipe = self.recipe()
+        if not framework or not recipe.changed():
+            return None
+        from pitstop.engine.export import export
+
+        return export(recipe, framework)
+
     def to_dict(self) -> dict[str, Any]:
         base = self.baseline
         best = self.best
-        from pitstop.engine.recipe import Recipe
-
         recipe = self.recipe()
+        cfg = self.framework_config()
         return {
             "schema": SCHEMA,
             "mode": self.mode,
@@ -322,7 +354,7 @@ class TuneResult:
             "settings": self.settings.to_dict(self.mode),
             "context": self.context.to_dict(),
             "baseline": {
-                "steps_per_s": _num(base.measured_steps_per_s), "samples_per_s": _num(base.samples_per_s),
+                "steps_per_s": self.baseline_steps_per_s, "samples_per_s": self.baseline_samples_per_s,
                 "step_time": _num(base.median_step), "noise": _num(self.noise), "runs": len(base.runs),
                 "run_step_times": [_num(r.median_step) for r in base.runs],
                 "peak_memory": base.peak_memory, "batch_size": base.batch_size,
@@ -333,12 +365,12 @@ class TuneResult:
             "best": {
                 "knobs": [s.to_dict() for s in best.settings] if best else [],
                 "recipe": recipe.to_dict(),
-                "recipe_changed": {k: v for k, v in recipe.to_dict().items() if v != Recipe().to_dict()[k]},
+                "recipe_changed": self.recipe_changed(),
                 "speedup": best.speedup if best else None,
-                "steps_per_s": _num(best.steps_per_s) if best else _num(base.measured_steps_per_s),
+                "steps_per_s": self.best_steps_per_s,
                 "loss_check": best.loss_check.to_dict() if best and best.loss_check is not None else None,
                 "snippet": self.snippet,
-                "framework": _framework_config(recipe, self.context),
+                "framework": {**cfg.to_dict(), "snippet": cfg.snippet()} if cfg is not None else None,
                 "measured": bool(best and best.runs),
             },
             "sweep": to_json(self.sweep),
@@ -347,17 +379,6 @@ class TuneResult:
             "script_warnings": to_json(self.script_warnings),
             "notes": list(self.notes),
         }
-
-
-def _framework_config(recipe: Any, context: Context) -> dict[str, Any] | None:
-    """The recipe in the detected framework's options (:mod:`pitstop.engine.export`), or None."""
-    framework = context.framework
-    if not framework or not recipe.changed():
-        return None
-    from pitstop.engine.export import export
-
-    cfg = export(recipe, framework)
-    return {**cfg.to_dict(), "snippet": cfg.snippet()}
 
 
 def _num(x: float | None) -> float | None:
