@@ -40,7 +40,7 @@ from pitstop.engine.recipe import Recipe
 from pitstop.engine.step import make_step
 from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.peak import is_oom, tracked_peak
-from pitstop.tune.result import Run
+from pitstop.tune.run import Run
 from pitstop.tune.options import merge_recipe_fields
 
 __all__ = ["ApiBackend", "find_blocks"]

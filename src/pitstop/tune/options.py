@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pitstop.tune.knob import Context, Knob, Setting
-from pitstop.tune.result import Run
+from pitstop.tune.run import Run
 from pitstop.tune.verdict import DEFAULT_CONFIDENCE, DEFAULT_MARGIN
 
 __all__ = ["TuneOptions", "Backend", "TuneError", "Budget", "select_knobs", "merge_recipe_fields"]

@@ -21,7 +21,7 @@ from typing import Any
 
 from pitstop.tune.context import context_from_observations
 from pitstop.tune.knob import Context, Knob, Setting
-from pitstop.tune.result import Run
+from pitstop.tune.run import Run
 from pitstop.tune.options import TuneError
 
 __all__ = ["SURVEY_STEPS", "ScriptBackend", "run_from_result", "TuneInputError", "passive_omp_reason"]

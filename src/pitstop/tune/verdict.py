@@ -15,13 +15,21 @@ or CUDA event time) is chosen from the load the runs observed and shown with the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 if TYPE_CHECKING:
     from pitstop.paired import Decision, DecisionStatus
-    from pitstop.tune.result import TrialStatus
 
-__all__ = ["verdict", "VERDICT_OF", "DEFAULT_MARGIN", "DEFAULT_CONFIDENCE"]
+__all__ = ["verdict", "VERDICT_OF", "DEFAULT_MARGIN", "DEFAULT_CONFIDENCE", "TrialStatus", "STATUSES"]
+
+#: Verdicts of a trial. ``kept``: faster beyond the noise and equivalent; ``no_gain``: not
+#: measurably faster (an honest, normal result); ``slower``: measurably slower;
+#: ``rejected``: the loss trajectory is not equivalent (diverged, NaN); ``failed``: a run
+#: crashed, hung (timeout), ran out of memory, or its setup failed; ``not_applicable``: the
+#: knob cannot change this training (with the reason); ``skipped``: not measured (budget,
+#: conflict with a kept trick).
+TrialStatus = Literal["kept", "no_gain", "slower", "rejected", "failed", "not_applicable", "skipped"]
+STATUSES: tuple[TrialStatus, ...] = get_args(TrialStatus)
 
 DEFAULT_MARGIN = 0.05
 DEFAULT_CONFIDENCE = 0.9
