@@ -9,7 +9,8 @@ wrote. A check is one class per tip, appended to its tip module::
             if obs.share("data") > th.data_wait_share:
                 yield self.finding(...)
 
-``requires = "cuda"`` makes the mechanism skip the check on other devices and say why.
+``requires = "cuda"`` makes the mechanism skip the check on other devices and say why;
+``requires = "compiled"`` skips it when the run compiled nothing.
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ class Check(Face, face="D"):
     """Base of every doctor check. Subclass with ``tip="PITnnn"`` in the tip's module.
 
     Override :meth:`check` (a generator of findings); optionally :meth:`skip_reason` to
-    say why the check cannot apply to this run. ``requires = "cuda"`` skips on CPU.
+    say why the check cannot apply to this run. ``requires = "cuda"`` skips on CPU,
+    ``requires = "compiled"`` when nothing was ``torch.compile``'d.
     """
 
     requires: ClassVar[str] = "any"
@@ -160,6 +162,8 @@ class Check(Face, face="D"):
     def skip_reason(self, obs: Observations) -> str | None:
         if self.requires == "cuda" and not obs.on_cuda:
             return f"needs a CUDA device (this run trained on {obs.device})"
+        if self.requires == "compiled" and not obs.compiled:
+            return "nothing is torch.compile'd in this run"
         return None
 
     def check(self, obs: Observations, th: Thresholds) -> Iterable[Finding]:

@@ -107,14 +107,10 @@ class GraphBreakCheck(Check, tip="PIT608"):
     ranked by what it measurably costs: the host-device sync at that line when the break reads
     a value (the doctor times it), otherwise unmeasured (``medium``: fusion stops there)."""
 
+    requires = "compiled"
     looks_at = "graph breaks dynamo reported in the user's compiled code"
     #: most findings listed one by one; the rest are summed up in the last one.
     most = 5
-
-    def skip_reason(self, obs):
-        if not obs.compiled:
-            return "nothing is torch.compile'd in this run"
-        return super().skip_reason(obs)
 
     def check(self, obs, th):
         c = obs.compile

@@ -105,15 +105,11 @@ class RecompileCheck(Check, tip="PIT609"):
     or recompiled at least :attr:`at_least` times for one guard; the impact is the compile
     time inside the observed steps, as a share of them (measured)."""
 
+    requires = "compiled"
     looks_at = "recompilations and recompile-limit hits of the user's compiled code"
     #: recompilations of one function for one guard before it is a finding: one or two per
     #: distinct shape (train / eval batch) are normal.
     at_least = 3
-
-    def skip_reason(self, obs):
-        if not obs.compiled:
-            return "nothing is torch.compile'd in this run"
-        return super().skip_reason(obs)
 
     def check(self, obs, th):
         c = obs.compile
