@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 from pitstop.doctor.observations import Observations
 from pitstop.catalog import Face
+from pitstop.units import mib, ms, pct, short_where
 
 __all__ = ["Check", "Finding", "in_framework_terms", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib", "short_where"]
 
@@ -192,24 +193,3 @@ def in_framework_terms(check: Check, finding: Finding, obs: Observations) -> Fin
         return finding
     label = (obs.framework.label if obs.framework else None) or name
     return dataclasses.replace(finding, fix=f"{label}: {fw}; in plain PyTorch: {finding.fix}")
-
-
-def pct(x: float | None) -> str:
-    """``0.123`` -> ``"12.3%"`` (for evidence strings)."""
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
-def short_where(where: str | None, unknown: str = "an unknown line") -> str:
-    """``/a/b/model.py:45`` -> ``model.py:45`` (for titles; the evidence keeps the full path)."""
-    if not where:
-        return unknown
-    path, _, line = where.rpartition(":")
-    return f"{path.rsplit('/', 1)[-1]}:{line}"
-
-
-def ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
-
-
-def mib(nbytes: float | None) -> str:
-    return "n/a" if nbytes is None else f"{nbytes / 2**20:.1f} MiB"

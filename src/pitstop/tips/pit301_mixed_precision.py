@@ -348,7 +348,7 @@ class Fp32MathTrace(TraceCheck, tip="PIT301"):
             return
         if p.matmul_share < th.matmul_share or p.fp32_share < th.fp32_share:
             return
-        impact = gpu.busy * p.matmul_share * p.fp32_share * 0.5
+        impact = p.fp32_math(gpu.busy) * 0.5  # if reduced precision halves those kernels
         yield self.finding(
             th, rank, title=f"fp32 matmuls and convolutions on a tensor-core GPU ({rank.device})", impact=impact,
             evidence=(f"GEMM/conv kernels are {pct(p.matmul_share)} of kernel time and {pct(p.fp32_share)} of them run "

@@ -145,7 +145,7 @@ class Tf32Trace(TraceCheck, tip="PIT304"):
             return
         if p.matmul_share < th.matmul_share or p.fp32_share < th.fp32_share:
             return
-        impact = gpu.busy * p.matmul_share * p.fp32_share * 0.5
+        impact = p.fp32_math(gpu.busy) * 0.5  # if reduced precision halves those kernels
         yield self.finding(
             th, rank, title="fp32 matmuls without TF32 on an Ampere+ GPU", impact=impact,
             evidence=(f"{pct(p.fp32_share)} of GEMM/conv time ({pct(p.matmul_share)} of kernel time) runs in plain "

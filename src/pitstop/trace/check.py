@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pitstop.catalog import Face
+from pitstop.units import ms, pct
 from pitstop.trace.result import RankResult, TraceFinding
 from pitstop.trace.thresholds import TraceThresholds
 
@@ -37,12 +38,6 @@ def severity_of(impact: float | None, th: TraceThresholds) -> str:
     return "high" if impact >= th.high_share else "medium" if impact >= th.medium_share else "low"
 
 
-def pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
-def ms(seconds: float | None) -> str:
-    return "n/a" if seconds is None else f"{seconds * 1e3:.1f} ms"
 
 
 class TraceCheck(Face, face="T"):

@@ -126,6 +126,11 @@ class Precision:
     tensor_cores: bool | None
     tf32_capable: bool
 
+    def fp32_math(self, busy: float) -> float:
+        """Share of the step that fp32 GEMM/conv kernels take, given the GPU's busy share:
+        kernel time is counted as busy time, split by the shares above."""
+        return busy * self.matmul_share * self.fp32_share
+
 
 @dataclass(frozen=True)
 class Launches:
