@@ -11,7 +11,7 @@ from pitstop.catalog import implementations
 from pitstop.tune.equivalence import FLOOR_EXACT, FLOOR_REDUCED, check_losses, median_trajectory
 from pitstop.tune.knob import Context, Knob, all_knobs
 from pitstop.tune.result import Run
-from pitstop.paired import Pair, Sample, choose_measure, decide
+from pitstop.paired import Measure, Pair, Sample, choose_measure, decide
 from pitstop.stats import paired_ratio_interval
 from pitstop.tune.options import TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.verdict import verdict
@@ -127,6 +127,28 @@ def test_the_measure_follows_the_observed_load():
     gpu = choose_measure([Pair(Sample(wall=0.1, gpu=0.05), Sample(wall=0.1, gpu=0.04))])
     assert gpu.name == "gpu"
     assert choose_measure([Pair(Sample(wall=0.1), Sample(wall=0.05))]).name == "wall"  # no clocks: wall
+
+
+def test_one_contended_run_is_enough_to_leave_wall_time():
+    """Load that comes and goes (CI once: two spinners, the scheduler gave the tuned process a
+    core of its own most of the time): a no-op trial whose baseline runs were the contended
+    ones looked 1.1-1.2x faster on wall time, 3/3 pairs. The typical run was quiet; the
+    busiest one decides, and on CPU time the no-op is the same."""
+    quiet = Sample(wall=0.100, cpu=0.100, run_delay=0.0, active=0.100)
+    contended = Sample(wall=0.125, cpu=0.100, run_delay=0.025, active=0.125)  # waited 25% for a core
+    pairs = [Pair(contended, quiet), Pair(quiet, quiet), Pair(contended, quiet)]
+    m = choose_measure(pairs)
+    assert m.name == "cpu" and "up to 25%" in m.why and m.contention == pytest.approx(0.25)
+    assert decide(pairs).status == "same"
+    assert decide(pairs, measure=Measure("wall", "forced")).ratio > 1.05  # what wall time would have said
+
+
+def test_a_contended_single_thread_does_not_change_parallelism():
+    """Waiting for a core lowers CPU s per wall s (1.0 -> 0.8) but not the cores the step
+    wants: contention on one side is not a change of parallelism that sends it to wall time."""
+    quiet = Sample(wall=0.100, cpu=0.100, run_delay=0.0, active=0.100)
+    contended = Sample(wall=0.125, cpu=0.100, run_delay=0.025, active=0.125)
+    assert choose_measure([Pair(contended, quiet)] * 3).name == "cpu"
 
 
 def test_busy_pairs_decide_on_cpu_time_what_quiet_pairs_decide_on_wall_time():

@@ -12,7 +12,7 @@ other in time.
   ratio (baseline / candidate, > 1: the candidate is faster) cancels the load both saw.
 - :func:`choose_measure` picks the clock that the load actually observed does not distort,
   and says why: CUDA event time on a GPU; on CPU wall time when the machine is quiet, CPU
-  time when threads waited for cores (contention), but wall time again when the step is
+  time when threads waited for cores (contention, in any run of the pairs: a single contended run skews its pair), but wall time again when the step is
   *wait-dominated* (its main thread slept: CPU time misses such waits) or when the candidate
   changes how many cores work (DataLoader workers: CPU time cannot credit parallelism).
 - :func:`decide` gives the interval over pairs (:func:`pitstop.stats.paired_ratio_interval`)
@@ -97,7 +97,7 @@ class Pair:
 class Measure:
     name: str    # "wall" | "cpu" | "gpu"
     why: str
-    contention: float | None = None   # run-queue delay per CPU second (median over samples)
+    contention: float | None = None   # run-queue delay per CPU second (the busiest run of the pairs)
     asleep: float | None = None       # share of the step the main thread slept (the larger side)
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,7 +111,8 @@ def choose_measure(pairs: Sequence[Pair]) -> Measure:
         return Measure("gpu", "CUDA events at the step boundaries (host load does not enter)")
     if not samples or any(s.cpu is None or s.run_delay is None for s in samples):
         return Measure("wall", "wall time (no per-process CPU clocks on this system)")
-    contention = median([s.run_delay / s.cpu for s in samples if s.cpu]) or 0.0
+    per_run = [s.run_delay / s.cpu for s in samples if s.cpu]
+    contention = max(per_run, default=0.0)  # the busiest run: one contended run skews its pair's wall ratio
 
     def asleep(side: str) -> float | None:
         xs = [1 - getattr(p, side).active / getattr(p, side).wall for p in pairs
@@ -120,19 +121,23 @@ def choose_measure(pairs: Sequence[Pair]) -> Measure:
 
     sleep = max((x for x in (asleep("base"), asleep("trial")) if x is not None), default=None)
     if contention < CONTENTION:
-        return Measure("wall", f"wall time: the machine is quiet (threads waited {contention:.0%} of their CPU "
-                               "time for a core)", contention, sleep)
+        return Measure("wall", f"wall time: the machine is quiet (threads waited at most {contention:.0%} of their "
+                               "CPU time for a core, in every run)", contention, sleep)
     if sleep is not None and sleep > WAIT_DOMINATED:
         return Measure("wall", f"wall time: the step is wait-dominated (the main thread slept {sleep:.0%} of it; CPU "
                                "time misses waits), although the machine is busy", contention, sleep)
-    util_b = median([p.base.cpu / p.base.wall for p in pairs if p.base.wall])
-    util_t = median([p.trial.cpu / p.trial.wall for p in pairs if p.trial.wall])
+    # cores wanted: CPU time plus the time spent waiting for a core, per second (a contended
+    # single thread wants 1.0 although it got 0.7: contention is not a change of parallelism)
+    util_b = median([(p.base.cpu + p.base.run_delay) / p.base.wall for p in pairs if p.base.wall])
+    util_t = median([(p.trial.cpu + p.trial.run_delay) / p.trial.wall for p in pairs if p.trial.wall])
     if util_b and util_t and not 1 / PARALLEL_CHANGE < util_t / util_b < PARALLEL_CHANGE:
         return Measure("wall", f"wall time: the candidate changes how many cores work ({util_b:.1f} -> {util_t:.1f} "
                                "CPU s per s; CPU time cannot credit parallelism), although the machine is busy",
                        contention, sleep)
-    return Measure("cpu", f"CPU time (process + workers): the machine is busy (threads waited {contention:.0%} of "
-                          "their CPU time for a core), which inflates wall time", contention, sleep)
+    typical = median(per_run) or 0.0
+    return Measure("cpu", f"CPU time (process + workers): the machine is busy (threads waited up to {contention:.0%} "
+                          f"of their CPU time for a core, {typical:.0%} in the typical run), which inflates wall time",
+                   contention, sleep)
 
 
 #: How a paired comparison ended (:func:`decide`); ``tune/verdict.py`` maps each to a trial status.
