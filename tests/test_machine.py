@@ -50,3 +50,32 @@ def test_a_large_bf16_slowdown_is_explained_only_where_the_cpu_has_no_native_bf1
     assert bf16_slowdown_note(LARGE_SLOWDOWN * 1.2, epyc) is None      # not a large slowdown
     assert bf16_slowdown_note(1.3, epyc) is None and bf16_slowdown_note(None, epyc) is None
     assert bf16_slowdown_note(1 / 13, CpuFeatures("unknown CPU")) is None  # flags not read: say nothing
+
+
+def test_onednn_capped_below_avx512_bf16_has_no_native_bf16(cpuinfo, tmp_path):
+    """ONEDNN_MAX_CPU_ISA=AVX2 on a CPU with AVX512-BF16 is what an AVX2-only CPU gets from
+    oneDNN (bf16 measured 17.9x slower than fp32 on this machine's EPYC, docs/guide/hardware.md):
+    the note names the cap, not missing flags."""
+    from pitstop.machine import onednn_cap
+
+    p = tmp_path / "cpuinfo"
+    p.write_text(XEON_AMX)
+    capped = cpu_features(str(p), environ={"ONEDNN_MAX_CPU_ISA": "avx2"})
+    assert capped.cap == "AVX2" and capped.bf16_flags and not capped.native_bf16
+    note = bf16_slowdown_note(1 / 17.9, capped)
+    assert note is not None and note.cap == "AVX2" and note.missing == ()
+    assert "capped at AVX2" in note.text() and "17.9x slower" in note.text()
+    assert HardwareNote.from_dict(note.to_dict()) == note
+    # DNNL_ is oneDNN's older spelling; ONEDNN_ wins when both are set; a cap at or above
+    # AVX512_CORE_BF16, DEFAULT, ALL or an unknown name leaves bf16 native
+    assert onednn_cap({"DNNL_MAX_CPU_ISA": "AVX512_CORE"}) == "AVX512_CORE"
+    assert onednn_cap({"ONEDNN_MAX_CPU_ISA": "AVX2", "DNNL_MAX_CPU_ISA": "AVX512_CORE_AMX"}) == "AVX2"
+    for value in ("AVX512_CORE_BF16", "avx512_core_amx", "AVX10_1_512"):
+        assert cpu_features(str(p), environ={"ONEDNN_MAX_CPU_ISA": value}).native_bf16, value
+    for value in ("DEFAULT", "ALL", "AVX9000", ""):
+        f = cpu_features(str(p), environ={"ONEDNN_MAX_CPU_ISA": value})
+        assert f.cap is None and f.native_bf16, value
+    assert bf16_slowdown_note(1 / 17.9, cpu_features(str(p), environ={})) is None
+    # a CPU without the flags: the note says so, whatever the cap
+    epyc = cpuinfo(EPYC_AVX2)
+    assert "no AVX512-BF16/AMX" in bf16_slowdown_note(1 / 13, epyc).text()

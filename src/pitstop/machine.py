@@ -4,8 +4,11 @@ on them, and what its CPU can do. One place for the doctor, tune, lint and bench
 machine's count, and "this CPU has native bf16" is read one way (the ``/proc/cpuinfo`` flags).
 
 - :func:`cpu_features`: the CPU's model name and flags (:class:`CpuFeatures`); ``native_bf16``
-  when it has AVX512-BF16 or AMX-BF16 (oneDNN's fast bf16 kernels), else bf16 autocast is
-  emulated in fp32 and usually several times slower than fp32.
+  when it has AVX512-BF16 or AMX-BF16 (oneDNN's fast bf16 kernels) and oneDNN may use them,
+  else bf16 autocast is emulated in fp32 and usually several times slower than fp32. oneDNN
+  may be capped below the CPU: ``ONEDNN_MAX_CPU_ISA`` (or ``DNNL_MAX_CPU_ISA``) in the process's
+  environment, which oneDNN itself reads, limits it to an older ISA (``AVX2``: what an
+  AVX2-only CPU gets; measured here, see docs/guide/hardware.md).
 - :func:`bf16_slowdown_note`: a :class:`HardwareNote` when a measured bf16 slowdown is large
   and this CPU has no native bf16 (the doctor's probe and tune's autocast trial attach it).
 """
@@ -15,16 +18,26 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["usable_cores", "machine_cores", "machine_load", "runnable_others", "CpuFeatures", "cpu_features",
-           "HardwareNote", "bf16_slowdown_note", "BF16_FLAGS", "LARGE_SLOWDOWN"]
+           "HardwareNote", "bf16_slowdown_note", "onednn_cap", "BF16_FLAGS", "LARGE_SLOWDOWN", "ONEDNN_ISAS",
+           "ONEDNN_CAP_VARS"]
 
 #: /proc/cpuinfo flags of native bf16 arithmetic (AVX512-BF16 dot products, AMX tiles).
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 #: a candidate / baseline speed ratio at or below which a slowdown is large (2x slower or worse).
 LARGE_SLOWDOWN = 0.5
+#: oneDNN's CPU ISAs, oldest first (names of its ``dnnl_cpu_isa_t``; aliases share a rank).
+ONEDNN_ISAS: dict[str, int] = {
+    "SSE41": 0, "AVX": 1, "AVX2": 2, "AVX2_VNNI": 3, "AVX2_VNNI_2": 4, "AVX512_CORE": 5, "AVX512_CORE_VNNI": 6,
+    "AVX512_CORE_BF16": 7, "AVX10_1_512": 8, "AVX512_CORE_FP16": 8, "AVX10_1_512_AMX": 9, "AVX512_CORE_AMX": 9,
+    "AVX10_1_512_AMX_FP16": 10, "AVX512_CORE_AMX_FP16": 10}
+#: the environment variables oneDNN reads for its cap (the first one set wins, as in oneDNN).
+ONEDNN_CAP_VARS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA")
+_CAP_VARS_TEXT = "/".join(ONEDNN_CAP_VARS)
 
 
 @dataclass(frozen=True)
@@ -33,6 +46,7 @@ class CpuFeatures:
 
     model: str
     flags: frozenset[str] = frozenset()
+    cap: str | None = None   # oneDNN's ISA cap from the environment (None: oneDNN uses what the CPU has)
 
     @property
     def known(self) -> bool:
@@ -40,8 +54,18 @@ class CpuFeatures:
         return bool(self.flags)
 
     @property
-    def native_bf16(self) -> bool:
+    def bf16_flags(self) -> bool:
+        """The CPU has native bf16 arithmetic (whatever oneDNN is allowed to use)."""
         return any(f in self.flags for f in BF16_FLAGS)
+
+    @property
+    def capped_below_bf16(self) -> bool:
+        """oneDNN is capped below AVX512_CORE_BF16: its bf16 kernels are emulated whatever the CPU has."""
+        return self.cap is not None and ONEDNN_ISAS[self.cap] < ONEDNN_ISAS["AVX512_CORE_BF16"]
+
+    @property
+    def native_bf16(self) -> bool:
+        return self.bf16_flags and not self.capped_below_bf16
 
     @property
     def amx(self) -> bool:
@@ -56,8 +80,18 @@ def _cpuinfo(path: str) -> str:
         return ""
 
 
-def cpu_features(path: str = "/proc/cpuinfo") -> CpuFeatures:
-    """The model name and flags of the first CPU listed in ``path``."""
+def onednn_cap(environ: Mapping[str, str] | None = None) -> str | None:
+    """oneDNN's ISA cap in ``environ`` (default: this process's environment, which oneDNN reads
+    too), upper-cased; None when unset, ``DEFAULT``/``ALL``, or a name oneDNN does not know."""
+    env = os.environ if environ is None else environ
+    value = next((env[v] for v in ONEDNN_CAP_VARS if env.get(v)), None)
+    value = value.strip().upper() if value else None
+    return value if value in ONEDNN_ISAS else None
+
+
+def cpu_features(path: str = "/proc/cpuinfo", environ: Mapping[str, str] | None = None) -> CpuFeatures:
+    """The model name and flags of the first CPU listed in ``path``, and oneDNN's ISA cap in
+    ``environ`` (:func:`onednn_cap`)."""
     model, flags = None, frozenset()
     for line in _cpuinfo(path).splitlines():
         key, _, value = line.partition(":")
@@ -68,39 +102,48 @@ def cpu_features(path: str = "/proc/cpuinfo") -> CpuFeatures:
             flags = frozenset(value.split())
         if model is not None and flags:
             break
-    return CpuFeatures(model or platform.processor() or platform.machine() or "unknown CPU", flags)
+    return CpuFeatures(model or platform.processor() or platform.machine() or "unknown CPU", flags, onednn_cap(environ))
 
 
 @dataclass(frozen=True)
 class HardwareNote:
     """Why the hardware explains a measured result: ``feature`` (``"bf16"``) is not native on
-    ``cpu`` (``missing``: the flags it lacks), and the candidate measured ``slowdown`` times
+    ``cpu`` (``missing``: the flags it lacks, or ``cap``: the CPU has them but oneDNN is capped
+    below them in this process's environment), and the candidate measured ``slowdown`` times
     slower than the baseline."""
 
     feature: str
     cpu: str
     missing: tuple[str, ...]
     slowdown: float
+    cap: str | None = None
 
     def text(self) -> str:
-        return (f"this CPU ({self.cpu}) has no native {self.feature} (no AVX512-BF16/AMX): {self.feature} measured "
-                f"{self.slowdown:.1f}x slower than fp32")
+        why = (f"has AVX512-BF16 but oneDNN is capped at {self.cap} by {_CAP_VARS_TEXT}: no native {self.feature} "
+               "in this process" if self.cap else f"has no native {self.feature} (no AVX512-BF16/AMX)")
+        return f"this CPU ({self.cpu}) {why}: {self.feature} measured {self.slowdown:.1f}x slower than fp32"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"feature": self.feature, "cpu": self.cpu, "missing": list(self.missing), "slowdown": self.slowdown,
-                "text": self.text()}
+        d = {"feature": self.feature, "cpu": self.cpu, "missing": list(self.missing), "slowdown": self.slowdown,
+             "text": self.text()}
+        if self.cap:
+            d["cap"] = self.cap
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> HardwareNote:
-        return cls(d["feature"], d["cpu"], tuple(d.get("missing") or ()), float(d["slowdown"]))
+        return cls(d["feature"], d["cpu"], tuple(d.get("missing") or ()), float(d["slowdown"]), d.get("cap"))
 
 
 def bf16_slowdown_note(ratio: float | None, cpu: CpuFeatures | None = None) -> HardwareNote | None:
     """A note when bf16 measured ``ratio`` (baseline / bf16 time; < 1: bf16 slower) is a large
-    slowdown (at or below :data:`LARGE_SLOWDOWN`) and the CPU has no native bf16; else None."""
+    slowdown (at or below :data:`LARGE_SLOWDOWN`) and bf16 is not native here (the CPU lacks
+    the flags, or oneDNN is capped below them); else None."""
     cpu = cpu or cpu_features()
     if ratio is None or ratio <= 0 or ratio > LARGE_SLOWDOWN or not cpu.known or cpu.native_bf16:
         return None
+    if cpu.bf16_flags:
+        return HardwareNote("bf16", cpu.model, (), 1 / ratio, cpu.cap)
     return HardwareNote("bf16", cpu.model, BF16_FLAGS, 1 / ratio)
 
 

@@ -205,8 +205,11 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
         o.device_name = torch.cuda.get_device_name()
         o.capability = list(torch.cuda.get_device_capability())
     else:
-        o.device_name = f"{platform.machine()} CPU ({torch.backends.cpu.get_cpu_capability()}), " \
-                        f"{torch.get_num_threads()} threads"
+        from pitstop.machine import onednn_cap
+
+        cap = onednn_cap()
+        o.device_name = f"{platform.machine()} CPU ({torch.backends.cpu.get_cpu_capability()}" \
+                        f"{f'; oneDNN capped at {cap}' if cap else ''}), {torch.get_num_threads()} threads"
     o.capacity = mem.capacity_bytes(device)
     o.syncs = _sites(inst.sync_sites)
     o.cuda_calls = _sites(inst.cuda_sites)

@@ -82,8 +82,9 @@ def fmt_rate(m: Measurement) -> str:
 def machine_line(report: Any) -> str:
     d = report.device
     gpu = f", GPU {d['gpu']['name']}" if d.get("gpu") else ""
+    cap = f"; oneDNN capped at {d['onednn_cap']}" if d.get("onednn_cap") else ""
     return (f"{d['cpu_model']}, {d['cpu_count']} cores, {d['torch_threads']} torch threads, "
-            f"torch {d['torch']} ({d['cpu_capability']}){gpu}; device {d['device']}, {report.mode} mode")
+            f"torch {d['torch']} ({d['cpu_capability']}{cap}){gpu}; device {d['device']}, {report.mode} mode")
 
 
 def busy_note(report: Any) -> str | None:

@@ -64,7 +64,10 @@ class MixedPrecision(Tip):
         ```
     """
     when_not = """
-        CPUs without AVX512-BF16/AMX emulate bf16 and run *slower* than fp32; GPUs before
+        CPUs without AVX512-BF16/AMX emulate bf16 and run *slower* than fp32 (the bundled CNN's
+        forward+backward: 0.06x, about 18x slower, with oneDNN capped at AVX2 by
+        `ONEDNN_MAX_CPU_ISA=AVX2` on an AMD EPYC whose AVX512-BF16 made it 1.69x faster
+        uncapped; docs/guide/hardware.md); GPUs before
         Ampere have no bf16 tensor cores (use fp16 + GradScaler there). Models dominated by
         data loading, small matmuls or Python overhead gain little. Some losses and custom
         ops are sensitive to reduced precision: compare the loss curve (`tune` does) before
