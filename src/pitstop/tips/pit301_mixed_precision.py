@@ -147,6 +147,14 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
                                        f"{fp32_1 * 1e3:.1f} ms in fp32 ({fp16_1 / fp32_1:.0f}x slower; a slow "
                                        f"fp16 path on this {ctx.device}).")
         measured = ctx.time(variants, notes=notes)
+        if not ctx.cuda:  # a large bf16 slowdown that this CPU (or oneDNN's cap) explains
+            from pitstop.machine import bf16_slowdown_note
+            from pitstop.stats import median
+
+            by_name = {m.name: median(m.samples) for m in measured}
+            note = bf16_slowdown_note(by_name["fp32"] / by_name["16-bit autocast"])
+            if note is not None:
+                extra_notes.append(f"{note.text()}.")
         return Outcome(
             workload=f"SmallCNN (3 conv-BN-ReLU blocks, width 32, linear head) forward + cross-entropy + backward, "
                      f"batch {batch} of 3x32x32 on {ctx.device}; the candidate autocasts to {dtype_name[half]}; no "
