@@ -99,6 +99,21 @@ def test_balanced_clean_job_has_no_distributed_finding():
     assert ("PIT702", "DdpNoSyncCheck") not in skipped and ("PIT703", "StragglerCheck") not in skipped
 
 
+def test_a_lightning_fabric_ddp_job_is_diagnosed_per_rank():
+    """Fabric's own DDP strategy under torchrun (gloo): recognised as Fabric, every rank
+    diagnosed, DDP's reduction timed; Fabric put a DistributedSampler in the loader, so no
+    PIT703 (the ranks get different batches)."""
+    diag = _job("--devices", "2", "--strategy", "ddp", "--steps", "1000",
+                script=str(ROOT / "tests" / "fixtures" / "frameworks" / "fabric_loop.py"), steps=6)
+    d = diag.to_dict()
+    jsonschema.validate(json.loads(dumps(d)), SCHEMA)
+    assert d["outcome"] == "diagnosed" and d["world_size"] == 2
+    assert d["framework"]["name"] == "fabric"
+    assert [r["rank"] for r in d["ranks"]] == [0, 1]
+    assert all(r["allreduce_rounds_per_step"] == 1 for r in d["ranks"])
+    assert _codes(diag, "PIT703") == [] and _codes(diag, "PIT702") == []
+
+
 def test_accumulation_without_no_sync_measures_all_reduces_per_optimizer_step():
     diag = _job("--accum", "4", "--sampler", "--set-epoch")
     (f,) = _codes(diag, "PIT702")
