@@ -114,6 +114,19 @@ def test_a_lightning_fabric_ddp_job_is_diagnosed_per_rank():
     assert _codes(diag, "PIT703") == [] and _codes(diag, "PIT702") == []
 
 
+def test_an_accelerate_job_is_diagnosed_per_rank():
+    """Accelerate under torchrun (Accelerator(cpu=True) joins the job from its environment):
+    recognised, both ranks diagnosed, one reduction round per step, and no PIT703 (Accelerate
+    shards the loader, so the ranks get different batches)."""
+    diag = _job("--steps", "1000", script=str(ROOT / "tests" / "fixtures" / "frameworks" / "accelerate_loop.py"),
+                steps=6)
+    d = diag.to_dict()
+    assert d["outcome"] == "diagnosed" and d["world_size"] == 2
+    assert d["framework"]["name"] == "accelerate"
+    assert all(r["allreduce_rounds_per_step"] == 1 for r in d["ranks"])
+    assert _codes(diag, "PIT703") == [] and _codes(diag, "PIT702") == []
+
+
 def test_accumulation_without_no_sync_measures_all_reduces_per_optimizer_step():
     diag = _job("--accum", "4", "--sampler", "--set-epoch")
     (f,) = _codes(diag, "PIT702")
