@@ -20,6 +20,19 @@ def _run(step, steps=3, warmup=1, probes=False):
     return pitstop.doctor(step, steps=steps, warmup=warmup, probes=probes)
 
 
+def _sgd_step(model):
+    """A plain SGD training step on a random batch of 4x8 (for the probe tests)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step():
+        loss = model(torch.randn(4, 8)).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return step
+
+
 def test_forward_with_grad_that_never_reaches_backward_is_evaluation():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Dropout(0.1), nn.Linear(256, 2))
@@ -352,16 +365,7 @@ def test_a_candidate_without_a_kernel_here_is_a_measured_fact_not_a_probe_error(
 
     from pitstop.report.doctor_terminal import render
 
-    model = _NoBf16Kernel()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def step():
-        loss = model(torch.randn(4, 8)).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    r = _run(step, probes=True)
+    r = _run(_sgd_step(_NoBf16Kernel()), probes=True)
     probe = r.observations.probes["precision"]
     assert probe.error is None and probe.skipped is None
     assert probe.unavailable == {"bfloat16": f"RuntimeError: {ONEDNN_LSTM}"}
@@ -385,16 +389,7 @@ def test_a_probe_run_decides_quiet_or_busy_once_and_says_it_once(monkeypatch, lo
     from pitstop.jsoncodec import to_json
 
     monkeypatch.setattr(probes, "contention", lambda variants: load)
-    model = nn.Linear(8, 8)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def step():
-        loss = model(torch.randn(4, 8)).pow(2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-
-    r = _run(step, probes=True)
+    r = _run(_sgd_step(nn.Linear(8, 8)), probes=True)
     timed = [p for p in r.observations.probes.values() if p.speedups]
     assert timed
     for p in timed:

@@ -12,9 +12,10 @@ other in time.
   ratio (baseline / candidate, > 1: the candidate is faster) cancels the load both saw.
 - :func:`choose_measure` picks the clock that the load actually observed does not distort,
   and says why: CUDA event time on a GPU; on CPU wall time when the machine is quiet, CPU
-  time when threads waited for cores (contention, in any run of the pairs: a single contended run skews its pair), but wall time again when the step is
-  *wait-dominated* (its main thread slept: CPU time misses such waits) or when the candidate
-  changes how many cores work (DataLoader workers: CPU time cannot credit parallelism).
+  time when threads waited for cores (contention, in any run of the pairs: one contended run
+  skews its pair), but wall time again when the step is *wait-dominated* (its main thread
+  slept: CPU time misses such waits) or when the candidate changes how many cores it wants
+  (DataLoader workers: CPU time cannot credit parallelism).
 - :func:`decide` gives the interval over pairs (:func:`pitstop.stats.paired_ratio_interval`)
   and a status: ``faster`` / ``slower`` / ``same`` once the interval decides, ``close`` when
   it straddles the bar but cannot exceed it by more than half the margin (more pairs could

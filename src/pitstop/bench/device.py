@@ -7,7 +7,9 @@ import platform
 import sys
 from typing import Any
 
-__all__ = ["pick_device", "device_info", "cpu_model", "cpu_flags", "onednn_cap", "load_average"]
+from pitstop.machine import onednn_cap
+
+__all__ = ["pick_device", "device_info", "cpu_model", "cpu_flags", "load_average"]
 
 #: CPU flags that decide whether low-precision kernels are fast (bf16/fp16 matrix units).
 _FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
@@ -41,13 +43,6 @@ def cpu_flags() -> list[str]:
     return [f for f in _FLAGS_OF_INTEREST if f in have]
 
 
-def onednn_cap() -> str | None:
-    """oneDNN's ISA cap set in the environment (e.g. ``AVX2``: bf16 is emulated whatever the CPU has)."""
-    from pitstop.machine import onednn_cap as cap
-
-    return cap()
-
-
 def load_average() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -64,7 +59,7 @@ def device_info(device: str, threads: int) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "cpu_flags": cpu_flags(),
-        "onednn_cap": onednn_cap(),
+        "onednn_cap": onednn_cap(),  # e.g. AVX2: bf16 is emulated whatever the CPU has
         "torch_threads": threads,
         "torch": torch.__version__,
         "cuda_build": torch.version.cuda,

@@ -207,9 +207,9 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     else:
         from pitstop.machine import onednn_cap
 
-        cap = onednn_cap()
-        o.device_name = f"{platform.machine()} CPU ({torch.backends.cpu.get_cpu_capability()}" \
-                        f"{f'; oneDNN capped at {cap}' if cap else ''}), {torch.get_num_threads()} threads"
+        cap = f"; oneDNN capped at {c}" if (c := onednn_cap()) else ""
+        o.device_name = (f"{platform.machine()} CPU ({torch.backends.cpu.get_cpu_capability()}{cap}), "
+                         f"{torch.get_num_threads()} threads")
     o.capacity = mem.capacity_bytes(device)
     o.syncs = _sites(inst.sync_sites)
     o.cuda_calls = _sites(inst.cuda_sites)
