@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 FIX = ROOT / "tests" / "fixtures" / "ddp"
 TRAIN = str(FIX / "train.py")
-DIST_CODES = ("PIT702", "PIT703")
+DIST_CODES = ("PIT702", "PIT703", "PIT704")
 SCHEMA = json.loads((ROOT / "docs" / "doctor-schema.json").read_text(encoding="utf-8"))
 
 
@@ -69,7 +69,7 @@ def test_planted_straggler_is_named_with_its_phase():
     d = diag.to_dict()
     assert d["outcome"] == "diagnosed" and d["world_size"] == 2
     assert d["stragglers"] == [1]
-    (f,) = [f for f in _codes(diag, "PIT703") if "straggler" in f.title]
+    (f,) = [f for f in _codes(diag, "PIT704") if "straggler" in f.title]
     assert "rank 1" in f.title and "data phase" in f.title
     r0, r1 = d["ranks"]
     assert r1["breakdown"]["data"] > 0.05 > r0["breakdown"]["data"]
@@ -96,7 +96,7 @@ def test_balanced_clean_job_has_no_distributed_finding():
     render(diag, file=out)
     assert "2 ranks side by side" in out.getvalue() and "collective (mean)" in out.getvalue()
     skipped = {(s.code, s.check) for s in diag.skipped}
-    assert ("PIT702", "DdpNoSyncCheck") not in skipped and ("PIT703", "StragglerCheck") not in skipped
+    assert ("PIT702", "DdpNoSyncCheck") not in skipped and ("PIT704", "StragglerCheck") not in skipped
 
 
 def test_a_lightning_fabric_ddp_job_is_diagnosed_per_rank():

@@ -83,7 +83,7 @@ def test_straggler_found_and_reported(tmp_path):
     report = trace([tmp_path], workers=2)
     assert [r.rank for r in report.ranks] == [0, 1, 2, 3]
     assert report.stragglers == (2,)
-    f = next(f for f in report.findings if f.code == "PIT703")
+    f = next(f for f in report.findings if f.code == "PIT704")
     assert f.rank == 2 and "rank 2" in f.evidence
 
 
@@ -93,7 +93,7 @@ def test_balanced_job_has_no_straggler(tmp_path):
     _job(tmp_path, slow_rank=None)
     report = trace([tmp_path], workers=1)
     assert report.stragglers == ()
-    assert "PIT703" not in {f.code for f in report.findings}
+    assert "PIT704" not in {f.code for f in report.findings}
 
 
 def test_communication_not_overlapped(tmp_path):

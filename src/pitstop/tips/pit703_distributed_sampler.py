@@ -26,10 +26,8 @@ class DistributedSamplerTip(Tip):
         measures instead: it fingerprints the first batch every rank receives in each step
         (crc32 of the first bytes of its first tensor) and reports identical batches across
         ranks, and a `DistributedSampler` that starts a new epoch with the epoch number it
-        already had (`set_epoch` never called). The same job check names *stragglers*: ranks
-        the others steadily wait for inside collectives, with the phase (data, host, forward,
-        backward) that makes them slow; an uneven share of data or of its loading cost per
-        rank is the usual cause, which is why that finding lives here.
+        already had (`set_epoch` never called). A rank the others steadily wait for is a
+        straggler, PIT704.
     """
     why = """
         DDP synchronizes gradients; it does not split the data. Without a `DistributedSampler`
@@ -139,7 +137,7 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.doctor.check import Check  # noqa: E402
 
 
 class DistributedSamplerCheck(Check, tip="PIT703"):
@@ -202,42 +200,3 @@ class SameBatchesCheck(Check, tip="PIT703"):
                           "the same seed and every rank sees its shard in the same order every epoch."),
                 fix="call sampler.set_epoch(epoch) at the start of every epoch", kind="correctness",
                 severity="medium", where=where)
-
-
-class StragglerCheck(Check, tip="PIT703"):
-    scope = "job"
-    looks_at = "ranks the others steadily waited for inside collectives"
-
-    def skip_reason(self, obs):
-        reason = _job_skip(obs)
-        if reason is None and not any(r.waits for r in obs.distributed.ranks):
-            return "no collective wait was measured (no DDP reduction or torch.distributed collective seen)"
-        return reason
-
-    def check(self, obs, th):
-        for s in obs.distributed.stragglers:
-            share = min(1.0, s.lag / obs.mean_step) if obs.mean_step else None
-            yield self.finding(
-                th, title=f"rank {s.rank} is a straggler: the other ranks wait for its {s.phase} phase",
-                evidence=f"{s.evidence} ({pct(share)} of the step).",
-                fix=(f"even out rank {s.rank}'s {s.phase} work: the same amount of data per rank "
-                     "(DistributedSampler), the same loading cost per batch (DataLoader workers), no extra "
-                     "work on one rank inside the step (logging, checkpoints on rank 0 belong outside it)"),
-                share=share, seconds=s.lag)
-# --- trace face ---
-from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
-
-
-class StragglerTrace(TraceCheck, tip="PIT703"):
-    looks_at = "ranks the others wait for inside collectives, steadily (pitstop.ranks)"
-
-    def check_job(self, job, th):
-        for s in job.stragglers:
-            rank = next((r for r in job.ranks if r.rank == s.rank), None)
-            step = rank.step_time.median if rank is not None and rank.step_time else None
-            yield self.finding(
-                th, rank, title=f"rank {s.rank} is a straggler", impact=(s.lag / step) if step else None,
-                evidence=(s.evidence + "; the trace cannot tell why (uneven shards, slower input, a slower GPU "
-                          "or node)"),
-                fix="give every rank the same amount of work: DistributedSampler (drop_last=True) and the same "
-                    "batch shapes; then compare the slow rank's input pipeline and host")
