@@ -71,6 +71,12 @@ def rank_lines(r: RankResult) -> list[str]:
 
 def print_trace(report: TraceReport, file: IO[str] | None = None) -> None:
     console = make_console(file)
+    if report.job is not None and report.job.compact:
+        from pitstop.report.trace_job import job_lines
+
+        for line in job_lines(report, report.job):
+            console.print(line, markup=False)
+        return
     for r in report.ranks:
         for line in rank_lines(r):
             console.print(line, markup=False)

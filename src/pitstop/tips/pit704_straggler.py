@@ -74,11 +74,22 @@ class StragglerTip(Tip):
 
 # --- doctor face ---
 from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.ranks import rank_ranges  # noqa: E402
 
 
-def _victims(ranks, culprit: int) -> str:
-    others = [r.rank for r in ranks if r.rank != culprit]
-    return ", ".join(map(str, others)) if others else "none"
+def _victims(s, world: int) -> str:
+    """Who waited for straggler ``s`` and how long (median of the victims, per late step)."""
+    if not s.victims:
+        return "ranks that wait: none measured"
+    waits = sorted(s.victim_waits)
+    mid = waits[len(waits) // 2]
+    return (f"ranks that wait (victims): {rank_ranges(s.victims, world)}, {mid * 1e3:.1f} ms per late step "
+            f"(median), {s.waited_total:.3g} s in all")
+
+
+def _title(s) -> str:
+    return (f"rank {s.rank} is a straggler: the other ranks wait for its {s.phase} phase"
+            + (f" ({s.cause})" if s.cause not in ("unknown", s.phase) else ""))
 
 
 class StragglerCheck(Check, tip="PIT704"):
@@ -96,12 +107,14 @@ class StragglerCheck(Check, tip="PIT704"):
         return None
 
     def check(self, obs, th):
-        for s in obs.distributed.stragglers:
+        job = obs.distributed
+        for s in job.stragglers:
+            if not s.recurring:
+                continue
             share = min(1.0, s.lag / obs.mean_step) if obs.mean_step else None
-            victims = _victims(obs.distributed.ranks, s.rank)
             yield self.finding(
-                th, title=f"rank {s.rank} is a straggler: the other ranks wait for its {s.phase} phase",
-                evidence=f"{s.evidence}; ranks that wait: {victims} ({pct(share)} of the step).",
+                th, title=_title(s),
+                evidence=f"{s.evidence}; {_victims(s, job.world_size)} ({pct(share)} of the step).",
                 fix=(f"even out rank {s.rank}'s {s.phase} work: the same amount of data per rank "
                      "(DistributedSampler), the same loading cost per batch (DataLoader workers), no extra "
                      "work on one rank inside the step (logging, checkpoints on rank 0 belong outside it)"),
@@ -111,17 +124,25 @@ class StragglerCheck(Check, tip="PIT704"):
 # --- trace face ---
 from pitstop.trace.check import TraceCheck  # noqa: E402
 
+_FIX = {"data": "more DataLoader workers / pinned memory on that rank, or the same loading cost per shard",
+        "host": "no extra host work on that rank inside the step (logging, checkpoints, evaluation)",
+        "GPU compute": "the same batch shapes on every rank (bucket by length), then check that GPU's clocks",
+        "communication": "check that rank's links (NCCL_DEBUG=INFO, its node's network)"}
+
 
 class StragglerTrace(TraceCheck, tip="PIT704"):
-    looks_at = "ranks the others wait for inside collectives, steadily (pitstop.ranks)"
+    looks_at = "ranks the others wait for inside collectives, steadily (pitstop.ranks), with phase and victims"
 
     def check_job(self, job, th):
+        world = max((r.world_size for r in job.ranks), default=len(job.ranks))
         for s in job.stragglers:
+            if not s.recurring:
+                continue
             rank = next((r for r in job.ranks if r.rank == s.rank), None)
             step = rank.step_time.median if rank is not None and rank.step_time else None
             yield self.finding(
-                th, rank, title=f"rank {s.rank} is a straggler (its {s.phase} phase)",
+                th, rank, title=f"rank {s.rank} is a straggler (its {s.phase} phase: {s.cause})",
                 impact=(s.lag / step) if step else None,
-                evidence=(f"{s.evidence}; ranks that wait: {_victims(job.ranks, s.rank)}"),
-                fix="give every rank the same amount of work: DistributedSampler (drop_last=True) and the same "
-                    "batch shapes; then compare the slow rank's input pipeline and host")
+                evidence=f"{s.evidence}; {_victims(s, max(world, len(job.ranks)))}",
+                fix=("give every rank the same work per step: " + _FIX.get(s.cause, "DistributedSampler "
+                     "(drop_last=True) and the same batch shapes; then compare the slow rank's input pipeline and host")))

@@ -24,12 +24,15 @@ __all__ = ["TraceCheck", "JobView", "severity_of", "pct", "ms"]
 
 
 class JobView:
-    """The ranks of one job and the stragglers found among them (read-only)."""
+    """The ranks of one job and the stragglers found among them (read-only); ``straggle``:
+    the straggler model's whole answer (:class:`pitstop.ranks.StraggleAnalysis`, or None)."""
 
-    def __init__(self, ranks: tuple[RankResult, ...], stragglers: tuple, spread: float | None) -> None:
+    def __init__(self, ranks: tuple[RankResult, ...], stragglers: tuple, spread: float | None,
+                 straggle: object | None = None) -> None:
         self.ranks = ranks
         self.stragglers = stragglers
         self.spread = spread
+        self.straggle = straggle
 
 
 def severity_of(impact: float | None, th: TraceThresholds) -> str:

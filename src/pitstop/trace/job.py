@@ -11,12 +11,13 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from pitstop.ranks import RankView, StepStats, find_stragglers, spread
+from pitstop.ranks import RankView, StepStats, analyze_stragglers, spread
 from pitstop.catalog import implementations
 from pitstop.trace.analyze import analyze_file
 from pitstop.trace.check import JobView
 from pitstop.trace.load import TRACE_SUFFIXES, TraceError
 from pitstop.trace.result import RankResult, TraceFinding, TraceReport
+from pitstop.trace.summary import summarize
 from pitstop.trace.thresholds import TraceThresholds
 
 __all__ = ["trace_files", "analyze_paths", "rank_view", "run_checks", "report_of", "trace"]
@@ -59,9 +60,10 @@ def rank_view(r: RankResult) -> RankView:
         if r.idle is not None:
             breakdown.update({"input": per * r.idle.input, "host": per * r.idle.host,
                               "launch": per * r.idle.launch, "sync": per * r.idle.sync})
-    waits = r.kernels.communication_per_step if r.kernels else ()
+    waits = tuple(r.kernels.communication_per_step) if r.kernels else ()
+    keys = tuple(r.step_numbers) if len(r.step_numbers) == len(waits) else ()
     return RankView(rank=r.rank, world_size=r.world_size, step_time=st, breakdown=breakdown, device=r.device,
-                    source=r.source, waits=tuple(waits))
+                    source=r.source, waits=waits, wait_keys=keys)
 
 
 def analyze_paths(paths: list[Path | str], th: TraceThresholds = TraceThresholds(),
@@ -108,10 +110,14 @@ def report_of(ranks: tuple[RankResult, ...], th: TraceThresholds = TraceThreshol
     elif len(ranks) > 1 and worlds != {len(ranks)} and worlds != {1}:
         notes.append(f"distributedInfo says world size {next(iter(worlds))}, {len(ranks)} trace files were given")
     sp = spread(views)
-    strag = find_stragglers(views, min_lag=th.straggler_lag_s, rel_lag=th.straggler_rel_lag) if one_job else []
-    job = JobView(ranks, tuple(strag), sp.ratio if sp else None)
-    return TraceReport(ranks=ranks, findings=run_checks(ranks, job, th), stragglers=tuple(s.rank for s in strag),
-                       step_spread=sp.ratio if sp else None, notes=tuple(notes))
+    straggle = (analyze_stragglers(views, min_lag=th.straggler_lag_s, rel_lag=th.straggler_rel_lag)
+                if one_job and len(ranks) > 1 else None)
+    strag = straggle.stragglers if straggle is not None else ()
+    job = JobView(ranks, strag, sp.ratio if sp else None, straggle)
+    findings = run_checks(ranks, job, th)
+    return TraceReport(ranks=ranks, findings=findings, stragglers=tuple(s.rank for s in strag),
+                       step_spread=sp.ratio if sp else None, notes=tuple(notes), straggle=straggle,
+                       job=summarize(ranks, findings, straggle) if len(ranks) > 1 else None)
 
 
 def trace(paths: list[Path | str], th: TraceThresholds = TraceThresholds(), workers: int | None = None) -> TraceReport:

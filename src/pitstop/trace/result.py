@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pitstop.jsoncodec import record_from_json, record_to_json, to_json
+from pitstop.ranks import StraggleAnalysis
+from pitstop.trace.jobtypes import JobSummary
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
            "Launches", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
@@ -247,18 +249,24 @@ class TraceFinding:
 
 @dataclass(frozen=True)
 class TraceReport:
-    """``pitstop trace``'s answer for one file or one job's folder of per-rank files."""
+    """``pitstop trace``'s answer for one file or one job's folder of per-rank files.
+    ``straggle``: the straggler model's whole answer (culprits, victims, one-offs, late
+    steps; None when the files are not one job's ranks); ``job``: the job view (several ranks)."""
 
     ranks: tuple[RankResult, ...]
     findings: tuple[TraceFinding, ...]
     stragglers: tuple[int, ...]
     step_spread: float | None = None
     notes: tuple[str, ...] = field(default=())
+    straggle: StraggleAnalysis | None = None
+    job: JobSummary | None = None
 
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "ranks": [to_json(r) for r in self.ranks],
                 "findings": [to_json(f) for f in self.findings], "stragglers": list(self.stragglers),
-                "step_spread": self.step_spread, "notes": list(self.notes)}
+                "step_spread": self.step_spread, "notes": list(self.notes),
+                "straggle": to_json(self.straggle) if self.straggle is not None else None,
+                "job": to_json(self.job) if self.job is not None else None}
 
     @classmethod
     def from_dict(cls, data: dict) -> TraceReport:
