@@ -80,7 +80,7 @@ class Straggler:
     ``cause`` the kind of that phase (:data:`PHASE_CAUSE`: data, host, compute, GPU compute,
     communication; ``unknown``). ``lag``: median seconds the others waited for it in its late
     steps. ``victims``: the ranks that waited for it (never late in those steps), with
-    ``victim_waits`` (aligned) the mean seconds each waited for it per late step and
+    ``victim_waits`` (aligned) the mean seconds each waited for it per step it waited for it and
     ``waited_total`` the seconds all of them waited over the run. ``recurring``: late in at
     least the required share of the steps (a finding), else a one-off. ``culprit_steps``: the
     steps in which it was the last to arrive; ``late_keys`` the numbers of its late steps.
@@ -225,6 +225,7 @@ def analyze_stragglers(
     late_keys: dict[int, list[int]] = {}
     culprit_of: dict[int, int] = {}
     victim_sum: dict[int, list[float]] = {}
+    victim_n: dict[int, list[int]] = {}
     steps = []
     for key, waits in matched:
         lags = _lags(waits)
@@ -236,9 +237,11 @@ def analyze_stragglers(
             late_lags.setdefault(i, []).append(lags[i])
             late_keys.setdefault(i, []).append(key)
             acc = victim_sum.setdefault(i, [0.0] * len(waited))
+            cnt = victim_n.setdefault(i, [0] * len(waited))
             for v, w in enumerate(waits):
                 if v not in lateset:
                     acc[v] += max(0.0, w - waits[i])
+                    cnt[v] += 1
         culprit_of[late[0]] = culprit_of.get(late[0], 0) + 1
         steps.append(LateStep(key=key, culprit=waited[late[0]].rank, lag=lags[late[0]],
                               late=tuple(waited[i].rank for i in late)))
@@ -249,7 +252,7 @@ def analyze_stragglers(
         peers = [r for r in waited if r is not rank]
         phase = _slow_phase(rank, peers, wait_phases)
         lag = statistics.median(late_lags[i])
-        victims = [(waited[v].rank, s / n_late) for v, s in enumerate(victim_sum[i]) if s > 0]
+        victims = [(waited[v].rank, s / victim_n[i][v]) for v, s in enumerate(victim_sum[i]) if s > 0]
         total = sum(victim_sum[i])
         is_recurring = n_late >= min_fraction * len(matched)
         kind = "steadily" if is_recurring else "once" if n_late == 1 else "now and then"

@@ -3,7 +3,8 @@
 Renders the typed :class:`~pitstop.trace.result.TraceReport`, deciding nothing: the ranks side
 by side (one column per rank), where each rank's step went (a stacked bar per rank), the
 findings, and each rank's top kernels and operators. Pieces from :mod:`pitstop.report.html`
-(inline SVG, no CDN, no JavaScript).
+(inline SVG, no CDN, no JavaScript); a job of many ranks gets the job view of
+:mod:`pitstop.report.trace_job_html` (every rank in one sortable table) instead.
 """
 
 from __future__ import annotations
@@ -98,6 +99,12 @@ def _named(items: Any, what: str) -> str:
 def render(report: Any) -> str:
     """The page, as one string."""
     ranks = list(report.ranks)
+    if report.job is not None and report.job.compact:
+        from pitstop.report.trace_job_html import job_sections
+
+        notes = "".join(f"<p>{inline_code(n)}</p>" for n in report.notes)
+        return html_page(f"pitstop trace: {len(ranks)} ranks", job_sections(report) + ([("Notes", notes)] if notes else []),
+                         subtitle=f"{len(ranks)} ranks, {len(report.job.groups)} finding(s)")
     sections: list[tuple[str, str]] = []
     heads = ["", *(f"rank {r.rank}/{r.world_size}" for r in ranks)]
     sources = "".join(f'<p class="muted">rank {r.rank}: <code>{_esc(r.source)}</code></p>' for r in ranks)
