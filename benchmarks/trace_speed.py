@@ -2,7 +2,12 @@
 
     python benchmarks/trace_speed.py --hta-python /work/hta-venv/bin/python [--repeats 3]
         [--traces ../shared/traces] [--big-mb 1024] [--big-source FILE] [--work DIR]
-        [--hta-mem-gb 16] [--timeout 1800] [--only-big | --no-big] [--json OUT]
+        [--hta-mem-gb 16] [--timeout 1800] [--only-big | --no-big | --job [--job-ranks 128]] [--json OUT]
+
+``--job``: one folder of 128 rank traces (``benchmarks/trace_job128.py``: one real rank shifted
+and stretched, stragglers planted) made in ``--work``; each tool reads the whole folder once
+(HTA: ``TraceAnalysis(trace_dir=FOLDER)``, every rank), and the run says whether pitstop named
+exactly the planted culprits and how many lines its text output has.
 
 Each file is analysed by both tools, each in a fresh process, one after the other and repeats
 interleaved (pitstop, HTA, pitstop, HTA, ...), so machine load hits both alike; the table shows
@@ -39,6 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from big_trace import make_big_trace  # noqa: E402
+from trace_job128 import DEFAULT_SOURCE, PLANT, make_job  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 HTA_SNIPPET = """
@@ -87,10 +93,32 @@ def measure(cmd: list[str], *, mem_bytes: int | None = None, timeout: float = 18
         return Run(wall, rss, False, why)
 
 
-def pitstop_cmd(path: Path, out_json: Path) -> list[str]:
+def pitstop_cmd(path: Path, out_json: Path, fmt: str = "json") -> list[str]:
     code = ("import sys; from pitstop.cli import main; sys.stdout = open(sys.argv[2], 'w'); "
-            "sys.exit(main(['trace', sys.argv[1], '--format', 'json']))")
-    return [sys.executable, "-c", code, str(path), str(out_json)]
+            "sys.exit(main(['trace', sys.argv[1], '--format', sys.argv[3]]))")
+    return [sys.executable, "-c", code, str(path), str(out_json), fmt]
+
+
+def bench_job(folder: Path, hta_python: str, mem_gb: float, timeout: float, work: Path) -> dict:
+    """The many-rank job folder: pitstop (JSON, then text), HTA, once each, one after the other;
+    whether pitstop named exactly the planted culprits, and the lines of its text output."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    out_json, out_text = work / "job-pitstop.json", work / "job-pitstop.txt"
+    ours = measure(pitstop_cmd(folder, out_json), timeout=timeout, env=env)
+    theirs = measure([hta_python, "-c", HTA_SNIPPET, str(folder)], mem_bytes=int(mem_gb * 2**30), timeout=timeout,
+                     env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    text = measure(pitstop_cmd(folder, out_text, "text"), timeout=timeout, env=env)
+    files = sorted(folder.iterdir())
+    found = {}
+    if ours.ok:
+        doc = json.loads(out_json.read_text())
+        st = doc.get("straggle") or {}
+        found = {"stragglers": [(s["rank"], s["cause"]) for s in st.get("stragglers", [])],
+                 "one_offs": [(s["rank"], s["cause"]) for s in st.get("one_offs", [])],
+                 "planted": {str(r): list(v[:2]) for r, v in PLANT.items()}}
+    return {"file": str(folder), "ranks": len(files), "bytes": sum(f.stat().st_size for f in files),
+            "pitstop": summary([ours]), "hta": summary([theirs]), "text": summary([text]),
+            "text_lines": len(out_text.read_text().splitlines()) if text.ok else None, "found": found}
 
 
 def shared_traces(root: Path) -> list[Path]:
@@ -153,15 +181,25 @@ def main() -> None:
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--only-big", action="store_true")
     group.add_argument("--no-big", action="store_true")
+    group.add_argument("--job", action="store_true",
+                       help="only the many-rank job (benchmarks/trace_job128.py, made in --work)")
+    ap.add_argument("--job-ranks", type=int, default=128)
     ap.add_argument("--json", type=Path, help="also write every measurement as JSON")
     a = ap.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     rows = []
-    if not a.only_big:
+    if a.job:
+        folder = a.work / f"job{a.job_ranks}"
+        if not folder.exists():
+            make_job(folder, ranks=a.job_ranks, source=a.traces / DEFAULT_SOURCE)
+        rows.append(bench_job(folder, a.hta_python, a.hta_mem_gb, a.timeout, a.work))
+        r = rows[-1]
+        print(f"pitstop text output: {r['text_lines']} lines in {r['text']['wall']:.2f} s; found {r['found']}")
+    elif not a.only_big:
         for path in shared_traces(a.traces):
             rows.append(bench_file(path, a.hta_python, a.repeats, a.hta_mem_gb, a.timeout, a.work))
             print(table(rows[-1:], a.traces).splitlines()[-1], file=sys.stderr, flush=True)
-    if not a.no_big:
+    if not a.no_big and not a.job:
         source = a.big_source or a.traces / "hta" / "trace_diff" / "control" / "control.json.gz"
         big = a.work / f"big-{int(a.big_mb)}mb" / f"{source.name.split('.')[0]}_x.json"
         if not big.exists():
