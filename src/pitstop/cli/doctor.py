@@ -24,6 +24,25 @@ def _check_outputs(html: Path | None, trace: str | None) -> None:
         check_writable_dir(Path(trace), "--trace")
 
 
+def _nnodes(args: argparse.Namespace) -> int:
+    """``--nnodes`` as a number of nodes, checked with the options a multi-node job needs."""
+    try:
+        n = int(args.nnodes)
+    except ValueError:
+        raise CliError(f"--nnodes must be a number of nodes, got {args.nnodes!r}") from None
+    if n < 1:
+        raise CliError(f"--nnodes must be >= 1, got {n}")
+    if n > 1:
+        if args.nproc_per_node is None:
+            raise CliError("--nnodes > 1 needs --nproc-per-node M (the ranks on this node)")
+        if not args.rdzv_endpoint:
+            raise CliError("--nnodes > 1 needs --rdzv-endpoint HOST:PORT (node 0's address)")
+        if not 0 <= args.node_rank < n:
+            raise CliError(f"--node-rank must be in 0..{n - 1}, got {args.node_rank}")
+        check_number("--node-wait", args.node_wait, low=0, low_open=True)
+    return n
+
+
 class DoctorCommand(Command):
     name = "doctor"
     help = "Run a training script (default: the bundled naive CNN) and report where time and memory go."
@@ -49,7 +68,17 @@ class DoctorCommand(Command):
         parser.add_argument("--nnodes", default="1", help="torchrun --nnodes (default 1)")
         parser.add_argument("--node-rank", type=int, default=0, help="torchrun --node-rank (default 0)")
         parser.add_argument("--rdzv-endpoint", metavar="HOST:PORT",
-                            help="torchrun --rdzv-endpoint (default: a standalone rendezvous on the loopback address)")
+                            help="torchrun --rdzv-endpoint (default: a standalone rendezvous on the loopback address); "
+                                 "with --nnodes N > 1: node 0's address, whose rendezvous store the nodes report through")
+        parser.add_argument("--rdzv-backend", choices=("c10d",), default="c10d", help="torchrun --rdzv-backend (c10d)")
+        parser.add_argument("--node-wait", type=float, default=120.0, metavar="S",
+                            help="--nnodes > 1: seconds node 0 waits for the other nodes after its ranks ended "
+                                 "(default 120); a node silent that long is named in a partial report")
+        parser.add_argument("--node-report", type=Path, metavar="PATH",
+                            help="--nnodes > 1: where this node writes its part (default pitstop-node<K>.json), "
+                                 "for pitstop merge")
+        parser.add_argument("--job-report", type=Path, metavar="PATH",
+                            help="--nnodes > 1, node 0: where the job report is written (default pitstop-job.json)")
         parser.epilog = ("exit codes: 0 diagnosed (findings or not), 2 usage/input error, 3 the script failed, "
                          "4 timed out (partial report), 5 nothing to diagnose (no optimizer step observed)")
         split_at_double_dash(parser)
@@ -75,12 +104,17 @@ class DoctorCommand(Command):
             raise CliError("--trace is not supported with --nproc-per-node (run the doctor without it for a trace)")
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         _check_outputs(args.html, args.trace)
+        nnodes = _nnodes(args)
         try:
             spec = RunSpec(script=args.script, module=module, args=tuple(args.script_args), steps=args.steps,
                            warmup=args.warmup, timeout=args.timeout, trace_dir=args.trace, seed=args.seed,
                            probes=not args.no_probes, stdout="stderr" if args.format == "json" else "inherit",
                            nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
                            rdzv_endpoint=args.rdzv_endpoint)
+            if nnodes > 1:
+                from pitstop.cli.doctor_nodes import run_multinode
+
+                return run_multinode(spec, args)
             if spec.nproc_per_node is not None:
                 from pitstop.doctor.job import diagnose_job
                 from pitstop.doctor.torchrun import run_job
