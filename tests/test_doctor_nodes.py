@@ -33,23 +33,25 @@ def _listening(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _doctor(tmp: Path, node: int, port: int, *script_args: str, wait: float = 60.0) -> subprocess.Popen:
+def _doctor(tmp: Path, node: int, port: int, *script_args: str, wait: float = 60.0,
+            env_extra: dict[str, str] | None = None) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pitstop", "doctor", "--nnodes", "2", "--node-rank", str(node),
            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-backend", "c10d", "--nproc-per-node", "2",
            "--steps", "6", "--warmup", "2", "--timeout", "150", "--node-wait", str(wait), "--format", "json",
            "--node-report", str(tmp / f"node{node}.json"), "--job-report", str(tmp / "job.json"),
            TRAIN, "--", *script_args]
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), **(env_extra or {}))
     return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _start_both(tmp: Path, *script_args: str, wait: float = 60.0) -> tuple[subprocess.Popen, subprocess.Popen]:
+def _start_both(tmp: Path, *script_args: str, wait: float = 60.0,
+                node1_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, subprocess.Popen]:
     port = _free_port()
     n0 = _doctor(tmp, 0, port, *script_args, wait=wait)
     deadline = time.monotonic() + 60
     while not _listening(port) and time.monotonic() < deadline and n0.poll() is None:
         time.sleep(0.2)  # node 0 hosts the rendezvous store before its torchrun starts
-    return n0, _doctor(tmp, 1, port, *script_args, wait=wait)
+    return n0, _doctor(tmp, 1, port, *script_args, wait=wait, env_extra=node1_env)
 
 
 def _descendants(pid: int) -> set[int]:
@@ -82,7 +84,9 @@ def _alive(pids: set[int]) -> set[int]:
 
 
 def test_two_nodes_one_job_report_names_the_culprit_on_node_1(tmp_path):
-    n0, n1 = _start_both(tmp_path, "--slow-rank", "3", "--sampler", "--set-epoch")
+    # node 1's local rank 1 is slow (its global rank is the rendezvous' choice)
+    n0, n1 = _start_both(tmp_path, "--slow-local-rank-from-env", "PLANT_SLOW_LOCAL_RANK", "--sampler", "--set-epoch",
+                         node1_env={"PLANT_SLOW_LOCAL_RANK": "1"})
     out0, err0 = n0.communicate(timeout=400)
     out1, err1 = n1.communicate(timeout=60)
     assert n0.returncode == 0, err0[-3000:]
@@ -90,9 +94,14 @@ def test_two_nodes_one_job_report_names_the_culprit_on_node_1(tmp_path):
     job = json.loads((tmp_path / "job.json").read_text())
     d = job["diagnosis"]
     assert d["world_size"] == 4 and [r["rank"] for r in d["ranks"]] == [0, 1, 2, 3]
-    assert d["stragglers"] == [3]
+    node1 = json.loads((tmp_path / "node1.json").read_text())
+    planted = [num for num, res in zip(node1["rank_numbers"], node1["results"])
+               if res["observations"]["distributed"]["ranks"][0]["local_rank"] == 1]
+    assert len(planted) == 1
+    culprit = planted[0]
+    assert d["stragglers"] == [culprit]
     (f,) = [f for f in d["findings"] if f["code"] == "PIT704"]
-    assert "rank 3" in f["title"] and "data phase" in f["title"]
+    assert f"rank {culprit}" in f["title"] and "data phase" in f["title"]
     assert [n["node_rank"] for n in job["nodes"]] == [0, 1] and job["missing_nodes"] == []
     assert sorted(job["nodes"][0]["ranks"] + job["nodes"][1]["ranks"]) == [0, 1, 2, 3]
     # node 1 printed its own part and where the job report is; node 0 the job
@@ -104,7 +113,7 @@ def test_two_nodes_one_job_report_names_the_culprit_on_node_1(tmp_path):
                              str(tmp_path / "node1.json"), "--format", "json"], capture_output=True, text=True,
                             env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), timeout=120)
     m = json.loads(merged.stdout)
-    assert [r["rank"] for r in m["ranks"]] == [0, 1, 2, 3] and m["stragglers"] == [3]
+    assert [r["rank"] for r in m["ranks"]] == [0, 1, 2, 3] and m["stragglers"] == [culprit]
 
 
 def test_a_node_killed_mid_run_ends_the_job_with_a_partial_report_and_no_orphan(tmp_path):
