@@ -136,3 +136,25 @@ def test_a_node_killed_mid_run_ends_the_job_with_a_partial_report_and_no_orphan(
     assert n0.returncode != 0
     time.sleep(2)
     assert _alive(family | _descendants(n0.pid)) == set()
+
+
+def test_merge_refuses_what_is_not_a_node_report(tmp_path):
+    bad = tmp_path / "trace.json"
+    bad.write_text('{"traceEvents": []}')
+    r = subprocess.run([sys.executable, "-m", "pitstop", "merge", str(bad)], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), timeout=120)
+    assert r.returncode == 2 and "not a pitstop node report" in r.stderr and str(bad) in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_merged_nodes_name_the_missing_one():
+    from pitstop.doctor.nodes import NodeReport, merge_nodes
+    from pitstop.doctor.spec import RunResult, RunSpec
+
+    spec = RunSpec(script=TRAIN, nproc_per_node=2)
+    part = NodeReport(node_rank=0, nnodes=3, host="a", status="stopped", message="", rank_numbers=(1, 0),
+                      results=(RunResult(spec=spec, status="stopped"), RunResult(spec=spec, status="stopped")))
+    job, nodes, missing = merge_nodes(spec, [part], 3, wait_s=5)
+    assert missing == (1, 2) and job.status == "crashed" and "node 1 sent no result within 5 s" in job.message
+    assert [n.reported for n in nodes] == [True, False, False]
+    assert NodeReport.from_dict(part.to_dict()) == part

@@ -75,6 +75,8 @@ class JobRecord:
     world_size: int = 1
     ranks: tuple[RankDist, ...] = ()
     stragglers: tuple[Straggler, ...] = ()
+    #: ranks late in some steps but fewer than a straggler's share (not a finding).
+    one_offs: tuple[Straggler, ...] = ()
     #: per-rank mean seconds per step for each phase, with ``collective`` split from the
     #: phase it happened in (DDP's reduction from ``backward``, explicit calls from ``other``).
     breakdowns: tuple[dict[str, float], ...] = ()

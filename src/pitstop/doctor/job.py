@@ -5,7 +5,7 @@
   source location; the lowest rank's numbers are shown);
 - the ranks' :class:`~pitstop.doctor.dist_records.RankDist` are merged into one
   :class:`~pitstop.doctor.dist_records.JobRecord` (per-rank breakdowns with the
-  ``collective`` phase, stragglers by :func:`pitstop.ranks.find_stragglers`) held by the
+  ``collective`` phase, stragglers and one-offs by :func:`pitstop.ranks.analyze_stragglers`) held by the
   merged observations, on which the job checks (PIT702, PIT703, stragglers) run once;
 - the job's status: a rank that failed first (its traceback is the report's), a timeout
   (with the ranks that were waiting inside a collective), an interruption, or stopped.
@@ -22,7 +22,7 @@ from pitstop.doctor.observations import Observations
 from pitstop.doctor.rankviews import rank_view, split_breakdown
 from pitstop.doctor.spec import RunResult
 from pitstop.doctor.torchrun import JobResult
-from pitstop.ranks import find_stragglers
+from pitstop.ranks import StraggleAnalysis, analyze_stragglers
 
 __all__ = ["diagnose_job", "merge_ranks", "merge_findings", "INDEPENDENT_NOTE"]
 
@@ -52,11 +52,10 @@ def merge_ranks(results: list[RunResult], th: Thresholds) -> JobRecord:
         views.append(rank_view(obs, rank=d.rank, world_size=d.world_size, dist=d))
         breakdowns.append(split_breakdown(obs, d))
         means.append(obs.mean_step)
-    found = find_stragglers(views, min_lag=th.straggler_lag, rel_lag=th.straggler_rel,
-                            min_fraction=th.straggler_steps) if any(d.initialized for d in dists) else []
-    stragglers = tuple(found)
-    return JobRecord(world_size=world, ranks=tuple(dists), stragglers=stragglers, breakdowns=tuple(breakdowns),
-                     step_means=tuple(means))
+    found = analyze_stragglers(views, min_lag=th.straggler_lag, rel_lag=th.straggler_rel,
+                               min_fraction=th.straggler_steps) if any(d.initialized for d in dists) else StraggleAnalysis()
+    return JobRecord(world_size=world, ranks=tuple(dists), stragglers=found.stragglers, one_offs=found.one_offs,
+                     breakdowns=tuple(breakdowns), step_means=tuple(means))
 
 
 def _rank_list(ranks: list[int]) -> str:

@@ -143,7 +143,8 @@ def merge_nodes(spec: RunSpec, reports: list[NodeReport], nnodes: int | None = N
     if len(seen) < len(reports):
         dup = sorted({r.node_rank for r in reports if sum(x.node_rank == r.node_rank for x in reports) > 1})
         raise NodeError(f"node {dup[0]} is given twice: give one report per node")
-    pairs = sorted((num, res) for rep in reports for num, res in zip(rep.rank_numbers, rep.results))
+    pairs = sorted(((num, res) for rep in reports for num, res in zip(rep.rank_numbers, rep.results)),
+                   key=lambda p: p[0])
     missing = tuple(k for k in range(n) if k not in seen)
     nodes = [NodeStatus(node_rank=r.node_rank, host=r.host, status=r.status, ranks=r.rank_numbers,
                         message=r.message, reported=True) for r in reports]
