@@ -16,14 +16,17 @@ class StragglerTip(Tip):
 
     what = """
         Names a *straggler*: a rank the other ranks steadily wait for inside collectives (DDP's
-        gradient all-reduce, an explicit `all_reduce` / `barrier`). In each observed step the rank
-        that waited least while the others waited for it is *late* when the others' median wait
-        exceeds its own by more than a bar (the larger of an absolute floor and a share of the
-        median step); a rank late in most steps is a straggler, a rank late once is noise. The
-        finding names the culprit rank, the phase where it spends the most time beyond its peers
-        (data, host, forward, backward, GPU compute), the ranks that wait (the victims) and how
-        long. The doctor measures the waits live under `pitstop doctor --nproc-per-node N`; the
-        trace face reads them from one profiler trace per rank.
+        gradient all-reduce, an explicit `all_reduce` / `barrier`). Steps are matched across
+        ranks by their number where the trace gives one (`ProfilerStep#N`), else by order. In
+        each step a rank is *late* when the other ranks' median wait exceeds its own by more
+        than a bar (the larger of an absolute floor and a share of the median step); the latest
+        is the step's culprit (last to arrive). A rank late in most steps is a recurring
+        straggler (this finding); a rank late in a few steps is a one-off, listed apart and not
+        a finding. The finding names the culprit rank, the phase where it spends the most time
+        beyond its peers and its cause (data, host, compute / GPU compute), the ranks that
+        waited (the victims) and how long. The doctor measures the waits live under
+        `pitstop doctor --nproc-per-node N` (several nodes: `--nnodes`); the trace face reads
+        them from one profiler trace per rank, and its job view lists culprits per step.
     """
     why = """
         Every synchronous collective is a barrier: DDP's all-reduce cannot finish on any rank
