@@ -155,6 +155,13 @@ class Check(Face, face="D"):
     #: (:func:`in_framework_terms`). Leave a framework out where the user's own PyTorch
     #: code is the lever (Fabric and Accelerate loops are the user's).
     framework_fixes: ClassVar[dict[str, str]] = {}
+    #: on a GPU run whose profiled window was analysed (``obs.gpu``, the trace analysis of
+    #: :mod:`pitstop.trace`), who decides this code: ``"both"`` (default: the check and the
+    #: tip's trace check each may find it, one finding carries both evidences, the GPU
+    #: impact first), ``"trace"`` (the check judged the GPU by host timers: its finding stands
+    #: only when the trace check of its tip found the cost, and takes the trace's impact) or
+    #: ``"live"`` (a live measurement such as a probe decides; the trace adds its evidence).
+    gpu_role: ClassVar[str] = "both"
 
     def framework_fix(self, framework: str, finding: Finding, obs: Observations) -> str | None:
         """The fix for ``finding`` in ``framework``'s terms, or None (plain PyTorch only)."""

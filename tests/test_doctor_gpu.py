@@ -1,0 +1,149 @@
+"""The doctor's GPU evidence (issue 27): the profiled steps' trace, analysed by pitstop.trace,
+decides the GPU facts of the doctor's findings. Each test hands a trace file (synthetic rows of
+the issue's table, or a recorded GPU trace of ../shared/traces/) to the doctor as its profiled
+window and checks the merged findings, on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from doctor_obs import loader, observations, site
+from gpu_rows import H100, cuda_graph, device_sync, launch_bound, starved_input, tf32_convs
+from pitstop.doctor.diagnosis import diagnose
+from pitstop.doctor.observations import Observations
+from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
+from pitstop.trace.evidence import gpu_findings, profiled_window, step_seconds
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+RESNET = SHARED / "kineto-tb_plugin" / "samples"
+
+
+def _cuda_obs(**fields) -> Observations:
+    return observations(device="cuda", device_name=H100["name"], capability=[9, 0], **fields)
+
+
+def _diagnose(obs: Observations, trace: Path | None):
+    """The doctor's parent on a CUDA run whose profiled window is the file ``trace``."""
+    spec = RunSpec(script="train.py", steps=5, warmup=0)
+    steps = [StepRecord(index=i, kind="observed", wall=0.1) for i in range(5)]
+    result = RunResult(spec=spec, status="stopped", steps=steps, device="cuda", observations=obs,
+                       trace_path=str(trace) if trace else None)
+    d = diagnose(result)
+    assert d.errors == []
+    return d
+
+
+def _codes(d) -> list[str]:
+    return [f.code for f in d.findings]
+
+
+def _one(d, code):
+    found = [f for f in d.findings if f.code == code]
+    assert len(found) == 1, _codes(d)
+    return found[0]
+
+
+def _trace_impact(path: Path, code: str) -> float:
+    rank, why = profiled_window(path)
+    assert why is None
+    return next(f.impact for f in gpu_findings(rank) if f.code == code)
+
+
+def test_starved_input_keeps_pit101_with_the_gpu_wait_and_no_pit304_on_tf32_convs(tmp_path):
+    trace = starved_input().write(tmp_path / "starved.json")
+    obs = _cuda_obs(loaders=[loader(num_workers=0)], breakdown={"data": 0.08},
+                    kernels={"matmul": {"float32": 2}, "conv": {"float32": 20}},
+                    settings={"tf32_cudnn": True, "cpu_cores": 16})
+    without = _diagnose(obs, None)
+    assert "PIT304" in _codes(without)  # the settings alone: fp32 matmuls, precision 'highest'
+    d = _diagnose(obs, trace)
+    f = _one(d, "PIT101")
+    assert f.impact_share == pytest.approx(_trace_impact(trace, "PIT101"))
+    assert "GPU (profiled steps)" in f.evidence and "num_workers=0" in f.evidence
+    assert "PIT304" not in _codes(d)  # the convolution kernels ran in TF32
+    assert any(s.code == "PIT304" and s.check == "GPU evidence" for s in d.skipped)
+
+
+def test_device_sync_is_pit203_with_the_measured_gpu_wait_and_no_pit101(tmp_path):
+    trace = device_sync().write(tmp_path / "sync.json")
+    calls = [site("cuda.synchronize", seconds=0.028), site("cuda.empty_cache", seconds=0.004, where="train.py:31")]
+    obs = _cuda_obs(breakdown={"host": 0.0226}, cuda_calls=calls, syncs=[calls[0]])
+    without = _diagnose(obs, None)
+    assert "PIT101" in _codes(without)  # host timers: "host work before each forward"
+    d = _diagnose(obs, trace)
+    assert "PIT101" not in _codes(d)  # no input pipeline the GPU waits for
+    f = _one(d, "PIT203")
+    rank, _ = profiled_window(trace)
+    assert f.impact_share == pytest.approx(_trace_impact(trace, "PIT203"))
+    assert f.impact_share > 0.2
+    assert f.impact_seconds == pytest.approx(f.impact_share * step_seconds(rank))
+    assert "train.py:20" in f.where and "train.py:31" in f.where
+
+
+def test_launch_bound_step_gets_pit601_with_cuda_graphs_as_the_fix(tmp_path):
+    trace = launch_bound().write(tmp_path / "launch.json")
+    d = _diagnose(_cuda_obs(), trace)
+    f = _one(d, "PIT601")
+    assert f.impact_share == pytest.approx(_trace_impact(trace, "PIT601"))
+    assert "reduce-overhead" in f.fix and "CUDA graphs" in f.fix
+    assert d.observations.gpu.gpu.busy < 0.3
+
+
+def test_tf32_convolutions_are_not_pit304(tmp_path):
+    trace = tf32_convs().write(tmp_path / "tf32.json")
+    obs = _cuda_obs(kernels={"matmul": {"float32": 1}, "conv": {"float32": 9}})
+    assert "PIT304" in _codes(_diagnose(obs, None))
+    d = _diagnose(obs, trace)
+    assert "PIT304" not in _codes(d)
+    assert d.observations.gpu.precision.by_precision.get("tf32", 0) > 0.99
+
+
+def test_cuda_graph_kernels_count_as_busy_in_the_step_that_replayed_them(tmp_path):
+    trace = cuda_graph().write(tmp_path / "graph.json")
+    d = _diagnose(_cuda_obs(), trace)
+    gpu = d.observations.gpu
+    assert gpu.gpu.busy > 0.9 and gpu.launches.kernels_per_step == pytest.approx(200)
+    assert gpu.gpu.busy_launched is not None and gpu.gpu.busy_launched > 0.9
+    assert not {"PIT601", "PIT905"} & set(_codes(d))
+
+
+def test_the_evidence_crosses_the_process_boundary_as_json(tmp_path):
+    rank, _ = profiled_window(launch_bound().write(tmp_path / "launch.json"))
+    obs = _cuda_obs()
+    obs.gpu = rank
+    back = Observations.from_dict(obs.to_dict())
+    assert back.gpu == rank
+
+
+def test_an_unreadable_window_is_a_note_and_the_live_findings_stay(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text("{not json")
+    obs = _cuda_obs(loaders=[loader(num_workers=0)], breakdown={"data": 0.08})
+    d = _diagnose(obs, bad)
+    assert d.observations.gpu is None and "PIT101" in _codes(d)
+    assert any("could not be analysed" in n for n in d.observations.notes)
+
+
+@pytest.mark.skipif(not RESNET.is_dir(), reason="../shared/traces not present")
+def test_recorded_resnet50_with_no_workers_is_pit101_at_the_trace_share():
+    trace = RESNET / "resnet50_num_workers_0" / "worker0.1623143089861.pt.trace.json.gz"
+    obs = observations(device="cuda", device_name="Tesla V100-DGXS-32GB", capability=[7, 0],
+                       loaders=[loader(num_workers=0)], breakdown={"data": 0.03})
+    d = _diagnose(obs, trace)
+    f = _one(d, "PIT101")
+    share = d.observations.gpu.dataloader.share
+    assert f.impact_share == pytest.approx(share)
+    assert 0.25 < share < 0.40  # the TensorBoard plugin: DataLoader 33.37% of the step (README)
+
+
+@pytest.mark.skipif(not RESNET.is_dir(), reason="../shared/traces not present")
+def test_recorded_resnet50_with_workers_drops_the_host_timers_data_wait():
+    trace = RESNET / "resnet50_num_workers_4" / "worker0.1623212756351.pt.trace.json.gz"
+    obs = observations(device="cuda", device_name="Tesla V100-DGXS-32GB", capability=[7, 0],
+                       loaders=[loader(num_workers=4)], breakdown={"data": 0.012})
+    assert "PIT101" in _codes(_diagnose(obs, None))
+    d = _diagnose(obs, trace)
+    assert "PIT101" not in _codes(d)  # the plugin: DataLoader 0.84% of the step
+    assert d.observations.gpu.gpu.busy > 0.5
