@@ -147,3 +147,17 @@ def test_recorded_resnet50_with_workers_drops_the_host_timers_data_wait():
     d = _diagnose(obs, trace)
     assert "PIT101" not in _codes(d)  # the plugin: DataLoader 0.84% of the step
     assert d.observations.gpu.gpu.busy > 0.5
+
+
+def test_the_doctor_never_counts_its_own_lines_as_the_scripts_sync_sites():
+    from pitstop.doctor import syncs
+
+    assert syncs.own_site(f"{syncs.__file__}:45")  # a wrapper's line, seen by the sync-debug warnings
+    assert not syncs.own_site("/home/user/train.py:12")
+
+
+def test_the_compile_skip_reason_follows_the_device():
+    from pitstop.tips.pit601_compile import CompileCheck
+
+    assert "small CPU" in CompileCheck().skip_reason(observations())
+    assert "CPU" not in CompileCheck().skip_reason(_cuda_obs())

@@ -7,8 +7,11 @@ passes and optimizer steps are not measured as the script's).
 from __future__ import annotations
 
 import inspect
+import os
 import platform
+import shutil
 import sys
+import time
 from typing import Any
 
 import torch
@@ -241,9 +244,30 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     note = busy_note(o.cpu)
     if note:
         o.notes.append(note)
+    if device == "cuda":
+        _gpu_evidence(inst, o)
     if probes and n_obs:
         o.probes = _probes(inst, o, models, probe_budget)
     return o
+
+
+def _gpu_evidence(inst: Instrumentation, o: Observations) -> None:
+    """``o.gpu``: the profiled steps' trace analysed by :mod:`pitstop.trace` (the doctor's own
+    trace file is removed once read), and what the profiled window cost, in the notes."""
+    path = inst.trace_path
+    if not path:
+        o.notes.append("no profiled GPU steps (the script ended before them): the GPU findings rest on host timers")
+        return
+    from pitstop.trace.evidence import profiled_window
+
+    t0 = time.perf_counter()
+    o.gpu, why = profiled_window(path)
+    traced = [r.wall for r in inst.records if r.kind == "traced"]
+    o.notes.append(why or f"GPU evidence: {len(traced)} profiled steps after the observed ones took "
+                          f"{sum(traced):.2f} s, analysing their trace {time.perf_counter() - t0:.2f} s")
+    if inst.profiled.own_trace:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        inst.profiled.trace_path = None
 
 
 def _batch(inst: Instrumentation, models) -> BatchRecord | None:

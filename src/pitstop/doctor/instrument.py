@@ -62,7 +62,9 @@ class Instrumentation:
         self.notes: list[str] = []
         self.patches = Patches()
         self.machine: dict[str, Any] = {}  # machine counters when the measured part started
-        self.log = StepLog(plan_of(steps, warmup, full=self.full, traced=trace_steps if trace_dir else 0), cuda=cuda)
+        # on CUDA the steps after the observed ones are always profiled: their trace is the GPU evidence
+        traced = trace_steps if trace_dir or cuda else 0
+        self.log = StepLog(plan_of(steps, warmup, full=self.full, traced=traced), cuda=cuda)
         self.sampler = StackSampler() if self.full else None
         self.memory = MemoryRecorder(self.log, cuda=cuda)
         on_phase = self.memory.phase if cuda and self.full else None

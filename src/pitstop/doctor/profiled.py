@@ -188,6 +188,8 @@ class ProfiledStep:
 
     def __init__(self, notes: list[str], trace_dir: str | None) -> None:
         self.notes, self.trace_dir = notes, trace_dir
+        #: the trace is the doctor's own (no ``--trace DIR``): removed once analysed
+        self.own_trace = trace_dir is None
         self.flow: DataFlow | None = None
         self.result: dict[str, Any] = {}
         self.trace_path: str | None = None
@@ -204,7 +206,9 @@ class ProfiledStep:
         if nxt == "profiled":
             self._start(seen.live_models(), seen.any_compiled())
         if nxt == "traced" and self._tracer is None:
-            self._tracer = Tracer(self.trace_dir)
+            import tempfile
+
+            self._tracer = Tracer(self.trace_dir or tempfile.mkdtemp(prefix="pitstop-gpu-"))
             self._tracer.start()
         if ended == "traced" and nxt != "traced" and self._tracer is not None:
             self.trace_path = self._tracer.stop()

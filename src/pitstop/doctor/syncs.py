@@ -11,6 +11,7 @@ it per step and per call site. It also counts host-to-device copies (``Tensor.to
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections import Counter
@@ -19,7 +20,7 @@ from typing import Any, Callable
 from pitstop.doctor.patching import Patches, as_method, compiling_check, user_site
 from pitstop.doctor.steps import StepLog
 
-__all__ = ["install_sync_patches", "SyncRecorder", "TENSOR_SYNCS"]
+__all__ = ["install_sync_patches", "SyncRecorder", "TENSOR_SYNCS", "own_site", "OWN_DIR"]
 
 #: Tensor methods that copy a value to the host (a sync on CUDA), by report name.
 TENSOR_SYNCS = {"item": "item", "cpu": "cpu", "numpy": "numpy", "tolist": "tolist",
@@ -29,6 +30,14 @@ CUDA_CALLS = {"synchronize": "cuda.synchronize", "empty_cache": "cuda.empty_cach
               "reset_max_memory_allocated": "cuda.reset_max_memory_allocated"}
 
 perf = time.perf_counter
+#: the pitstop package: a sync reported from a file under it is the doctor's own (a wrapper
+#: that already counted the call at the user's line), never the user's
+OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def own_site(site: str) -> bool:
+    """``site`` ("file:line") is a line of pitstop itself."""
+    return os.path.abspath(site.rsplit(":", 1)[0]).startswith(OWN_DIR)
 
 
 def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, float], None]) -> Callable:
@@ -97,7 +106,8 @@ def _install_sync_debug(report_sync: Callable[[str, str, float], None]) -> Calla
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         if "synchroniz" in str(message).lower():
-            report_sync("sync-debug", f"{filename}:{lineno}", 0.0)
+            if not own_site(f"{filename}:{lineno}"):  # the wrappers' own calls: counted at the user's line
+                report_sync("sync-debug", f"{filename}:{lineno}", 0.0)
             return
         previous_show(message, category, filename, lineno, file, line)
 
@@ -153,14 +163,14 @@ class SyncRecorder:
             self._debug_off = None
 
     def on_sync(self, kind: str, site: str, seconds: float) -> None:
-        if self.log.passive or self.loaders.busy or self.bounds.in_opt:
+        if self.log.passive or self.loaders.busy or self.bounds.in_opt or own_site(site):
             return
         self.step_syncs[(site, kind)] += 1
         self.step_sync_s[(site, kind)] += seconds
         self.log.cur.phases["sync"] += seconds
 
     def on_cuda_call(self, kind: str, site: str, seconds: float) -> None:
-        if self.log.passive or self.bounds.in_opt:
+        if self.log.passive or self.bounds.in_opt or own_site(site):
             return
         self.step_cuda[(site, kind)] += 1
         if kind == "cuda.synchronize":
