@@ -161,3 +161,24 @@ def test_the_compile_skip_reason_follows_the_device():
 
     assert "small CPU" in CompileCheck().skip_reason(observations())
     assert "CPU" not in CompileCheck().skip_reason(_cuda_obs())
+
+
+def test_the_report_has_a_gpu_section_in_text_html_and_json(tmp_path):
+    import io
+    import json
+
+    import jsonschema
+
+    from pitstop.report.doctor_html import doctor_html
+    from pitstop.report.doctor_terminal import render
+
+    d = _diagnose(_cuda_obs(loaders=[loader(num_workers=0)], breakdown={"data": 0.08}),
+                  starved_input().write(tmp_path / "starved.json"))
+    out = io.StringIO()
+    render(d, out)
+    text = out.getvalue()
+    assert "GPU busy" in text and "19.0%" in text and "input 80.0%" in text and "tf32" in text
+    assert "GPU (profiled steps" in doctor_html(d)
+    doc = json.loads(json.dumps(d.to_dict()))
+    jsonschema.validate(doc, json.loads((Path(__file__).resolve().parents[1] / "docs" / "doctor-schema.json").read_text()))
+    assert doc["gpu"]["busy"] == pytest.approx(0.19) and doc["gpu"]["top_kernels"][0]["calls"] == 20

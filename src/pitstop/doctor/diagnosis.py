@@ -19,7 +19,7 @@ from pitstop.doctor.spec import RunResult
 from pitstop.doctor.rankviews import rank_view
 from pitstop.jsoncodec import to_json
 from pitstop.ranks import RankView
-from pitstop.trace.evidence import gpu_findings, merge, profiled_window
+from pitstop.trace.evidence import GpuSummary, gpu_findings, gpu_summary, merge, profiled_window
 
 __all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
 
@@ -183,6 +183,11 @@ class Diagnosis:
         """:attr:`precision_seen` as JSON values."""
         return to_json(self.precision_seen)
 
+    @property
+    def gpu(self) -> GpuSummary | None:
+        """The GPU section: the profiled steps' busy, idle by cause, top kernels (CUDA runs)."""
+        return gpu_summary(self.observations.gpu)
+
     def syncs_per_step(self) -> float:
         n = max(len(self.result.observed), 1)
         return sum(s.calls for s in self.observations.syncs) / n
@@ -242,6 +247,7 @@ class Diagnosis:
             "syncs_per_step": self.syncs_per_step(),
             "syncs": to_json(o.syncs),
             "flops": to_json(o.flops) or {},
+            "gpu": to_json(self.gpu) or {},
             "probes": to_json(o.probes),
             "findings": [f.to_dict() for f in self.findings],
             "skipped_checks": to_json(self.skipped),

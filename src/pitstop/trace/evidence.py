@@ -13,15 +13,43 @@ the seam between a live CUDA run and the CPU test suite.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 from pitstop.doctor.check import Finding, Thresholds, severity_for
-from pitstop.trace.result import RankResult, TraceFinding
+from pitstop.trace.result import IdleSplit, NamedTime, RankResult, TraceFinding
 
-__all__ = ["profiled_window", "gpu_findings", "merge", "as_finding", "step_seconds", "GPU_PREFIX"]
+__all__ = ["profiled_window", "gpu_findings", "merge", "as_finding", "step_seconds", "GPU_PREFIX", "GpuSummary",
+           "gpu_summary"]
 
 #: how the GPU evidence of a merged finding starts
 GPU_PREFIX = "GPU (profiled steps): "
+
+
+@dataclass(frozen=True)
+class GpuSummary:
+    """The report's GPU section (``gpu`` of the doctor's JSON): the profiled steps on ``device``,
+    GPU ``busy`` share of the step (all streams merged), ``idle_by_cause`` (shares of the step:
+    input, host, launch, sync), kernels per step and the top kernels by GPU time."""
+
+    device: str
+    steps: int
+    step_seconds: float | None
+    busy: float
+    idle: float
+    idle_by_cause: IdleSplit | None
+    kernels_per_step: float | None
+    top_kernels: tuple[NamedTime, ...]
+
+
+def gpu_summary(rank: RankResult | None, top: int = 5) -> GpuSummary | None:
+    """The GPU section of the profiled window, None when it holds no GPU activity."""
+    if rank is None or rank.gpu is None:
+        return None
+    return GpuSummary(device=rank.device, steps=rank.steps, step_seconds=step_seconds(rank), busy=rank.gpu.busy,
+                      idle=rank.gpu.idle, idle_by_cause=rank.idle,
+                      kernels_per_step=rank.launches.kernels_per_step if rank.launches else None,
+                      top_kernels=rank.kernels.top[:top] if rank.kernels else ())
 
 
 def profiled_window(path: Path | str) -> tuple[RankResult | None, str | None]:
