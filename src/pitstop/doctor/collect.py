@@ -30,7 +30,6 @@ from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flop
                                     Settings, Site, StepTime)
 from pitstop.jsoncodec import from_json
 from pitstop.machine import machine_cores, usable_cores
-from pitstop.stats import summarize
 
 __all__ = ["observations", "device_of"]
 
@@ -180,11 +179,10 @@ def _steps_stats(inst: Instrumentation) -> tuple[StepTime | None, Breakdown | No
     obs = [r for r in inst.records if r.kind == "observed"]
     if not obs:
         return None, None
-    s = summarize([r.wall for r in obs])
-    step_time = StepTime(median=s.median, p90=s.p90, mean=s.mean, min=s.min, max=s.max)
+    step_time = StepTime.of([r.wall for r in obs])
     n = len(obs)
     measured = {ph: sum(r.phases.get(ph, 0.0) for r in obs) / n for ph in _MEASURED}
-    return step_time, Breakdown(**measured, other=max(0.0, s.mean - sum(measured.values())))
+    return step_time, Breakdown(**measured, other=max(0.0, step_time.mean - sum(measured.values())))
 
 
 def _sites(table: dict[tuple[str, str], list[float]]) -> list[Site]:

@@ -12,23 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pitstop.jsoncodec import record_from_json, record_to_json, to_json
+from pitstop.stats import StepTime
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
            "Launches", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
            "TraceFinding", "TraceReport", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
-
-
-@dataclass(frozen=True)
-class StepTime:
-    """Seconds per host ``ProfilerStep``."""
-
-    median: float
-    p90: float
-    mean: float
-    min: float
-    max: float
 
 
 @dataclass(frozen=True)
