@@ -22,7 +22,7 @@ from pitstop.doctor import memory as mem
 from pitstop.doctor.compile_records import CompileRecord
 from pitstop.doctor.instrument import Instrumentation
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.profiled import peak_for
+from pitstop.gpu import peak_for
 from pitstop.doctor.probe_records import ProbeResult
 from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, ForwardCounts,
                                     Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,

@@ -81,7 +81,9 @@ class TF32Check(Check, tip="PIT304"):
     gpu_role = "trace"
 
     def check(self, obs, th):
-        if not obs.capability or obs.capability[0] < 8:
+        from pitstop.gpu import tf32_capable
+
+        if not obs.capability or not tf32_capable("nvidia", obs.capability[0]):
             return
         # cuDNN convolutions run in TF32 unless cudnn.allow_tf32 is off: count them only then
         k, s = obs.kernels, obs.settings
