@@ -22,19 +22,19 @@ from typing import Any, ClassVar
 
 from pitstop.doctor.observations import Observations
 from pitstop.catalog import Face
+from pitstop.severity import SEVERITIES, rank_key, severity_for
 from pitstop.units import mib, ms, pct, short_where
 
 __all__ = ["Check", "Finding", "in_framework_terms", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib", "short_where"]
 
-#: Severity order, most urgent first. Time and memory findings take theirs from the
-#: estimated share a fix saves (:func:`severity_for`: >= ``high_share`` high, >=
-#: ``medium_share`` medium, else low; memory is low unless memory is under pressure; an
-#: impact that is only an upper bound may be lowered by its check, with the reason in the
-#: evidence). ``correctness`` findings (no share): ``high`` when results are wrong (the
-#: model trains or evaluates incorrectly), ``medium`` when the settings leave
-#: reproducibility unclear on the device at hand, ``low`` for a degraded, wasteful or
-#: deprecated but not wrong result.
-SEVERITIES = ("high", "medium", "low")
+# Severities (:mod:`pitstop.severity`, the one ranking), most urgent first. Time and memory
+# findings take theirs from the estimated share a fix saves (:func:`severity_for`: >= ``high_share`` high, >=
+# ``medium_share`` medium, else low; memory is low unless memory is under pressure; an
+# impact that is only an upper bound may be lowered by its check, with the reason in the
+# evidence). ``correctness`` findings (no share): ``high`` when results are wrong (the
+# model trains or evaluates incorrectly), ``medium`` when the settings leave
+# reproducibility unclear on the device at hand, ``low`` for a degraded, wasteful or
+# deprecated but not wrong result.
 
 
 @dataclass(frozen=True)
@@ -84,16 +84,6 @@ class Thresholds:
     same_batch_share: float = 0.5
 
 
-def severity_for(share: float | None, th: Thresholds) -> str:
-    if share is None:
-        return "low"
-    if share >= th.high_share:
-        return "high"
-    if share >= th.medium_share:
-        return "medium"
-    return "low"
-
-
 @dataclass(frozen=True)
 class Finding:
     """One measured problem, tied to a catalog code.
@@ -119,7 +109,7 @@ class Finding:
         return f"pitstop explain {self.code}"
 
     def sort_key(self) -> tuple:
-        return (SEVERITIES.index(self.severity), -(self.impact_share or 0.0), self.code)
+        return rank_key(self.severity, self.impact_share, self.code)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pitstop.catalog import Face
+from pitstop.severity import severity_for
 from pitstop.units import ms, pct
 from pitstop.trace.result import RankResult, TraceFinding
 from pitstop.trace.thresholds import TraceThresholds
@@ -33,9 +34,8 @@ class JobView:
 
 
 def severity_of(impact: float | None, th: TraceThresholds) -> str:
-    if impact is None:
-        return "low"
-    return "high" if impact >= th.high_share else "medium" if impact >= th.medium_share else "low"
+    """:func:`pitstop.severity.severity_for`: the one ranking, with the trace's cut-offs."""
+    return severity_for(impact, th)
 
 
 
