@@ -182,3 +182,15 @@ def test_the_report_has_a_gpu_section_in_text_html_and_json(tmp_path):
     doc = json.loads(json.dumps(d.to_dict()))
     jsonschema.validate(doc, json.loads((Path(__file__).resolve().parents[1] / "docs" / "doctor-schema.json").read_text()))
     assert doc["gpu"]["busy"] == pytest.approx(0.19) and doc["gpu"]["top_kernels"][0]["calls"] == 20
+
+
+def test_the_stack_sampler_stays_closed_while_paused_for_the_profiled_steps():
+    from pitstop.doctor.stacks import StackSampler
+
+    s = StackSampler()
+    s.paused = True
+    s.open()
+    assert not s._open.is_set()
+    s.paused = False
+    s.open()
+    assert s._open.is_set()

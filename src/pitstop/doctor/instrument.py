@@ -174,8 +174,9 @@ class Instrumentation:
         if self.full:
             self._transitions(kind)
             if self.sampler is not None:
+                self.sampler.paused = log.kind() == "traced"  # the profiled GPU steps run unsampled
                 self.sampler.label = "host"
-                self.sampler.open()
+                self.sampler.open() if not self.sampler.paused else self.sampler.close()
         if log.finished:
             if self.stop:
                 raise StopDoctor()
