@@ -194,3 +194,16 @@ def test_the_stack_sampler_stays_closed_while_paused_for_the_profiled_steps():
     s.paused = False
     s.open()
     assert s._open.is_set()
+
+
+H100_QWEN = SHARED / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+@pytest.mark.skipif(not H100_QWEN.is_file(), reason="../shared/traces not present")
+def test_recorded_h100_bf16_window_overrules_the_settings_and_host_timers():
+    obs = _cuda_obs(kernels={"matmul": {"float32": 4, "bfloat16": 96}}, breakdown={"host": 0.02})
+    without = _diagnose(obs, None)
+    assert {"PIT304", "PIT101"} <= set(_codes(without))
+    d = _diagnose(obs, H100_QWEN)
+    assert not {"PIT304", "PIT101"} & set(_codes(d))  # bf16 GEMMs (TraceLens: sm90 bf16 gemm), no input wait
+    assert d.gpu.busy == pytest.approx(0.918, abs=0.01)  # TraceLens: busy 91.44% of the step's span
