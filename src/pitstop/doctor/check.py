@@ -22,7 +22,8 @@ from typing import Any, ClassVar
 
 from pitstop.doctor.observations import Observations
 from pitstop.catalog import Face
-from pitstop.severity import SEVERITIES, rank_key, severity_for
+from pitstop.findings import Finding
+from pitstop.severity import SEVERITIES, severity_for
 from pitstop.units import mib, ms, pct, short_where
 
 __all__ = ["Check", "Finding", "in_framework_terms", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib", "short_where"]
@@ -82,47 +83,6 @@ class Thresholds:
     straggler_steps: float = 0.6
     #: PIT703: ranks received identical batches in at least this share of common steps.
     same_batch_share: float = 0.5
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One measured problem, tied to a catalog code.
-
-    ``impact_kind`` is ``time`` (``impact_share`` = estimated share of step time a fix
-    saves), ``memory`` (share of peak memory), or ``correctness`` (results are wrong or
-    training is degraded; no share). ``where`` lists source locations ("file:line").
-    """
-
-    code: str
-    title: str
-    evidence: str
-    fix: str
-    severity: str
-    impact_kind: str = "time"
-    impact_share: float | None = None
-    impact_seconds: float | None = None
-    impact_bytes: int | None = None
-    where: tuple[str, ...] = ()
-
-    @property
-    def explain(self) -> str:
-        return f"pitstop explain {self.code}"
-
-    def sort_key(self) -> tuple:
-        return rank_key(self.severity, self.impact_share, self.code)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "title": self.title,
-            "severity": self.severity,
-            "impact": {"kind": self.impact_kind, "share": self.impact_share,
-                       "seconds_per_step": self.impact_seconds, "bytes": self.impact_bytes},
-            "evidence": self.evidence,
-            "fix": self.fix,
-            "explain": self.explain,
-            "where": list(self.where),
-        }
 
 
 class Check(Face, face="D"):

@@ -56,5 +56,5 @@ class TraceCheck(Face, face="T"):
     def finding(self, th: TraceThresholds, rank: RankResult | None, *, title: str, evidence: str, fix: str,
                 impact: float | None, severity: str | None = None) -> TraceFinding:
         return TraceFinding(code=self.tip, title=title, severity=severity or severity_of(impact, th),
-                            impact=impact, evidence=evidence, fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)",
-                            rank=rank.rank if rank is not None else None)
+                            impact_share=impact, evidence=evidence,
+                            fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)", rank=rank.rank if rank is not None else None)

@@ -80,9 +80,9 @@ def step_seconds(rank: RankResult) -> float | None:
 def as_finding(t: TraceFinding, rank: RankResult, th: Thresholds) -> Finding:
     """A trace check's finding in the doctor's terms (one severity ranking: the doctor's)."""
     step = step_seconds(rank)
-    return Finding(code=t.code, title=t.title, evidence=GPU_PREFIX + t.evidence + ".", fix=t.fix,
-                   severity=severity_for(t.impact, th) if t.impact is not None else t.severity,
-                   impact_share=t.impact, impact_seconds=t.impact * step if t.impact is not None and step else None)
+    return dataclasses.replace(t, evidence=GPU_PREFIX + t.evidence + ".", rank=None,
+                               severity=severity_for(t.impact, th) if t.impact is not None else t.severity,
+                               impact_seconds=t.impact * step if t.impact is not None and step else None)
 
 
 def _joined(d: Finding, g: Finding, *, gpu_decides: bool) -> Finding:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pitstop.jsoncodec import record_from_json, record_to_json, to_json
+from pitstop.findings import Finding
 from pitstop.stats import StepTime
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
@@ -221,18 +222,10 @@ class RankResult:
         return record_to_json(self)
 
 
-@dataclass(frozen=True)
-class TraceFinding:
-    """One problem the trace shows, in a catalog code. ``impact``: share of the step a fix
-    could save (None: the trace cannot size it). ``rank``: None for a job-wide finding."""
-
-    code: str
-    title: str
-    severity: str
-    impact: float | None
-    evidence: str
-    fix: str
-    rank: int | None
+#: ``pitstop trace``'s findings are the one runtime finding type (:class:`pitstop.findings.Finding`):
+#: ``impact`` (its ``impact_share``) is the share of the step a fix could save (None: the trace
+#: cannot size it), ``rank`` None for a job-wide finding.
+TraceFinding = Finding
 
 
 @dataclass(frozen=True)
@@ -247,7 +240,7 @@ class TraceReport:
 
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "ranks": [to_json(r) for r in self.ranks],
-                "findings": [to_json(f) for f in self.findings], "stragglers": list(self.stragglers),
+                "findings": [f.trace_dict() for f in self.findings], "stragglers": list(self.stragglers),
                 "step_spread": self.step_spread, "notes": list(self.notes)}
 
     @classmethod
