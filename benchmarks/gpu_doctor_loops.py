@@ -279,6 +279,7 @@ def _facts(name: str, doc: dict, tr: dict) -> dict:
         "top": f"{top['code']} {top['severity']} {top['title']}" if top else None,
         "pit203_doctor": d203, "pit203_trace": {"share": t203, "seconds_per_step": t203 * step_tr if t203 and step_tr else None},
         "gpu_busy_doctor": busy_doc, "gpu_busy_trace": busy_tr, "sync_sites": sites, "checks": checks,
+        "window_cost": next((n for n in doc.get("notes", []) if "profiled steps" in n), None),
         "errors": [e for e in (doc.get("error"), tr.get("error")) if e],
     }
 
@@ -296,6 +297,7 @@ def _print(f: dict) -> None:
     print(f"   launch-bound (PIT601) present: {'PIT601' in f['codes']};  PIT304 absent: {'PIT304' not in f['codes']};  "
           f"sync sites: {f['sync_sites'] or 'none'}")
     print(f"   GPU busy: doctor {_pct(f['gpu_busy_doctor'])}, pitstop trace {_pct(f['gpu_busy_trace'])}")
+    print(f"   profiled window's cost: {f['window_cost']}")
     print("   " + ", ".join(f"{k}: {'ok' if v else 'FAIL'}" for k, v in f["checks"].items()))
 
 
