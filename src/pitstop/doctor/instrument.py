@@ -173,6 +173,8 @@ class Instrumentation:
         log.append(rec)
         if self.full:
             self._transitions(kind)
+            if log.kind() == "traced":  # the profiled GPU steps run without the per-tensor pack hook
+                self.memory.uninstall()
             if self.sampler is not None:
                 self.sampler.paused = log.kind() == "traced"  # the profiled GPU steps run unsampled
                 self.sampler.label = "host"
