@@ -207,3 +207,24 @@ def test_recorded_h100_bf16_window_overrules_the_settings_and_host_timers():
     d = _diagnose(obs, H100_QWEN)
     assert not {"PIT304", "PIT101"} & set(_codes(d))  # bf16 GEMMs (TraceLens: sm90 bf16 gemm), no input wait
     assert d.gpu.busy == pytest.approx(0.918, abs=0.01)  # TraceLens: busy 91.44% of the step's span
+
+
+def test_merge_roles_one_finding_per_code(tmp_path):
+    from pitstop.doctor.check import Thresholds
+    from pitstop.findings import Finding
+    from pitstop.trace.evidence import merge
+
+    rank, _ = profiled_window(launch_bound().write(tmp_path / "launch.json"))
+    gpu = gpu_findings(rank)  # PIT601 and PIT607 on this window
+    live = Finding(code="PIT601", title="live", evidence="probe", fix="f", severity="low", impact_share=0.01)
+    th = Thresholds()
+    out, dropped = merge([("live", live)], {}, gpu, rank, th)
+    got = {f.code: f for f in out}
+    assert got["PIT601"].impact_share == 0.01 and "GPU (profiled steps)" in got["PIT601"].evidence
+    out, _ = merge([("both", live)], {}, gpu, rank, th)
+    assert {f.code: f for f in out}["PIT601"].impact_share == pytest.approx(rank.idle.launch)
+    out, _ = merge([], {"PIT601": "live"}, gpu, rank, th)  # a live check measured and found nothing
+    assert "PIT601" not in [f.code for f in out] and "PIT607" in [f.code for f in out]
+    out, dropped = merge([("trace", Finding(code="PIT101", title="t", evidence="e", fix="f", severity="high"))],
+                         {}, gpu, rank, th)
+    assert "PIT101" not in [f.code for f in out] and dropped[0][0] == "PIT101"

@@ -172,8 +172,6 @@ from pitstop.doctor.check import Check, pct  # noqa: E402
 
 
 class MixedPrecisionCheck(Check, tip="PIT301"):
-    #: the precision probe measures the gain on this GPU: it decides, the trace adds its evidence
-    gpu_role = "live"
     looks_at = "autocast state of training forwards, with a bf16-vs-fp32 probe"
     #: the precision option of each framework, for bf16 and fp16 (fp16 frameworks add the scaler)
     framework_fixes = {"lightning": 'Trainer(precision="{lightning}")', "fabric": 'Fabric(precision="{lightning}")',
