@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pitstop.doctor.observations import Observations
 from pitstop.catalog import Face
 from pitstop.findings import Finding
+from pitstop.thresholds import Thresholds
 from pitstop.severity import SEVERITIES, severity_for
 from pitstop.units import mib, ms, pct, short_where
 
@@ -36,53 +36,6 @@ __all__ = ["Check", "Finding", "in_framework_terms", "Thresholds", "SEVERITIES",
 # model trains or evaluates incorrectly), ``medium`` when the settings leave
 # reproducibility unclear on the device at hand, ``low`` for a degraded, wasteful or
 # deprecated but not wrong result.
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Every number the checks compare against, documented in the README.
-
-    The first three start from the PyTorch profiler TensorBoard plugin's recommendations
-    (data loading > 5% of step time, GPU utilisation < 50%, memory > 90%).
-    """
-
-    #: PIT101: data wait above this share of the step (profiler plugin: 5%).
-    data_wait_share: float = 0.05
-    #: MFU below this on a known GPU is reported as low utilisation (profiler plugin: 50%).
-    utilisation: float = 0.50
-    #: peak memory above this share of device capacity is memory pressure (plugin: 90%).
-    memory_share: float = 0.90
-    #: the lower bound of a probe's speed-up interval must reach this before a tip is
-    #: recommended: below ~10% the difference is within run-to-run noise on a shared
-    #: 2-core machine.
-    probe_speedup: float = 1.10
-    #: a sync call site is "per step" when it fires in at least this share of steps.
-    per_step_fraction: float = 0.5
-    #: PIT101 (host): host work between the optimizer step and the next training forward
-    #: above this share. Higher than the data-wait bar: every loop spends a little there
-    #: (moving and converting the batch, zero_grad), and a clean bf16 CNN step measured
-    #: 4-6% on this machine; a batch sampled outside a DataLoader measured 83%.
-    host_share: float = 0.15
-    #: share of the step not explained by any phase before PIT905 says "profile it".
-    unexplained_share: float = 0.25
-    #: PIT202: live autograd nodes growing by at least this many per step.
-    graph_growth_nodes: float = 1.0
-    #: PIT401: activations above this share of the accounted memory.
-    activation_share: float = 0.5
-    #: PIT402: optimizer state above this share of the accounted memory.
-    optimizer_state_share: float = 0.3
-    #: severity cut-offs on the estimated share of step time (or bytes) a fix saves.
-    high_share: float = 0.10
-    medium_share: float = 0.02
-    #: a straggler (torchrun jobs): the other ranks waited for it in a step by more than
-    #: this many seconds, or ``straggler_rel`` of the median step, whichever is larger, in
-    #: at least ``straggler_steps`` of the observed steps. 20 ms: scheduling noise on a
-    #: loaded 2-core machine stays below it.
-    straggler_lag: float = 0.020
-    straggler_rel: float = 0.10
-    straggler_steps: float = 0.6
-    #: PIT703: ranks received identical batches in at least this share of common steps.
-    same_batch_share: float = 0.5
 
 
 class Check(Face, face="D"):

@@ -305,7 +305,7 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
             quiet[cls.tip] = cls.gpu_role
     diag.findings = [f for _, f in found]
     if obs.gpu is not None and obs.gpu.gpu is not None and scope != "job":
-        diag.findings, dropped = merge(found, quiet, gpu_findings(obs.gpu), obs.gpu, th)
+        diag.findings, dropped = merge(found, quiet, gpu_findings(obs.gpu, th), obs.gpu, th)
         diag.skipped += [SkippedCheck(code=code, check="GPU evidence", reason=why) for code, why in dropped]
     for name, p in sorted(obs.probes.items()):
         if p.error is not None:  # a crashed probe is as loud as a crashed check

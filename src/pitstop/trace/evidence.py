@@ -63,13 +63,12 @@ def profiled_window(path: Path | str) -> tuple[RankResult | None, str | None]:
         return None, f"the profiled window's trace could not be analysed: {exc}"
 
 
-def gpu_findings(rank: RankResult) -> tuple[TraceFinding, ...]:
+def gpu_findings(rank: RankResult, th: Thresholds | None = None) -> tuple[TraceFinding, ...]:
     """Every registered trace check (face T) on the one rank of the profiled window."""
     from pitstop.trace.check import JobView
     from pitstop.trace.job import run_checks
-    from pitstop.trace.thresholds import TraceThresholds
 
-    return run_checks((rank,), JobView((rank,), (), None), TraceThresholds())
+    return run_checks((rank,), JobView((rank,), (), None), th or Thresholds())
 
 
 def step_seconds(rank: RankResult) -> float | None:
