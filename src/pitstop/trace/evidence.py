@@ -88,7 +88,8 @@ def _joined(d: Finding, g: Finding, *, gpu_decides: bool) -> Finding:
     evidence = f"{g.evidence} Live run: {d.evidence}"
     if not gpu_decides and d.impact_share is not None:
         return dataclasses.replace(d, evidence=evidence)
-    title = d.title.replace(" (impact: an upper bound)", "")
+    # the doctor's title names the cause it saw; one with no share of its own takes the GPU's
+    title = d.title.replace(" (impact: an upper bound)", "") if d.impact_share is not None else g.title
     return dataclasses.replace(d, title=title, evidence=evidence, severity=g.severity, impact_share=g.impact_share,
                                impact_seconds=g.impact_seconds)
 
