@@ -154,6 +154,9 @@ def test_the_doctor_never_counts_its_own_lines_as_the_scripts_sync_sites():
 
     assert syncs.own_site(f"{syncs.__file__}:45")  # a wrapper's line, seen by the sync-debug warnings
     assert not syncs.own_site("/home/user/train.py:12")
+    from pitstop.examples import cnn
+
+    assert not syncs.own_site(f"{cnn.__file__}:61")  # pitstop's bundled scripts are scripts
 
 
 def test_the_compile_skip_reason_follows_the_device():

@@ -30,13 +30,14 @@ CUDA_CALLS = {"synchronize": "cuda.synchronize", "empty_cache": "cuda.empty_cach
               "reset_max_memory_allocated": "cuda.reset_max_memory_allocated"}
 
 perf = time.perf_counter
-#: the pitstop package: a sync reported from a file under it is the doctor's own (a wrapper
-#: that already counted the call at the user's line), never the user's
-OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: the doctor's own package: a sync reported from a file under it is the doctor's (a wrapper
+#: that already counted the call at the user's line), never the script's (pitstop's bundled
+#: example scripts are scripts like any other)
+OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def own_site(site: str) -> bool:
-    """``site`` ("file:line") is a line of pitstop itself."""
+    """``site`` ("file:line") is a line of the doctor itself."""
     return os.path.abspath(site.rsplit(":", 1)[0]).startswith(OWN_DIR)
 
 
