@@ -231,3 +231,34 @@ def test_merge_roles_one_finding_per_code(tmp_path):
     out, dropped = merge([("trace", Finding(code="PIT101", title="t", evidence="e", fix="f", severity="high"))],
                          {}, gpu, rank, th)
     assert "PIT101" not in [f.code for f in out] and dropped[0][0] == "PIT101"
+
+
+LIVE_SYNC = '''
+import torch
+from torch import nn
+model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(1000):
+    x = torch.randn(256, 512, device="cuda")
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+'''
+
+
+@pytest.mark.slow
+def test_live_cuda_doctor_reads_its_own_profiled_steps(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device: the GPU evidence path is tested above on recorded and synthetic traces")
+    from pitstop.doctor.runner import run_script
+
+    script = tmp_path / "sync_loop.py"
+    script.write_text(LIVE_SYNC)
+    d = diagnose(run_script(RunSpec(script=str(script), steps=5, warmup=2, probes=False)))
+    assert d.observations.gpu is not None and d.gpu.steps >= 1
+    assert "PIT203" in _codes(d) and "PIT101" not in _codes(d)
+    assert not any("/pitstop/doctor/" in s.where for s in d.observations.syncs + d.observations.cuda_calls)
+    assert d.result.trace_path is None  # the doctor's own trace file is removed once read
