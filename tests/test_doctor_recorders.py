@@ -15,6 +15,7 @@ from pitstop.doctor.passes import Passes
 from pitstop.doctor.patching import Patches
 from pitstop.doctor.profiled import ProfiledStep
 from pitstop.doctor.steps import StepLog, plan_of
+from pitstop.doctor import syncs
 from pitstop.doctor.syncs import SyncRecorder
 
 
@@ -85,7 +86,12 @@ def test_sync_recorder_counts_the_scripts_syncs_per_site_and_step():
     rec.on_sync("item", "train.py:3", 0.5)
     rec.fold()
     assert rec.sites == {("train.py:3", "item"): [3, 2, 1.0], ("train.py:5", "cuda.synchronize"): [1, 1, 0.125]}
-    assert rec.cuda_sites == {("train.py:5", "cuda.synchronize"): [1, 1, 0.0]}
+    # the CUDA call sites keep their seconds too (PIT203's live evidence said 0.0 ms before)
+    assert rec.cuda_sites == {("train.py:5", "cuda.synchronize"): [1, 1, 0.125]}
+    rec.new_step()
+    rec.on_cuda_call("cuda.synchronize", f"{syncs.__file__}:40", 1.0)  # the doctor's own line: not counted
+    rec.fold()
+    assert rec.cuda_sites == {("train.py:5", "cuda.synchronize"): [1, 1, 0.125]}
 
 
 def test_passes_decide_training_and_evaluation_forwards():

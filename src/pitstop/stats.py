@@ -14,7 +14,7 @@ from functools import lru_cache
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Summary", "summarize", "quantile", "median", "RatioInterval", "ratio_interval", "round_ratio_interval",
+__all__ = ["StepTime", "Summary", "summarize", "quantile", "median", "RatioInterval", "ratio_interval", "round_ratio_interval",
            "paired_ratio_interval", "t_quantile"]
 
 
@@ -52,6 +52,24 @@ class Summary:
     def rel_iqr(self) -> float:
         """IQR / median: the relative spread, a noise measure."""
         return self.iqr / self.median if self.median else math.nan
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per step: median, p90, mean, min, max. The one step-time record of the doctor
+    (observed steps' wall times), ``pitstop trace`` (host ``ProfilerStep`` durations) and compare."""
+
+    median: float = 0.0
+    p90: float = 0.0
+    mean: float = 0.0
+    min: float = 0.0
+    max: float = 0.0
+
+    @classmethod
+    def of(cls, seconds: Sequence[float]) -> StepTime:
+        """The record of ``seconds`` (one value per step; at least one), by :func:`quantile`."""
+        s = summarize(seconds)
+        return cls(median=s.median, p90=s.p90, mean=s.mean, min=s.min, max=s.max)
 
 
 def summarize(xs: Sequence[float]) -> Summary:

@@ -25,16 +25,9 @@ import numpy as np
 
 from pitstop.compare.model import CompareInputError, Side
 
-__all__ = ["side_from_trace", "rank_samples", "launching_ops", "RankSamples"]
+__all__ = ["side_from_trace", "rank_samples", "RankSamples"]
 
 RankSamples = tuple[list[float], dict[str, list[float]], dict[str, list[float]], dict[str, list[float]]]
-
-
-def _step_of(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Index of the step each time falls in (-1: none)."""
-    k = np.searchsorted(starts, times, side="right") - 1
-    ok = (k >= 0) & (times < ends[np.clip(k, 0, None)])
-    return np.where(ok, k, -1)
 
 
 def _per_step(names: tuple[str, ...], ids: np.ndarray, step: np.ndarray, secs: np.ndarray,
@@ -49,36 +42,13 @@ def _per_step(names: tuple[str, ...], ids: np.ndarray, step: np.ndarray, secs: n
     return {names[int(u)]: grid[:, j].tolist() for j, u in enumerate(used)}
 
 
-def launching_ops(tl) -> np.ndarray:
-    """For each GPU row, the host operator row that launched it (-1: unknown): the innermost
-    operator, on the launching thread, around the runtime call with the row's correlation."""
-    g, rt, ops = tl.gpu, tl.runtime, tl.ops
-    out = np.full(len(g), -1, dtype=np.int64)
-    if not len(g) or not len(rt) or not len(ops):
-        return out
-    call = {c: i for i, c in enumerate(rt.correlation.tolist()) if c >= 0}
-    lanes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-    for lane in np.unique(ops.lane).tolist():
-        rows = np.flatnonzero(ops.lane == lane)  # sorted by start, as the table is
-        lanes[lane] = (rows, ops.start[rows], ops.end[rows])
-    for row, corr in enumerate(g.correlation.tolist()):
-        r = call.get(corr)
-        if r is None or int(rt.lane[r]) not in lanes:
-            continue
-        rows, starts, ends = lanes[int(rt.lane[r])]
-        t = float(rt.start[r])
-        k = int(np.searchsorted(starts, t, side="right")) - 1
-        for j in range(k, max(k - 64, -1), -1):  # back over siblings that ended before t
-            if ends[j] > t:
-                out[row] = rows[j]
-                break
-    return out
-
-
 def rank_samples(tl) -> RankSamples:
     """(step seconds, phases, kernels, operators) of one :class:`pitstop.trace.model.Timeline`."""
+    from pitstop.trace.host import launching_ops
+    from pitstop.trace.kernels import communication_rows
     from pitstop.trace.model import GPU_KERNEL
-    from pitstop.trace.names import is_communication, is_dataloader, is_optimizer_step
+    from pitstop.trace.names import is_dataloader, is_optimizer_step
+    from pitstop.trace.scope import step_index
     from pitstop.trace.spans import Spans
 
     steps = tl.steps
@@ -92,8 +62,7 @@ def rank_samples(tl) -> RankSamples:
     operators: dict[str, list[float]] = {}
     if len(g):
         kern = g.kind == GPU_KERNEL
-        comm_name = np.array([is_communication(x) for x in g.names], dtype=bool)
-        comm = kern & comm_name[g.name]
+        comm = communication_rows(g)
         compute = Spans.of(g.start[kern & ~comm], g.end[kern & ~comm])
         kernels_all = Spans.of(g.start[kern], g.end[kern])
         comm_only = Spans.of(g.start[comm], g.end[comm]).minus(compute)
@@ -102,7 +71,7 @@ def rank_samples(tl) -> RankSamples:
         for name, spans in (("compute", compute), ("communication", comm_only), ("memcpy/memset", mem_only)):
             phases[name] = [spans.covered(a, b) * 1e-6 for a, b in zip(starts, ends)]
         phases["gpu idle"] = [(b - a - busy.covered(a, b)) * 1e-6 for a, b in zip(starts, ends)]
-        step = _step_of(starts, ends, g.start)
+        step = step_index(starts, ends, g.start)
         dur = (g.end - g.start) * 1e-6
         kernels = _per_step(g.names, g.name[kern], step[kern], dur[kern], n)
         if len(ops):
@@ -116,7 +85,7 @@ def rank_samples(tl) -> RankSamples:
             spans = Spans.of(ops.start[m], ops.end[m])
             phases[name] = [spans.covered(a, b) * 1e-6 for a, b in zip(starts, ends)]
         phases["other host"] = [max(w - sum(p[i] for p in phases.values()), 0.0) for i, w in enumerate(wall)]
-        step = _step_of(starts, ends, ops.start)
+        step = step_index(starts, ends, ops.start)
         operators = _per_step(ops.names, ops.name, step, (ops.end - ops.start) * 1e-6, n)
     return wall, phases, kernels, operators
 

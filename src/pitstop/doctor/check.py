@@ -17,122 +17,25 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pitstop.doctor.observations import Observations
 from pitstop.catalog import Face
+from pitstop.findings import Finding
+from pitstop.thresholds import Thresholds
+from pitstop.severity import SEVERITIES, severity_for
 from pitstop.units import mib, ms, pct, short_where
 
 __all__ = ["Check", "Finding", "in_framework_terms", "Thresholds", "SEVERITIES", "severity_for", "pct", "ms", "mib", "short_where"]
 
-#: Severity order, most urgent first. Time and memory findings take theirs from the
-#: estimated share a fix saves (:func:`severity_for`: >= ``high_share`` high, >=
-#: ``medium_share`` medium, else low; memory is low unless memory is under pressure; an
-#: impact that is only an upper bound may be lowered by its check, with the reason in the
-#: evidence). ``correctness`` findings (no share): ``high`` when results are wrong (the
-#: model trains or evaluates incorrectly), ``medium`` when the settings leave
-#: reproducibility unclear on the device at hand, ``low`` for a degraded, wasteful or
-#: deprecated but not wrong result.
-SEVERITIES = ("high", "medium", "low")
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Every number the checks compare against, documented in the README.
-
-    The first three start from the PyTorch profiler TensorBoard plugin's recommendations
-    (data loading > 5% of step time, GPU utilisation < 50%, memory > 90%).
-    """
-
-    #: PIT101: data wait above this share of the step (profiler plugin: 5%).
-    data_wait_share: float = 0.05
-    #: MFU below this on a known GPU is reported as low utilisation (profiler plugin: 50%).
-    utilisation: float = 0.50
-    #: peak memory above this share of device capacity is memory pressure (plugin: 90%).
-    memory_share: float = 0.90
-    #: the lower bound of a probe's speed-up interval must reach this before a tip is
-    #: recommended: below ~10% the difference is within run-to-run noise on a shared
-    #: 2-core machine.
-    probe_speedup: float = 1.10
-    #: a sync call site is "per step" when it fires in at least this share of steps.
-    per_step_fraction: float = 0.5
-    #: PIT101 (host): host work between the optimizer step and the next training forward
-    #: above this share. Higher than the data-wait bar: every loop spends a little there
-    #: (moving and converting the batch, zero_grad), and a clean bf16 CNN step measured
-    #: 4-6% on this machine; a batch sampled outside a DataLoader measured 83%.
-    host_share: float = 0.15
-    #: share of the step not explained by any phase before PIT905 says "profile it".
-    unexplained_share: float = 0.25
-    #: PIT202: live autograd nodes growing by at least this many per step.
-    graph_growth_nodes: float = 1.0
-    #: PIT401: activations above this share of the accounted memory.
-    activation_share: float = 0.5
-    #: PIT402: optimizer state above this share of the accounted memory.
-    optimizer_state_share: float = 0.3
-    #: severity cut-offs on the estimated share of step time (or bytes) a fix saves.
-    high_share: float = 0.10
-    medium_share: float = 0.02
-    #: a straggler (torchrun jobs): the other ranks waited for it in a step by more than
-    #: this many seconds, or ``straggler_rel`` of the median step, whichever is larger, in
-    #: at least ``straggler_steps`` of the observed steps. 20 ms: scheduling noise on a
-    #: loaded 2-core machine stays below it.
-    straggler_lag: float = 0.020
-    straggler_rel: float = 0.10
-    straggler_steps: float = 0.6
-    #: PIT703: ranks received identical batches in at least this share of common steps.
-    same_batch_share: float = 0.5
-
-
-def severity_for(share: float | None, th: Thresholds) -> str:
-    if share is None:
-        return "low"
-    if share >= th.high_share:
-        return "high"
-    if share >= th.medium_share:
-        return "medium"
-    return "low"
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One measured problem, tied to a catalog code.
-
-    ``impact_kind`` is ``time`` (``impact_share`` = estimated share of step time a fix
-    saves), ``memory`` (share of peak memory), or ``correctness`` (results are wrong or
-    training is degraded; no share). ``where`` lists source locations ("file:line").
-    """
-
-    code: str
-    title: str
-    evidence: str
-    fix: str
-    severity: str
-    impact_kind: str = "time"
-    impact_share: float | None = None
-    impact_seconds: float | None = None
-    impact_bytes: int | None = None
-    where: tuple[str, ...] = ()
-
-    @property
-    def explain(self) -> str:
-        return f"pitstop explain {self.code}"
-
-    def sort_key(self) -> tuple:
-        return (SEVERITIES.index(self.severity), -(self.impact_share or 0.0), self.code)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "title": self.title,
-            "severity": self.severity,
-            "impact": {"kind": self.impact_kind, "share": self.impact_share,
-                       "seconds_per_step": self.impact_seconds, "bytes": self.impact_bytes},
-            "evidence": self.evidence,
-            "fix": self.fix,
-            "explain": self.explain,
-            "where": list(self.where),
-        }
+# Severities (:mod:`pitstop.severity`, the one ranking), most urgent first. Time and memory
+# findings take theirs from the estimated share a fix saves (:func:`severity_for`: >= ``high_share`` high, >=
+# ``medium_share`` medium, else low; memory is low unless memory is under pressure; an
+# impact that is only an upper bound may be lowered by its check, with the reason in the
+# evidence). ``correctness`` findings (no share): ``high`` when results are wrong (the
+# model trains or evaluates incorrectly), ``medium`` when the settings leave
+# reproducibility unclear on the device at hand, ``low`` for a degraded, wasteful or
+# deprecated but not wrong result.
 
 
 class Check(Face, face="D"):
@@ -155,6 +58,13 @@ class Check(Face, face="D"):
     #: (:func:`in_framework_terms`). Leave a framework out where the user's own PyTorch
     #: code is the lever (Fabric and Accelerate loops are the user's).
     framework_fixes: ClassVar[dict[str, str]] = {}
+    #: on a GPU run whose profiled window was analysed (``obs.gpu``, the trace analysis of
+    #: :mod:`pitstop.trace`), who decides this code: ``"both"`` (default: the check and the
+    #: tip's trace check each may find it, one finding carries both evidences, the GPU
+    #: impact first), ``"trace"`` (the check judged the GPU by host timers: its finding stands
+    #: only when the trace check of its tip found the cost, and takes the trace's impact) or
+    #: ``"live"`` (a live measurement such as a probe decides; the trace adds its evidence).
+    gpu_role: ClassVar[str] = "both"
 
     def framework_fix(self, framework: str, finding: Finding, obs: Observations) -> str | None:
         """The fix for ``finding`` in ``framework``'s terms, or None (plain PyTorch only)."""

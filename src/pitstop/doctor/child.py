@@ -115,6 +115,7 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
                 except Exception:
                     pass
             inst.release()
+            result.trace_path = inst.trace_path  # None once the doctor's own trace was analysed and removed
         result.elapsed = time.perf_counter() - started
         result.write(result_path)
         _written = True

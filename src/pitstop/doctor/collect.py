@@ -7,8 +7,11 @@ passes and optimizer steps are not measured as the script's).
 from __future__ import annotations
 
 import inspect
+import os
 import platform
+import shutil
 import sys
+import time
 from typing import Any
 
 import torch
@@ -19,7 +22,7 @@ from pitstop.doctor import memory as mem
 from pitstop.doctor.compile_records import CompileRecord
 from pitstop.doctor.instrument import Instrumentation
 from pitstop.doctor.observations import Observations
-from pitstop.doctor.profiled import peak_for
+from pitstop.gpu import peak_for
 from pitstop.doctor.probe_records import ProbeResult
 from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, ForwardCounts,
                                     Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,
@@ -27,7 +30,6 @@ from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flop
                                     Settings, Site, StepTime)
 from pitstop.jsoncodec import from_json
 from pitstop.machine import machine_cores, usable_cores
-from pitstop.stats import summarize
 
 __all__ = ["observations", "device_of"]
 
@@ -177,11 +179,10 @@ def _steps_stats(inst: Instrumentation) -> tuple[StepTime | None, Breakdown | No
     obs = [r for r in inst.records if r.kind == "observed"]
     if not obs:
         return None, None
-    s = summarize([r.wall for r in obs])
-    step_time = StepTime(median=s.median, p90=s.p90, mean=s.mean, min=s.min, max=s.max)
+    step_time = StepTime.of([r.wall for r in obs])
     n = len(obs)
     measured = {ph: sum(r.phases.get(ph, 0.0) for r in obs) / n for ph in _MEASURED}
-    return step_time, Breakdown(**measured, other=max(0.0, s.mean - sum(measured.values())))
+    return step_time, Breakdown(**measured, other=max(0.0, step_time.mean - sum(measured.values())))
 
 
 def _sites(table: dict[tuple[str, str], list[float]]) -> list[Site]:
@@ -241,9 +242,30 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     note = busy_note(o.cpu)
     if note:
         o.notes.append(note)
+    if device == "cuda":
+        _gpu_evidence(inst, o)
     if probes and n_obs:
         o.probes = _probes(inst, o, models, probe_budget)
     return o
+
+
+def _gpu_evidence(inst: Instrumentation, o: Observations) -> None:
+    """``o.gpu``: the profiled steps' trace analysed by :mod:`pitstop.trace` (the doctor's own
+    trace file is removed once read), and what the profiled window cost, in the notes."""
+    path = inst.trace_path
+    if not path:
+        o.notes.append("no profiled GPU steps (the script ended before them): the GPU findings rest on host timers")
+        return
+    from pitstop.trace.evidence import profiled_window
+
+    t0 = time.perf_counter()
+    o.gpu, why = profiled_window(path)
+    traced = [r.wall for r in inst.records if r.kind == "traced"]
+    o.notes.append(why or f"GPU evidence: {len(traced)} profiled steps after the observed ones took "
+                          f"{sum(traced):.2f} s, analysing their trace {time.perf_counter() - t0:.2f} s")
+    if inst.profiled.own_trace:
+        shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        inst.profiled.trace_path = None
 
 
 def _batch(inst: Instrumentation, models) -> BatchRecord | None:

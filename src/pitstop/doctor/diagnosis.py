@@ -19,6 +19,7 @@ from pitstop.doctor.spec import RunResult
 from pitstop.doctor.rankviews import rank_view
 from pitstop.jsoncodec import to_json
 from pitstop.ranks import RankView
+from pitstop.trace.evidence import GpuSummary, gpu_findings, gpu_summary, merge, profiled_window
 
 __all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
 
@@ -182,6 +183,11 @@ class Diagnosis:
         """:attr:`precision_seen` as JSON values."""
         return to_json(self.precision_seen)
 
+    @property
+    def gpu(self) -> GpuSummary | None:
+        """The GPU section: the profiled steps' busy, idle by cause, top kernels (CUDA runs)."""
+        return gpu_summary(self.observations.gpu)
+
     def syncs_per_step(self) -> float:
         n = max(len(self.result.observed), 1)
         return sum(s.calls for s in self.observations.syncs) / n
@@ -241,6 +247,7 @@ class Diagnosis:
             "syncs_per_step": self.syncs_per_step(),
             "syncs": to_json(o.syncs),
             "flops": to_json(o.flops) or {},
+            "gpu": to_json(self.gpu) or {},
             "probes": to_json(o.probes),
             "findings": [f.to_dict() for f in self.findings],
             "skipped_checks": to_json(self.skipped),
@@ -273,7 +280,13 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
     diag.probe_notes = {name: note for name, p in obs.probes.items() if (note := gate_note(p, th.probe_speedup))}
     if not result.observed or result.observations is None:
         return diag
+    if obs.gpu is None and result.trace_path and obs.on_cuda:
+        obs.gpu, why = profiled_window(result.trace_path)
+        if why:
+            obs.notes = [*obs.notes, why]
     job = obs.distributed is not None and obs.distributed.merged
+    found: list[tuple[str, Finding]] = []
+    quiet: dict[str, str] = {}
     for cls in _checks():
         if (scope is not None and cls.scope != scope) or (scope is None and cls.scope == "job" and not job):
             continue  # a plain run does not list the torchrun job's checks as skipped
@@ -283,9 +296,17 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
             diag.skipped.append(SkippedCheck(code=cls.tip, check=cls.__name__, reason=reason))
             continue
         try:
-            diag.findings.extend(in_framework_terms(check, f, obs) for f in check.check(obs, th))
+            got = [(cls.gpu_role, in_framework_terms(check, f, obs)) for f in check.check(obs, th)]
         except Exception as exc:  # a broken check must not hide the others' findings
             diag.errors.append(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
+            continue
+        found += got
+        if not got and quiet.get(cls.tip) != "live":
+            quiet[cls.tip] = cls.gpu_role
+    diag.findings = [f for _, f in found]
+    if obs.gpu is not None and obs.gpu.gpu is not None and scope != "job":
+        diag.findings, dropped = merge(found, quiet, gpu_findings(obs.gpu, th), obs.gpu, th)
+        diag.skipped += [SkippedCheck(code=code, check="GPU evidence", reason=why) for code, why in dropped]
     for name, p in sorted(obs.probes.items()):
         if p.error is not None:  # a crashed probe is as loud as a crashed check
             diag.errors.append(f"probe {name}: {p.error}")

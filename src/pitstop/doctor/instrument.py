@@ -62,7 +62,9 @@ class Instrumentation:
         self.notes: list[str] = []
         self.patches = Patches()
         self.machine: dict[str, Any] = {}  # machine counters when the measured part started
-        self.log = StepLog(plan_of(steps, warmup, full=self.full, traced=trace_steps if trace_dir else 0), cuda=cuda)
+        # on CUDA the steps after the observed ones are always profiled: their trace is the GPU evidence
+        traced = trace_steps if trace_dir or cuda else 0
+        self.log = StepLog(plan_of(steps, warmup, full=self.full, traced=traced), cuda=cuda)
         self.sampler = StackSampler() if self.full else None
         self.memory = MemoryRecorder(self.log, cuda=cuda)
         on_phase = self.memory.phase if cuda and self.full else None
@@ -171,9 +173,12 @@ class Instrumentation:
         log.append(rec)
         if self.full:
             self._transitions(kind)
+            if log.kind() == "traced":  # the profiled GPU steps run without the per-tensor pack hook
+                self.memory.uninstall()
             if self.sampler is not None:
+                self.sampler.paused = log.kind() == "traced"  # the profiled GPU steps run unsampled
                 self.sampler.label = "host"
-                self.sampler.open()
+                self.sampler.open() if not self.sampler.paused else self.sampler.close()
         if log.finished:
             if self.stop:
                 raise StopDoctor()

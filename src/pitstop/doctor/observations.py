@@ -22,6 +22,7 @@ from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flop
                                     OptimizerRecord, SampledSite, Settings, Site, StepTime)
 from pitstop.doctor.dist_records import JobRecord
 from pitstop.jsoncodec import record_from_json, record_to_json
+from pitstop.trace.result import RankResult
 
 __all__ = ["Observations", "PHASES"]
 
@@ -162,6 +163,11 @@ class Observations:
     #: distributed measurements (``doctor/dist_records.py`` :class:`JobRecord`): one rank in
     #: a rank's own observations, every rank once the parent merged them.
     distributed: JobRecord | None = None
+    #: the GPU evidence (CUDA runs): the doctor's profiled steps, analysed by the one trace
+    #: analysis of :mod:`pitstop.trace` (``trace/evidence.py`` ``profiled_window``): GPU busy and
+    #: idle by cause, syncs, copies, kernel precision by kernel name, launches, top kernels.
+    #: The GPU facts of every finding come from it; None on CPU or when nothing was profiled.
+    gpu: RankResult | None = None
 
     # -- derived: one accessor per question the doctor's checks and tune both ask ------------
     @property

@@ -18,25 +18,12 @@ from typing import Any
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["KernelCensus", "DataFlow", "StepProfiler", "Tracer", "ProfiledStep", "PEAK_FLOPS"]
+__all__ = ["KernelCensus", "DataFlow", "StepProfiler", "Tracer", "ProfiledStep"]
 
 _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_flash_attention_for_cpu",
            "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
            "_scaled_dot_product_cudnn_attention", "_scaled_mm"}
 _CONV = {"convolution", "_convolution", "cudnn_convolution", "mkldnn_convolution"}
-
-#: Dense peak FLOP/s per GPU family (NVIDIA datasheets; SXM parts where two exist), by
-#: the dtype the matmuls ran in. MFU is reported only for GPUs in this table.
-PEAK_FLOPS: dict[str, dict[str, float]] = {
-    "H200": {"bfloat16": 989e12, "float16": 989e12, "tf32": 494e12, "float32": 67e12},
-    "H100": {"bfloat16": 989e12, "float16": 989e12, "tf32": 494e12, "float32": 67e12},
-    "A100": {"bfloat16": 312e12, "float16": 312e12, "tf32": 156e12, "float32": 19.5e12},
-    "L4": {"bfloat16": 121e12, "float16": 121e12, "tf32": 60e12, "float32": 30e12},
-    "A10": {"bfloat16": 125e12, "float16": 125e12, "tf32": 62.5e12, "float32": 31.2e12},
-    "V100": {"float16": 125e12, "float32": 15.7e12},
-    "T4": {"float16": 65e12, "float32": 8.1e12},
-}
-
 
 class KernelCensus(TorchDispatchMode):
     """Counts matmuls/convolutions by dtype and convolution inputs by memory format."""
@@ -188,6 +175,8 @@ class ProfiledStep:
 
     def __init__(self, notes: list[str], trace_dir: str | None) -> None:
         self.notes, self.trace_dir = notes, trace_dir
+        #: the trace is the doctor's own (no ``--trace DIR``): removed once analysed
+        self.own_trace = trace_dir is None
         self.flow: DataFlow | None = None
         self.result: dict[str, Any] = {}
         self.trace_path: str | None = None
@@ -204,7 +193,9 @@ class ProfiledStep:
         if nxt == "profiled":
             self._start(seen.live_models(), seen.any_compiled())
         if nxt == "traced" and self._tracer is None:
-            self._tracer = Tracer(self.trace_dir)
+            import tempfile
+
+            self._tracer = Tracer(self.trace_dir or tempfile.mkdtemp(prefix="pitstop-gpu-"))
             self._tracer.start()
         if ended == "traced" and nxt != "traced" and self._tracer is not None:
             self.trace_path = self._tracer.stop()
@@ -237,10 +228,3 @@ class ProfiledStep:
         if self._tracer is not None:
             self.trace_path = self._tracer.path
 
-
-def peak_for(device_name: str, dtype: str) -> tuple[float | None, str]:
-    for family, table in PEAK_FLOPS.items():
-        if family in device_name:
-            value = table.get(dtype) or table.get("float32")
-            return value, f"{family} dense {dtype if dtype in table else 'float32'} peak (NVIDIA datasheet)"
-    return None, "no peak FLOP/s known for this device"

@@ -15,21 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pitstop.jsoncodec import FLATTEN, KEY, OMIT_NONE, OMIT_ZERO
+from pitstop.stats import StepTime
 
 __all__ = ["StepTime", "Breakdown", "Site", "SampledSite", "BatchRecord", "CpuRecord", "MemoryRecord",
            "OptimizerRecord", "OddSize", "LinearPair", "ForwardCounts", "Forwards", "ModelRecord", "LoaderRecord",
            "Kernels", "Flops", "Settings", "GraphRecord", "H2D", "FrameworkRecord"]
-
-
-@dataclass(frozen=True)
-class StepTime:
-    """Seconds: median, p90, mean, min, max of the observed steps' wall times."""
-
-    median: float = 0.0
-    p90: float = 0.0
-    mean: float = 0.0
-    min: float = 0.0
-    max: float = 0.0
 
 
 @dataclass(frozen=True)

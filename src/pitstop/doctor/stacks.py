@@ -58,6 +58,8 @@ class StackSampler:
         self._thread: threading.Thread | None = None
         #: extra condition read at each sample (e.g. "not inside a DataLoader wait")
         self.skip = lambda: False
+        #: no sampling while set (the doctor's profiled GPU steps: its thread must not take the GIL there)
+        self.paused = False
 
     def start(self) -> None:
         if self._thread_id is None:
@@ -70,7 +72,8 @@ class StackSampler:
         self._open.set()
 
     def open(self) -> None:
-        self._open.set()
+        if not self.paused:
+            self._open.set()
 
     def close(self) -> None:
         self._open.clear()

@@ -11,6 +11,7 @@ it per step and per call site. It also counts host-to-device copies (``Tensor.to
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections import Counter
@@ -19,7 +20,7 @@ from typing import Any, Callable
 from pitstop.doctor.patching import Patches, as_method, compiling_check, user_site
 from pitstop.doctor.steps import StepLog
 
-__all__ = ["install_sync_patches", "SyncRecorder", "TENSOR_SYNCS"]
+__all__ = ["install_sync_patches", "SyncRecorder", "TENSOR_SYNCS", "own_site", "OWN_DIR"]
 
 #: Tensor methods that copy a value to the host (a sync on CUDA), by report name.
 TENSOR_SYNCS = {"item": "item", "cpu": "cpu", "numpy": "numpy", "tolist": "tolist",
@@ -29,6 +30,15 @@ CUDA_CALLS = {"synchronize": "cuda.synchronize", "empty_cache": "cuda.empty_cach
               "reset_max_memory_allocated": "cuda.reset_max_memory_allocated"}
 
 perf = time.perf_counter
+#: the doctor's own package: a sync reported from a file under it is the doctor's (a wrapper
+#: that already counted the call at the user's line), never the script's (pitstop's bundled
+#: example scripts are scripts like any other)
+OWN_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def own_site(site: str) -> bool:
+    """``site`` ("file:line") is a line of the doctor itself."""
+    return os.path.abspath(site.rsplit(":", 1)[0]).startswith(OWN_DIR)
 
 
 def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, float], None]) -> Callable:
@@ -97,7 +107,8 @@ def _install_sync_debug(report_sync: Callable[[str, str, float], None]) -> Calla
 
     def showwarning(message, category, filename, lineno, file=None, line=None):
         if "synchroniz" in str(message).lower():
-            report_sync("sync-debug", f"{filename}:{lineno}", 0.0)
+            if not own_site(f"{filename}:{lineno}"):  # the wrappers' own calls: counted at the user's line
+                report_sync("sync-debug", f"{filename}:{lineno}", 0.0)
             return
         previous_show(message, category, filename, lineno, file, line)
 
@@ -138,6 +149,7 @@ class SyncRecorder:
         self.step_syncs: Counter[tuple[str, str]] = Counter()
         self.step_sync_s: Counter[tuple[str, str]] = Counter()
         self.step_cuda: Counter[tuple[str, str]] = Counter()
+        self.step_cuda_s: Counter[tuple[str, str]] = Counter()
         self.step_h2d: Counter[str] = Counter()
 
     def install(self, patches: Patches) -> None:
@@ -153,16 +165,17 @@ class SyncRecorder:
             self._debug_off = None
 
     def on_sync(self, kind: str, site: str, seconds: float) -> None:
-        if self.log.passive or self.loaders.busy or self.bounds.in_opt:
+        if self.log.passive or self.loaders.busy or self.bounds.in_opt or own_site(site):
             return
         self.step_syncs[(site, kind)] += 1
         self.step_sync_s[(site, kind)] += seconds
         self.log.cur.phases["sync"] += seconds
 
     def on_cuda_call(self, kind: str, site: str, seconds: float) -> None:
-        if self.log.passive or self.bounds.in_opt:
+        if self.log.passive or self.bounds.in_opt or own_site(site):
             return
         self.step_cuda[(site, kind)] += 1
+        self.step_cuda_s[(site, kind)] += seconds
         if kind == "cuda.synchronize":
             self.on_sync(kind, site, seconds)
 
@@ -187,4 +200,5 @@ class SyncRecorder:
             entry = self.cuda_sites.setdefault(key, [0, 0, 0.0])
             entry[0] += n
             entry[1] += 1
+            entry[2] += self.step_cuda_s[key]  # the seconds PIT203's live evidence gives (they were 0)
         self.h2d.update(self.step_h2d)

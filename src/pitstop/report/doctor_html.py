@@ -12,8 +12,8 @@ from pitstop.doctor.diagnosis import Diagnosis
 from pitstop.doctor.observations import PHASES
 from pitstop.report.doctor_probes import speedup_cell, unavailable_text
 from pitstop.report.doctor_ranks import rank_rows
-from pitstop.report.doctor_terminal import (compile_lines, framework_line, impact_label, shows_framework, site_lines,
-                                            throughput_text)
+from pitstop.report.doctor_terminal import (compile_lines, framework_line, gpu_rows, impact_label, shows_framework,
+                                            site_lines, throughput_text)
 from pitstop.report.html import bar_chart, html_page, inline_code, line_chart, stacked_bar
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
 
@@ -82,6 +82,9 @@ def doctor_html(diag: Diagnosis) -> str:
         note = f'<p class="muted">peak: {_esc(m.peak_source)}; capacity {fmt_bytes(m.capacity)}</p>'
         sections.append(("Memory", chart.to_html() + note))
 
+    if diag.gpu is not None:
+        sections.append(("GPU (profiled steps, analysed as pitstop trace does)",
+                         _table(["measure", "value"], [[_esc(a), _esc(b)] for a, b in gpu_rows(diag.gpu)])))
     c = diag.observations.compile
     if c is not None and c.compiled:
         rows = [["graphs", "n/a" if c.graphs is None else str(c.graphs)],

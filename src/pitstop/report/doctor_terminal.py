@@ -14,8 +14,9 @@ from pitstop.doctor.records import FrameworkRecord, MemoryRecord
 from pitstop.report.doctor_probes import probe_line
 from pitstop.report.doctor_ranks import render_ranks
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
+from pitstop.trace.evidence import GpuSummary
 
-__all__ = ["render", "impact_label", "framework_line", "shows_framework", "throughput_text", "site_lines",
+__all__ = ["render", "gpu_rows", "impact_label", "framework_line", "shows_framework", "throughput_text", "site_lines",
            "compile_lines"]
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
@@ -134,6 +135,22 @@ def shows_framework(fw: FrameworkRecord, prec: PrecisionSeen) -> bool:
     return bool(fw.name) or prec.autocast not in (None, "none")
 
 
+def gpu_rows(g: GpuSummary) -> list[tuple[str, str]]:
+    """The GPU section as (measure, value) rows: busy, idle by cause, kernels, top kernels."""
+    step = f", {fmt_seconds(g.step_seconds)} per step" if g.step_seconds else ""
+    rows = [("profiled", f"{g.steps} steps on {g.device or 'the GPU'}{step}"),
+            ("GPU busy", f"{100 * g.busy:.1f}% of the step (kernels, copies, memsets; streams merged)")]
+    if g.idle_by_cause is not None:
+        i = g.idle_by_cause
+        rows.append(("GPU idle", f"{100 * g.idle:.1f}%: input {100 * i.input:.1f}%, after syncs {100 * i.sync:.1f}%, "
+                                 f"between launches {100 * i.launch:.1f}%, host code {100 * i.host:.1f}%"))
+    if g.kernels_per_step is not None:
+        rows.append(("kernels per step", f"{g.kernels_per_step:.0f}"))
+    for k in g.top_kernels:
+        rows.append(("top kernel", f"{100 * k.share:.1f}% of kernel time, {k.calls} calls: {k.name[:90]}"))
+    return rows
+
+
 def render(diag: Diagnosis, file: IO[str] | None = None) -> None:
     r, o = diag.result, diag.observations
     observed = len(r.observed)
@@ -186,6 +203,10 @@ def render(diag: Diagnosis, file: IO[str] | None = None) -> None:
         for name, p in o.probes.items():
             note = diag.probe_notes.get(name, "")
             con.print(f"probe {name}: {probe_line(p, o.device)}" + (f"; {note}" if note else ""))
+    if diag.gpu is not None:
+        con.print(Text("\nGPU (profiled steps, analysed as pitstop trace does)", style="bold"))
+        for name, value in gpu_rows(diag.gpu):
+            con.print(f"  {name:<17} {value}", markup=False, highlight=False)
     for line in compile_lines(diag.observations):
         con.print(line, markup=False, highlight=False)
     findings = diag.findings

@@ -174,6 +174,7 @@ class DataWaitCheck(Check, tip="PIT101"):
     machine with free cores (I/O-bound) -> more workers."""
 
     looks_at = "time the step blocks in DataLoader iteration, and what the cores did meanwhile"
+    gpu_role = "trace"  # on a GPU the cost is the GPU's idle while the host waits in the DataLoader
     #: the HF Trainer builds the DataLoader itself; Lightning, Fabric and Accelerate use the user's
     framework_fixes = {"transformers": "TrainingArguments(dataloader_num_workers=N, "
                                        "dataloader_persistent_workers=True)"}
@@ -276,16 +277,15 @@ HOST_FLOOR_S = 0.002
 
 
 class HostBatchCheck(Check, tip="PIT101"):
-    """Host work between the optimizer step and the next training forward (``host``):
-    batches sampled outside a DataLoader (nanoGPT's ``get_batch``), with the source lines
-    the sampled stacks found."""
+    """Host work between the optimizer step and the next training forward (``host``): batches
+    sampled outside a DataLoader (nanoGPT's ``get_batch``), with the lines the stacks found."""
 
     looks_at = "time between the optimizer step and the next training forward that no other phase explains"
+    gpu_role = "trace"  # on a GPU, host time costs only when the GPU waits for an input pipeline
 
     def check(self, obs, th):
         share = obs.share("host")
-        if share <= th.host_share or obs.seconds("host") < HOST_FLOOR_S \
-                or obs.step_boundary == "backward":
+        if share <= th.host_share or obs.seconds("host") < HOST_FLOOR_S or obs.step_boundary == "backward":
             return  # tiny steps: Python overhead; manual updates: "host" holds the update too
         sites = obs.host_sites or []
         shown = [s for s in sites if s.share >= 0.1][:3]

@@ -142,6 +142,8 @@ from pitstop.doctor.check import Check, pct  # noqa: E402
 
 class SyncInLoopCheck(Check, tip="PIT201"):
     looks_at = "host-device syncs (.item(), .cpu(), .numpy(), .tolist(), float/int/bool of a tensor) per step"
+    #: on a GPU the host's time in a sync is the GPU working; the cost is the GPU idle after it
+    gpu_role = "trace"
     #: syncs the framework makes for the user: Lightning's progress bar reads every metric
     #: logged with prog_bar=True on the host each step; the HF Trainer's NaN/inf filter of
     #: the logged loss reads it each step (torch.isnan/isinf in a Python ``if``)

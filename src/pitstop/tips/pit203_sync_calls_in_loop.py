@@ -102,6 +102,8 @@ from pitstop.doctor.check import Check, ms  # noqa: E402
 
 class SyncCallsCheck(Check, tip="PIT203"):
     looks_at = "torch.cuda.synchronize() / torch.cuda.empty_cache() calls per step"
+    #: the cost is the GPU idle after the device-wide sync (the profiled steps measure it)
+    gpu_role = "trace"
 
     def check(self, obs, th):
         n = max(obs.steps_observed, 1)

@@ -77,12 +77,18 @@ from pitstop.doctor.check import Check  # noqa: E402
 class TF32Check(Check, tip="PIT304"):
     requires = "cuda"
     looks_at = "fp32 matmuls/convs on Ampere+ with TF32 disabled"
+    #: by kernel name: the profiled steps' GEMM/conv kernels say whether TF32 ran, not the setting
+    gpu_role = "trace"
 
     def check(self, obs, th):
-        if not obs.capability or obs.capability[0] < 8:
+        from pitstop.gpu import tf32_capable
+
+        if not obs.capability or not tf32_capable("nvidia", obs.capability[0]):
             return
-        fp32 = obs.kernels.by_dtype.get("float32", 0)
-        if not fp32 or obs.settings.float32_matmul_precision != "highest" or obs.settings.tf32_matmul:
+        # cuDNN convolutions run in TF32 unless cudnn.allow_tf32 is off: count them only then
+        k, s = obs.kernels, obs.settings
+        fp32 = k.matmul.get("float32", 0) + (k.conv.get("float32", 0) if s.tf32_cudnn is False else 0)
+        if not fp32 or s.float32_matmul_precision != "highest" or s.tf32_matmul:
             return
         yield self.finding(
             th, title="fp32 matmuls without TF32 on an Ampere+ GPU",

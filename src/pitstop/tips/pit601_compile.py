@@ -157,7 +157,8 @@ class CompileCheck(Check, tip="PIT601"):
 
     def skip_reason(self, obs):
         if not (obs.compile and obs.compile.compiled):
-            return ("the model is not compiled; compiling takes tens of seconds on a small CPU, so the doctor "
+            cost = "on a small CPU" if not obs.on_cuda else "for a real model"
+            return (f"the model is not compiled; compiling takes tens of seconds {cost}, so the doctor "
                     "does not try it: `pitstop tune` measures torch.compile on your training")
         return super().skip_reason(obs)
 
@@ -391,4 +392,5 @@ class LaunchBoundTrace(TraceCheck, tip="PIT601"):
             evidence=(f"{la.kernels_per_step:.0f} kernels per step, {pct(la.short_kernels)} shorter than "
                       f"{la.short_threshold_us:.0f} us (median {la.median_kernel_us:.1f} us); the GPU idled "
                       f"{pct(idle.launch)} of the step between launches"),
-            fix="torch.compile the model (fuses kernels; mode='reduce-overhead' adds CUDA graphs), or larger batches")
+            fix="replay the step as CUDA graphs: torch.compile(model, mode=\"reduce-overhead\") (it also fuses "
+                "kernels), or torch.cuda.graphs by hand; or larger batches")

@@ -100,6 +100,8 @@ from pitstop.doctor.records import Flops  # noqa: E402
 
 class ProfileCheck(Check, tip="PIT905"):
     looks_at = "step time not explained by data/host/forward/backward/optimizer/eval; GPU utilisation (MFU)"
+    #: on a GPU the profiled steps explain the step: the trace's unexplained idle decides
+    gpu_role = "trace"
 
     def check(self, obs, th):
         other = obs.share("other")

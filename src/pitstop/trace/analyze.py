@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 
 from pitstop.trace.busy import gpu_time, span_breakdown
 from pitstop.trace.copies import copies
@@ -14,7 +13,8 @@ from pitstop.trace.idle import dataloader_spans, idle_split
 from pitstop.trace.kernels import kernel_mix, launches, precision
 from pitstop.trace.load import load_timeline
 from pitstop.trace.model import Timeline
-from pitstop.trace.result import DataLoading, RankResult, StepTime, Syncs, Window
+from pitstop.stats import StepTime
+from pitstop.trace.result import DataLoading, RankResult, Syncs, Window
 from pitstop.trace.scope import scope_of
 from pitstop.trace.thresholds import TraceThresholds
 
@@ -24,9 +24,7 @@ __all__ = ["analyze_timeline", "analyze_file", "step_time"]
 def step_time(tl: Timeline) -> StepTime | None:
     if not tl.steps:
         return None
-    d = np.array([s.duration for s in tl.steps]) * 1e-6
-    return StepTime(median=float(np.median(d)), p90=float(np.quantile(d, 0.9)), mean=float(d.mean()),
-                    min=float(d.min()), max=float(d.max()))
+    return StepTime.of([float(s.duration) * 1e-6 for s in tl.steps])
 
 
 def analyze_file(path: Path | str, th: TraceThresholds = TraceThresholds()) -> RankResult:

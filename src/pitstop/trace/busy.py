@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from pitstop.trace.model import GPU_KERNEL, Timeline
-from pitstop.trace.names import is_communication
+from pitstop.trace.kernels import communication_rows
 from pitstop.trace.result import GpuTime, SpanBreakdown
 from pitstop.trace.scope import Scope
 from pitstop.trace.spans import Spans
@@ -49,8 +49,7 @@ def span_breakdown(scope: Scope) -> SpanBreakdown | None:
     end = start + np.round(g.end[keep] - g.start[keep])
     if not len(start):
         return None
-    comm_names = np.array([is_communication(n) for n in g.names], dtype=bool)
-    compute = (g.kind[keep] == GPU_KERNEL) & ~comm_names[g.name[keep]]
+    compute = (g.kind[keep] == GPU_KERNEL) & ~communication_rows(g)[keep]
     all_busy = Spans.of(start, end).total
     comp = Spans.of(start[compute], end[compute]).total
     span = float(end.max() - start.min())

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 from pitstop.catalog import Face
+from pitstop.severity import severity_for
 from pitstop.units import ms, pct
 from pitstop.trace.result import RankResult, TraceFinding
 from pitstop.trace.thresholds import TraceThresholds
@@ -36,9 +37,8 @@ class JobView:
 
 
 def severity_of(impact: float | None, th: TraceThresholds) -> str:
-    if impact is None:
-        return "low"
-    return "high" if impact >= th.high_share else "medium" if impact >= th.medium_share else "low"
+    """:func:`pitstop.severity.severity_for`: the one ranking, with the trace's cut-offs."""
+    return severity_for(impact, th)
 
 
 
@@ -59,5 +59,5 @@ class TraceCheck(Face, face="T"):
     def finding(self, th: TraceThresholds, rank: RankResult | None, *, title: str, evidence: str, fix: str,
                 impact: float | None, severity: str | None = None) -> TraceFinding:
         return TraceFinding(code=self.tip, title=title, severity=severity or severity_of(impact, th),
-                            impact=impact, evidence=evidence, fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)",
-                            rank=rank.rank if rank is not None else None)
+                            impact_share=impact, evidence=evidence,
+                            fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)", rank=rank.rank if rank is not None else None)

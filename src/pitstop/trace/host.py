@@ -13,7 +13,7 @@ from pitstop.trace.result import DataLoading, NamedTime, OptimizerKernels, SyncS
 from pitstop.trace.scope import Scope, in_rows
 from pitstop.trace.spans import Spans
 
-__all__ = ["syncs", "data_loading", "optimizer_kernels", "top_operators", "op_by_external"]
+__all__ = ["syncs", "data_loading", "optimizer_kernels", "top_operators", "op_by_external", "launching_ops"]
 
 _MAX_SITES = 400  # sync calls looked up for their cause (the rest are counted only)
 
@@ -107,14 +107,14 @@ def top_operators(scope: Scope, top: int = 10) -> tuple[NamedTime, ...]:
     ops, g = scope.timeline.ops, scope.timeline.gpu
     if not len(ops) or not len(g):
         return ()
-    by_ext = op_by_external(ops)
+    link = launching_ops(scope.timeline)
     rows = np.flatnonzero(scope.gpu_in)
     dur = scope.clipped(rows)
     secs: dict[str, float] = defaultdict(float)
     calls: dict[str, set[int]] = defaultdict(set)
     for row, d in zip(rows.tolist(), dur.tolist()):
-        op = by_ext.get(int(g.external[row]))
-        if op is None:
+        op = int(link[row])
+        if op < 0:
             continue
         name = ops.name_of(op)
         secs[name] += d
@@ -122,3 +122,29 @@ def top_operators(scope: Scope, top: int = 10) -> tuple[NamedTime, ...]:
     total = float(dur.sum())
     best = sorted(secs, key=lambda k: -secs[k])[:top]
     return tuple(NamedTime(n, len(calls[n]), secs[n] * 1e-6, secs[n] / total if total else 0.0) for n in best)
+
+
+def launching_ops(tl) -> np.ndarray:
+    """For each GPU row, the host operator row that launched it (-1: unknown): the innermost
+    operator, on the launching thread, around the runtime call with the row's correlation."""
+    g, rt, ops = tl.gpu, tl.runtime, tl.ops
+    out = np.full(len(g), -1, dtype=np.int64)
+    if not len(g) or not len(rt) or not len(ops):
+        return out
+    call = {c: i for i, c in enumerate(rt.correlation.tolist()) if c >= 0}
+    lanes: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    for lane in np.unique(ops.lane).tolist():
+        rows = np.flatnonzero(ops.lane == lane)  # sorted by start, as the table is
+        lanes[lane] = (rows, ops.start[rows], ops.end[rows])
+    for row, corr in enumerate(g.correlation.tolist()):
+        r = call.get(corr)
+        if r is None or int(rt.lane[r]) not in lanes:
+            continue
+        rows, starts, ends = lanes[int(rt.lane[r])]
+        t = float(rt.start[r])
+        k = int(np.searchsorted(starts, t, side="right")) - 1
+        for j in range(k, max(k - 64, -1), -1):  # back over siblings that ended before t
+            if ends[j] > t:
+                out[row] = rows[j]
+                break
+    return out

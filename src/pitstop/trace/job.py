@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pitstop.ranks import RankView, StepStats, analyze_stragglers, spread
 from pitstop.catalog import implementations
+from pitstop.severity import rank_key
 from pitstop.trace.analyze import analyze_file
 from pitstop.trace.check import JobView
 from pitstop.trace.load import TRACE_SUFFIXES, TraceError
@@ -22,7 +23,6 @@ from pitstop.trace.thresholds import TraceThresholds
 
 __all__ = ["trace_files", "analyze_paths", "rank_view", "run_checks", "report_of", "trace"]
 
-_SEVERITY = {"high": 0, "medium": 1, "low": 2}
 
 
 def _is_trace_name(p: Path) -> bool:
@@ -88,7 +88,7 @@ def run_checks(ranks: tuple[RankResult, ...], job: JobView, th: TraceThresholds)
         for r in ranks:
             found += list(check.check(r, th))
         found += list(check.check_job(job, th))
-    return tuple(sorted(found, key=lambda f: (_SEVERITY.get(f.severity, 3), -(f.impact or 0.0), f.code,
+    return tuple(sorted(found, key=lambda f: (*rank_key(f.severity, f.impact, f.code),
                                              -1 if f.rank is None else f.rank)))
 
 

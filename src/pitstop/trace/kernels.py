@@ -5,22 +5,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from pitstop.trace.model import GPU_KERNEL
+from pitstop.trace.model import GPU_KERNEL, Table
 from pitstop.trace.names import PRECISIONS, is_communication, is_elementwise, is_matmul, precision_of
 from pitstop.trace.result import KernelMix, Launches, NamedTime, Precision
 from pitstop.trace.scope import Scope
 from pitstop.trace.spans import Spans
 from pitstop.trace.thresholds import TraceThresholds
 
-__all__ = ["kernel_mix", "precision", "launches", "communication_mask", "TOP"]
+__all__ = ["kernel_mix", "precision", "launches", "communication_mask", "communication_rows", "TOP"]
 
 TOP = 10
 
 
-def communication_mask(scope: Scope) -> np.ndarray:
-    g = scope.timeline.gpu
+def communication_rows(g: Table) -> np.ndarray:
+    """The one communication mask: GPU rows that are NCCL/RCCL kernels (``names.is_communication``)."""
     per_name = np.array([is_communication(n) for n in g.names], dtype=bool)
     return per_name[g.name] & (g.kind == GPU_KERNEL) if len(g) else np.zeros(0, dtype=bool)
+
+
+def communication_mask(scope: Scope) -> np.ndarray:
+    return communication_rows(scope.timeline.gpu)
 
 
 def kernel_mix(scope: Scope) -> KernelMix | None:

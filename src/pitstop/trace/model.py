@@ -87,16 +87,16 @@ class Device:
     @property
     def tensor_cores(self) -> bool | None:
         """Whether fp32 matmuls leave tensor cores unused here (None: cannot tell)."""
-        if self.vendor == "amd":
-            return self.major is not None and self.major >= 9  # CDNA (gfx908+) matrix cores
-        if self.major is None:
-            return None
-        return self.major >= 7  # Volta and later
+        from pitstop.gpu import tensor_cores
+
+        return tensor_cores(self.vendor, self.major)
 
     @property
     def tf32(self) -> bool:
         """Ampere or later NVIDIA: fp32 matmuls can run as TF32."""
-        return self.vendor == "nvidia" and self.major is not None and self.major >= 8
+        from pitstop.gpu import tf32_capable
+
+        return tf32_capable(self.vendor, self.major)
 
 
 @dataclass(frozen=True)

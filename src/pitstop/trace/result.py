@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pitstop.jsoncodec import record_from_json, record_to_json, to_json
+from pitstop.findings import Finding
 from pitstop.ranks import StraggleAnalysis
+from pitstop.stats import StepTime
 from pitstop.trace.jobtypes import JobSummary
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
@@ -20,17 +22,6 @@ __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "Kerne
            "TraceFinding", "TraceReport", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
-
-
-@dataclass(frozen=True)
-class StepTime:
-    """Seconds per host ``ProfilerStep``."""
-
-    median: float
-    p90: float
-    mean: float
-    min: float
-    max: float
 
 
 @dataclass(frozen=True)
@@ -233,18 +224,10 @@ class RankResult:
         return record_to_json(self)
 
 
-@dataclass(frozen=True)
-class TraceFinding:
-    """One problem the trace shows, in a catalog code. ``impact``: share of the step a fix
-    could save (None: the trace cannot size it). ``rank``: None for a job-wide finding."""
-
-    code: str
-    title: str
-    severity: str
-    impact: float | None
-    evidence: str
-    fix: str
-    rank: int | None
+#: ``pitstop trace``'s findings are the one runtime finding type (:class:`pitstop.findings.Finding`):
+#: ``impact`` (its ``impact_share``) is the share of the step a fix could save (None: the trace
+#: cannot size it), ``rank`` None for a job-wide finding.
+TraceFinding = Finding
 
 
 @dataclass(frozen=True)
@@ -263,7 +246,7 @@ class TraceReport:
 
     def to_dict(self) -> dict:
         return {"schema_version": SCHEMA_VERSION, "ranks": [to_json(r) for r in self.ranks],
-                "findings": [to_json(f) for f in self.findings], "stragglers": list(self.stragglers),
+                "findings": [f.trace_dict() for f in self.findings], "stragglers": list(self.stragglers),
                 "step_spread": self.step_spread, "notes": list(self.notes),
                 "straggle": to_json(self.straggle) if self.straggle is not None else None,
                 "job": to_json(self.job) if self.job is not None else None}

@@ -10,7 +10,7 @@ import numpy as np
 from pitstop.trace.model import GPU_KERNEL, Table, Timeline
 from pitstop.trace.spans import Spans
 
-__all__ = ["Scope", "scope_of", "launch_times", "in_rows"]
+__all__ = ["Scope", "scope_of", "launch_times", "in_rows", "step_index"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,6 +59,14 @@ def launch_times(gpu: Table, runtime: Table) -> np.ndarray:
     return out
 
 
+def step_index(starts: np.ndarray, ends: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Index of the step (sorted ``starts``/``ends``) each time falls in; -1: none. The one
+    join of times to steps (the launching call's time ties GPU work to its step)."""
+    k = np.searchsorted(starts, times, side="right") - 1
+    ok = (k >= 0) & (times < ends[np.clip(k, 0, None)])
+    return np.where(ok, k, -1)
+
+
 def in_rows(table: Table, spans: Spans) -> np.ndarray:
     """Boolean mask: rows of ``table`` whose start lies inside ``spans``."""
     return spans.contains(table.start) if len(table) else np.zeros(0, dtype=bool)
@@ -82,10 +90,7 @@ def scope_of(tl: Timeline) -> Scope | None:
         starts = np.array([s.start for s in tl.steps])
         ends = np.array([s.end for s in tl.steps])
         known = ~np.isnan(launch_ts)
-        k = np.searchsorted(starts, launch_ts[known], side="right") - 1
-        good = (k >= 0) & (launch_ts[known] < ends[np.clip(k, 0, None)])
-        idx = np.flatnonzero(known)
-        launched_in[idx[good]] = k[good]
+        launched_in[np.flatnonzero(known)] = step_index(starts, ends, launch_ts[known])
     gpu_in = (gpu.end > window.first) & (gpu.start < window.last) if len(gpu) else np.zeros(0, dtype=bool)
     return Scope(tl, window, basis, len(tl.steps), busy, gpu_in, launched_in, launch_ts)
 

@@ -1,0 +1,94 @@
+"""Synthetic profiled windows (Kineto traces) for the four loops of issue 27, one per row, and a
+CUDA-graph step: what the doctor's profiled steps would record on an H100 for each, written
+with :mod:`trace_synth` so the doctor's GPU evidence path is tested on CPU."""
+
+from __future__ import annotations
+
+from trace_synth import Synth
+
+H100 = {"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9, "computeMinor": 0, "totalGlobalMem": 85e9}
+#: a cuDNN convolution kernel that runs in TF32 (its name says so), and an elementwise kernel
+TF32_CONV = "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1"
+FP32_GEMM = "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off"
+ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>()"
+
+__all__ = ["starved_input", "device_sync", "launch_bound", "tf32_convs", "cuda_graph", "H100"]
+
+
+def starved_input(steps: int = 5) -> Synth:
+    """ResNet, DataLoader with 0 workers: 16 ms in ``__next__`` (GPU idle), 4 ms of TF32 convs."""
+    s = Synth(H100)
+    for k in range(steps):
+        t0 = 1_000_000 + k * 20_000
+        s.step(k + 1, t0, 20_000)
+        s.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t0 + 10, 16_000)
+        t = t0 + 16_020
+        for _ in range(4):
+            ext = s.op("aten::cudnn_convolution", t, 20)
+            s.gpu(TF32_CONV, t + 10, 950, ext=ext)
+            t += 960
+    return s
+
+
+def device_sync(steps: int = 5) -> Synth:
+    """Small GPT in fp32, batches made on the GPU, ``synchronize()`` + ``empty_cache()`` every
+    step: the host blocks until the GPU drains, then spends 2 ms before launching again."""
+    s = Synth(H100)
+    for k in range(steps):
+        t0 = 1_000_000 + k * 10_000
+        s.step(k + 1, t0, 10_000)
+        ext = s.op("aten::randint", t0 + 10, 20)
+        s.gpu("void at::native::randint_kernel()", t0 + 30, 5, launch_ts=t0 + 15, ext=ext)
+        for i in range(2):
+            ext = s.op("aten::mm", t0 + 40 + 30 * i, 20)
+            s.gpu(FP32_GEMM, t0 + 60 + 3_000 * i, 3_000, launch_ts=t0 + 45 + 30 * i, ext=ext)
+        ext = s.op("train.py(30): step", t0 + 100, 5_970)
+        s.call("cudaDeviceSynchronize", t0 + 105, 5_960, ext)  # until the GPU drained (t0 + 6060)
+        s.op("aten::empty_cache", t0 + 6_080, 100)
+        # the host then works ~3.8 ms before the next step launches its first kernel
+    return s
+
+
+def launch_bound(steps: int = 5) -> Synth:
+    """A well-written small net at ~2.4 ms per step: 200 kernels of 3 us launched 12 us apart."""
+    s = Synth(H100)
+    for k in range(steps):
+        t0 = 1_000_000 + k * 2_400
+        s.step(k + 1, t0, 2_400)
+        t = t0 + 10
+        for _ in range(200):
+            ext = s.op("aten::add", t, 8)
+            s.gpu(ADD, t + 8, 3, ext=ext)
+            t += 12
+    return s
+
+
+def tf32_convs(steps: int = 5) -> Synth:
+    """A fed convolutional net whose convolutions all run in TF32 (cuDNN's default)."""
+    s = Synth(H100)
+    for k in range(steps):
+        t0 = 1_000_000 + k * 10_000
+        s.step(k + 1, t0, 10_000)
+        t = t0 + 10
+        for _ in range(9):
+            ext = s.op("aten::cudnn_convolution", t, 20)
+            s.gpu(TF32_CONV, t + 10, 1_090, ext=ext)
+            t += 1_100
+    return s
+
+
+def cuda_graph(steps: int = 5) -> Synth:
+    """A ``mode="reduce-overhead"`` step: one ``cudaGraphLaunch`` replays 200 short kernels
+    back to back (they carry the graph launch's correlation id)."""
+    s = Synth(H100)
+    for k in range(steps):
+        t0 = 1_000_000 + k * 1_000
+        s.step(k + 1, t0, 1_000)
+        ext = s.op("CUDAGraph::replay", t0 + 5, 30)
+        corr = s.call("cudaGraphLaunch", t0 + 10, 20, ext)
+        t = t0 + 40
+        for _ in range(200):
+            s.events.append({"ph": "X", "cat": "kernel", "name": ADD, "pid": 0, "tid": 7, "ts": t, "dur": 4.7,
+                             "args": {"device": 0, "stream": 7, "correlation": corr, "External id": ext}})
+            t += 4.75
+    return s

@@ -1,0 +1,264 @@
+"""The doctor's GPU evidence (issue 27): the profiled steps' trace, analysed by pitstop.trace,
+decides the GPU facts of the doctor's findings. Each test hands a trace file (synthetic rows of
+the issue's table, or a recorded GPU trace of ../shared/traces/) to the doctor as its profiled
+window and checks the merged findings, on CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from doctor_obs import loader, observations, site
+from gpu_rows import H100, cuda_graph, device_sync, launch_bound, starved_input, tf32_convs
+from pitstop.doctor.diagnosis import diagnose
+from pitstop.doctor.observations import Observations
+from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
+from pitstop.trace.evidence import gpu_findings, profiled_window, step_seconds
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+RESNET = SHARED / "kineto-tb_plugin" / "samples"
+
+
+def _cuda_obs(**fields) -> Observations:
+    return observations(device="cuda", device_name=H100["name"], capability=[9, 0], **fields)
+
+
+def _diagnose(obs: Observations, trace: Path | None):
+    """The doctor's parent on a CUDA run whose profiled window is the file ``trace``."""
+    spec = RunSpec(script="train.py", steps=5, warmup=0)
+    steps = [StepRecord(index=i, kind="observed", wall=0.1) for i in range(5)]
+    result = RunResult(spec=spec, status="stopped", steps=steps, device="cuda", observations=obs,
+                       trace_path=str(trace) if trace else None)
+    d = diagnose(result)
+    assert d.errors == []
+    return d
+
+
+def _codes(d) -> list[str]:
+    return [f.code for f in d.findings]
+
+
+def _one(d, code):
+    found = [f for f in d.findings if f.code == code]
+    assert len(found) == 1, _codes(d)
+    return found[0]
+
+
+def _trace_impact(path: Path, code: str) -> float:
+    rank, why = profiled_window(path)
+    assert why is None
+    return next(f.impact for f in gpu_findings(rank) if f.code == code)
+
+
+def test_starved_input_keeps_pit101_with_the_gpu_wait_and_no_pit304_on_tf32_convs(tmp_path):
+    trace = starved_input().write(tmp_path / "starved.json")
+    obs = _cuda_obs(loaders=[loader(num_workers=0)], breakdown={"data": 0.08},
+                    kernels={"matmul": {"float32": 2}, "conv": {"float32": 20}},
+                    settings={"tf32_cudnn": True, "cpu_cores": 16})
+    without = _diagnose(obs, None)
+    assert "PIT304" in _codes(without)  # the settings alone: fp32 matmuls, precision 'highest'
+    d = _diagnose(obs, trace)
+    f = _one(d, "PIT101")
+    assert f.impact_share == pytest.approx(_trace_impact(trace, "PIT101"))
+    assert "GPU (profiled steps)" in f.evidence and "num_workers=0" in f.evidence
+    assert "PIT304" not in _codes(d)  # the convolution kernels ran in TF32
+    assert any(s.code == "PIT304" and s.check == "GPU evidence" for s in d.skipped)
+
+
+def test_device_sync_is_pit203_with_the_measured_gpu_wait_and_no_pit101(tmp_path):
+    trace = device_sync().write(tmp_path / "sync.json")
+    calls = [site("cuda.synchronize", seconds=0.028), site("cuda.empty_cache", seconds=0.004, where="train.py:31")]
+    obs = _cuda_obs(breakdown={"host": 0.0226}, cuda_calls=calls, syncs=[calls[0]])
+    without = _diagnose(obs, None)
+    assert "PIT101" in _codes(without)  # host timers: "host work before each forward"
+    d = _diagnose(obs, trace)
+    assert "PIT101" not in _codes(d)  # no input pipeline the GPU waits for
+    f = _one(d, "PIT203")
+    rank, _ = profiled_window(trace)
+    assert f.impact_share == pytest.approx(_trace_impact(trace, "PIT203"))
+    assert f.impact_share > 0.2
+    assert f.impact_seconds == pytest.approx(f.impact_share * step_seconds(rank))
+    assert "train.py:20" in f.where and "train.py:31" in f.where
+
+
+def test_launch_bound_step_gets_pit601_with_cuda_graphs_as_the_fix(tmp_path):
+    trace = launch_bound().write(tmp_path / "launch.json")
+    d = _diagnose(_cuda_obs(), trace)
+    f = _one(d, "PIT601")
+    assert f.impact_share == pytest.approx(_trace_impact(trace, "PIT601"))
+    assert "reduce-overhead" in f.fix and "CUDA graphs" in f.fix
+    assert d.observations.gpu.gpu.busy < 0.3
+
+
+def test_tf32_convolutions_are_not_pit304(tmp_path):
+    trace = tf32_convs().write(tmp_path / "tf32.json")
+    obs = _cuda_obs(kernels={"matmul": {"float32": 1}, "conv": {"float32": 9}})
+    assert "PIT304" in _codes(_diagnose(obs, None))
+    d = _diagnose(obs, trace)
+    assert "PIT304" not in _codes(d)
+    assert d.observations.gpu.precision.by_precision.get("tf32", 0) > 0.99
+
+
+def test_cuda_graph_kernels_count_as_busy_in_the_step_that_replayed_them(tmp_path):
+    trace = cuda_graph().write(tmp_path / "graph.json")
+    d = _diagnose(_cuda_obs(), trace)
+    gpu = d.observations.gpu
+    assert gpu.gpu.busy > 0.9 and gpu.launches.kernels_per_step == pytest.approx(200)
+    assert gpu.gpu.busy_launched is not None and gpu.gpu.busy_launched > 0.9
+    assert not {"PIT601", "PIT905"} & set(_codes(d))
+
+
+def test_the_evidence_crosses_the_process_boundary_as_json(tmp_path):
+    rank, _ = profiled_window(launch_bound().write(tmp_path / "launch.json"))
+    obs = _cuda_obs()
+    obs.gpu = rank
+    back = Observations.from_dict(obs.to_dict())
+    assert back.gpu == rank
+
+
+def test_an_unreadable_window_is_a_note_and_the_live_findings_stay(tmp_path):
+    bad = tmp_path / "broken.json"
+    bad.write_text("{not json")
+    obs = _cuda_obs(loaders=[loader(num_workers=0)], breakdown={"data": 0.08})
+    d = _diagnose(obs, bad)
+    assert d.observations.gpu is None and "PIT101" in _codes(d)
+    assert any("could not be analysed" in n for n in d.observations.notes)
+
+
+@pytest.mark.skipif(not RESNET.is_dir(), reason="../shared/traces not present")
+def test_recorded_resnet50_with_no_workers_is_pit101_at_the_trace_share():
+    trace = RESNET / "resnet50_num_workers_0" / "worker0.1623143089861.pt.trace.json.gz"
+    obs = observations(device="cuda", device_name="Tesla V100-DGXS-32GB", capability=[7, 0],
+                       loaders=[loader(num_workers=0)], breakdown={"data": 0.03})
+    d = _diagnose(obs, trace)
+    f = _one(d, "PIT101")
+    share = d.observations.gpu.dataloader.share
+    assert f.impact_share == pytest.approx(share)
+    assert 0.25 < share < 0.40  # the TensorBoard plugin: DataLoader 33.37% of the step (README)
+
+
+@pytest.mark.skipif(not RESNET.is_dir(), reason="../shared/traces not present")
+def test_recorded_resnet50_with_workers_drops_the_host_timers_data_wait():
+    trace = RESNET / "resnet50_num_workers_4" / "worker0.1623212756351.pt.trace.json.gz"
+    obs = observations(device="cuda", device_name="Tesla V100-DGXS-32GB", capability=[7, 0],
+                       loaders=[loader(num_workers=4)], breakdown={"data": 0.012})
+    assert "PIT101" in _codes(_diagnose(obs, None))
+    d = _diagnose(obs, trace)
+    assert "PIT101" not in _codes(d)  # the plugin: DataLoader 0.84% of the step
+    assert d.observations.gpu.gpu.busy > 0.5
+
+
+def test_the_doctor_never_counts_its_own_lines_as_the_scripts_sync_sites():
+    from pitstop.doctor import syncs
+
+    assert syncs.own_site(f"{syncs.__file__}:45")  # a wrapper's line, seen by the sync-debug warnings
+    assert not syncs.own_site("/home/user/train.py:12")
+    from pitstop.examples import cnn
+
+    assert not syncs.own_site(f"{cnn.__file__}:61")  # pitstop's bundled scripts are scripts
+
+
+def test_the_compile_skip_reason_follows_the_device():
+    from pitstop.tips.pit601_compile import CompileCheck
+
+    assert "small CPU" in CompileCheck().skip_reason(observations())
+    assert "CPU" not in CompileCheck().skip_reason(_cuda_obs())
+
+
+def test_the_report_has_a_gpu_section_in_text_html_and_json(tmp_path):
+    import io
+    import json
+
+    import jsonschema
+
+    from pitstop.report.doctor_html import doctor_html
+    from pitstop.report.doctor_terminal import render
+
+    d = _diagnose(_cuda_obs(loaders=[loader(num_workers=0)], breakdown={"data": 0.08}),
+                  starved_input().write(tmp_path / "starved.json"))
+    out = io.StringIO()
+    render(d, out)
+    text = out.getvalue()
+    assert "GPU busy" in text and "19.0%" in text and "input 80.0%" in text and "tf32" in text
+    assert "GPU (profiled steps" in doctor_html(d)
+    doc = json.loads(json.dumps(d.to_dict()))
+    jsonschema.validate(doc, json.loads((Path(__file__).resolve().parents[1] / "docs" / "doctor-schema.json").read_text()))
+    assert doc["gpu"]["busy"] == pytest.approx(0.19) and doc["gpu"]["top_kernels"][0]["calls"] == 20
+
+
+def test_the_stack_sampler_stays_closed_while_paused_for_the_profiled_steps():
+    from pitstop.doctor.stacks import StackSampler
+
+    s = StackSampler()
+    s.paused = True
+    s.open()
+    assert not s._open.is_set()
+    s.paused = False
+    s.open()
+    assert s._open.is_set()
+
+
+H100_QWEN = SHARED / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+
+
+@pytest.mark.skipif(not H100_QWEN.is_file(), reason="../shared/traces not present")
+def test_recorded_h100_bf16_window_overrules_the_settings_and_host_timers():
+    obs = _cuda_obs(kernels={"matmul": {"float32": 4, "bfloat16": 96}}, breakdown={"host": 0.02})
+    without = _diagnose(obs, None)
+    assert {"PIT304", "PIT101"} <= set(_codes(without))
+    d = _diagnose(obs, H100_QWEN)
+    assert not {"PIT304", "PIT101"} & set(_codes(d))  # bf16 GEMMs (TraceLens: sm90 bf16 gemm), no input wait
+    assert d.gpu.busy == pytest.approx(0.918, abs=0.01)  # TraceLens: busy 91.44% of the step's span
+
+
+def test_merge_roles_one_finding_per_code(tmp_path):
+    from pitstop.doctor.check import Thresholds
+    from pitstop.findings import Finding
+    from pitstop.trace.evidence import merge
+
+    rank, _ = profiled_window(launch_bound().write(tmp_path / "launch.json"))
+    gpu = gpu_findings(rank)  # PIT601 and PIT607 on this window
+    live = Finding(code="PIT601", title="live", evidence="probe", fix="f", severity="low", impact_share=0.01)
+    th = Thresholds()
+    out, dropped = merge([("live", live)], {}, gpu, rank, th)
+    got = {f.code: f for f in out}
+    assert got["PIT601"].impact_share == 0.01 and "GPU (profiled steps)" in got["PIT601"].evidence
+    out, _ = merge([("both", live)], {}, gpu, rank, th)
+    assert {f.code: f for f in out}["PIT601"].impact_share == pytest.approx(rank.idle.launch)
+    out, _ = merge([], {"PIT601": "live"}, gpu, rank, th)  # a live check measured and found nothing
+    assert "PIT601" not in [f.code for f in out] and "PIT607" in [f.code for f in out]
+    out, dropped = merge([("trace", Finding(code="PIT101", title="t", evidence="e", fix="f", severity="high"))],
+                         {}, gpu, rank, th)
+    assert "PIT101" not in [f.code for f in out] and dropped[0][0] == "PIT101"
+
+
+LIVE_SYNC = '''
+import torch
+from torch import nn
+model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 512)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(1000):
+    x = torch.randn(256, 512, device="cuda")
+    loss = model(x).square().mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    torch.cuda.synchronize()
+'''
+
+
+@pytest.mark.slow
+def test_live_cuda_doctor_reads_its_own_profiled_steps(tmp_path):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device: the GPU evidence path is tested above on recorded and synthetic traces")
+    from pitstop.doctor.runner import run_script
+
+    script = tmp_path / "sync_loop.py"
+    script.write_text(LIVE_SYNC)
+    d = diagnose(run_script(RunSpec(script=str(script), steps=5, warmup=2, probes=False)))
+    assert d.observations.gpu is not None and d.gpu.steps >= 1
+    assert "PIT203" in _codes(d) and "PIT101" not in _codes(d)
+    assert not any("/pitstop/doctor/" in s.where for s in d.observations.syncs + d.observations.cuda_calls)
+    assert d.result.trace_path is None  # the doctor's own trace file is removed once read
