@@ -34,7 +34,9 @@ def project(tmp_path, monkeypatch):
 
 
 def lint(capsys, *args):
-    code = main(["lint", *args])
+    """``pitstop lint --all ARGS``: these tests are about the CLI's mechanics on module-level snippets,
+    which run once (hidden by default: see test_one_time_findings_are_hidden_by_default)."""
+    code = main(["lint", "--all", *args])
     out, err = capsys.readouterr()
     return code, out, err
 

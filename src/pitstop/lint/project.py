@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from pitstop.lint.callgraph import CallInfo, per_step_names, scan_calls
 from pitstop.lint.findings import ParseError
 from pitstop.lint.ipynb import is_notebook, read_notebook
 
@@ -78,6 +79,7 @@ class ModuleInfo:
     #: functions whose body pads (``tokenizer.pad(``, ``pad_sequence(``) and reads no file: a collate_fn
     #: over pre-tokenized rows, work a worker process would not take off the training loop
     pad_functions: frozenset = frozenset()
+    calls: CallInfo = field(default_factory=CallInfo)  # the call graph's part of this file
 
     def assigned_once(self, name: str) -> bool:
         return name in self.module_once
@@ -126,7 +128,8 @@ def scan_source(text: str, path: str = "") -> ModuleInfo:
                       frozenset(k for k, n in assigned.items() if n == 1),
                       _on_device(text, datasets),
                       _device_functions(text) if _TO_DEVICE.search(text) else frozenset(),
-                      _pad_functions(text) if ".pad(" in text or "pad_sequence(" in text else frozenset())
+                      _pad_functions(text) if ".pad(" in text or "pad_sequence(" in text else frozenset(),
+                      scan_calls(text))
 
 
 def _blocks(text: str, pattern: re.Pattern, group: int) -> dict:
@@ -271,6 +274,12 @@ class ProjectIndex:
         """Some file of ``path``'s project calls ``.name(...)``."""
         return any(name in m.method_calls for m in self._siblings(path))
 
+    def per_step_names(self, path: str) -> frozenset:  # names run every step (pitstop.lint.callgraph)
+        key = ("step", os.path.abspath(path))
+        if key not in self._cache:
+            self._cache[key] = per_step_names([m.calls for m in self._siblings(path)])
+        return self._cache[key]
+
     def no_grad_functions(self, path: str) -> frozenset:
         """Names of functions/methods decorated no_grad/inference_mode in ``path``'s project."""
         out: set = set()
@@ -358,9 +367,8 @@ def build_index(paths) -> ProjectIndex:
     modules, roots, by_root, importers = {}, {}, {}, {}
     for p in paths:
         ap = os.path.abspath(p)
-        try:
-            st = os.stat(ap)
-        except OSError:
+        st = _stat(ap)
+        if st is None:
             continue
         info = modules[ap] = _scan_file(ap, st.st_size, st.st_mtime_ns)
         root = roots[ap] = _project_root(ap)
@@ -370,17 +378,17 @@ def build_index(paths) -> ProjectIndex:
     return ProjectIndex(modules, roots, by_root, importers)
 
 
+def _stat(p: str):
+    try:
+        return os.stat(p)
+    except OSError:
+        return None
+
+
 def index_signature(paths) -> tuple:
     """``((path, size, mtime_ns), ...)`` of the readable files among ``paths``: the key under which
     :func:`index_for` caches their index."""
-    signature = []
-    for p in paths:
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        signature.append((p, st.st_size, st.st_mtime_ns))
-    return tuple(signature)
+    return tuple((p, st.st_size, st.st_mtime_ns) for p, st in ((p, _stat(p)) for p in paths) if st is not None)
 
 
 @functools.lru_cache(maxsize=4)

@@ -83,9 +83,13 @@ class FileWalk:
     # -- running -----------------------------------------------------------------------
     def run(self) -> list:
         self._walk(self.module)
+        self.walked = True
         for rule in self.rules:
             rule.finish()
-        return [p for p in self.pending if p.when is None or p.when()]
+        kept = [p for p in self.pending if p.when is None or p.when()]
+        for p in kept:
+            p.frequency = "step" if p.runs == "step" or p.where is None else self.frequency(p.where)
+        return kept
 
     def _plan(self, t: type) -> tuple:
         hooks = self._hooks.get(t.__name__, ((), ()))
@@ -145,6 +149,7 @@ class FileWalk:
         self.stack.pop()
 
     def _walk_function(self, node: cst.FunctionDef) -> None:
+        self._record_def(node)
         self._walk_all(d for d in node.decorators)
         self._walk(node.params)
         if node.returns is not None:
@@ -248,6 +253,7 @@ class FileWalk:
             self.cuda_implied = True
 
     def _pre_call(self, node: cst.Call) -> None:
+        self._record_call(node)
         func = node.func
         if not isinstance(func, cst.Attribute):
             return

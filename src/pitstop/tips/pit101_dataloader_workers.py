@@ -76,6 +76,7 @@ from pitstop.lint.rule import LintRule, nodes, scope
 
 
 class NumWorkersRule(LintRule, tip="PIT101"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "DataLoader loads batches in the training process (num_workers=0); set num_workers"
     in_tests = False
 

@@ -73,6 +73,7 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 
 class ViewAfterPermuteRule(LintRule, tip="PIT107"):
+    runs = "step"  # paid every step wherever the reported line is
     message = (".view() merges dimensions of a permuted/transposed tensor: it raises on the non-contiguous "
                "layout; use .reshape()")
     fix = UNSAFE
