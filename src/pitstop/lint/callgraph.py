@@ -20,12 +20,14 @@ import bisect
 import re
 from typing import Iterable
 
-__all__ = ["CallInfo", "scan_calls", "per_step_names", "sync_chain", "MAX_DEPTH"]
+__all__ = ["CallInfo", "scan_calls", "per_step_names", "repeated_names", "sync_chain", "MAX_DEPTH"]
 
 MAX_DEPTH = 4
 _DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
 _CLASS = re.compile(r"^([ \t]*)class[ \t]+(\w+)", re.M)
 _LOOP = re.compile(r"^([ \t]*)(?:for|while)\b[^\n]*:[ \t]*(?:#[^\n]*)?$", re.M)
+#: a loop over epochs, steps or batches: ``for epoch in range(n)``, ``for batch in loader``
+_REPEAT = re.compile(r"^[ \t]*(?:for|while)\b[^\n]*(?:epoch|step|iter|batch|loader)", re.I)
 _STEP_MARK = re.compile(r"\.(?:manual_)?backward\(|\b\w*(?:optim|opt|optimizer|scaler)\w*\.step\(")
 _CALLED = re.compile(r"(?<![\w.])(self\.)?(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*\(")
 _SYNC = re.compile(r"\.(item|tolist|numpy)\(\s*\)|\b(synchronize)\(\s*\)")
@@ -38,13 +40,14 @@ _STEP_METHODS = ("training_step", "compute_loss", "on_train_batch_end", "on_step
 class CallInfo:
     """What one file's functions call (see the module docstring)."""
 
-    __slots__ = ("calls", "step_calls", "syncs", "owners")
+    __slots__ = ("calls", "step_calls", "syncs", "owners", "repeat_calls")
 
-    def __init__(self, calls=None, step_calls=frozenset(), syncs=None, owners=None):
+    def __init__(self, calls=None, step_calls=frozenset(), syncs=None, owners=None, repeat_calls=frozenset()):
         self.calls: dict = calls or {}  # function name -> frozenset of called names
         self.step_calls: frozenset = step_calls
         self.syncs: dict = syncs or {}  # function name -> (line, "item"/"synchronize"/...)
         self.owners: dict = owners or {}  # function name -> class name ("" at top level)
+        self.repeat_calls: frozenset = repeat_calls  # names called in a loop over epochs/steps/batches
 
 
 def _body(lines: list[str], first: int, indent: int) -> list[tuple[int, str]]:
@@ -74,6 +77,7 @@ def scan_calls(text: str) -> CallInfo:
     syncs: dict = {}
     owners: dict = {}
     step: set = set()
+    repeat: set = set()
     seen: set = set()
     for m in _DEF.finditer(text):
         name, indent = m[2], len(m[1].expandtabs())
@@ -94,14 +98,17 @@ def scan_calls(text: str) -> CallInfo:
             if hit:
                 syncs[name] = (j + 1, hit[1] or hit[2])
                 break
-        if name in _STEP_METHODS:
-            step |= called
+        text_own = "\n".join(code for _, code in own)
+        if name in _STEP_METHODS or (_STEP_MARK.search(text_own) and not _LOOP.search(text_own)):
+            step |= called  # a framework's step method, or one training step per call (``run_step``)
     for m in _LOOP.finditer(text):
         first = bisect.bisect_right(starts, m.start()) - 1
         block = "\n".join(code for _, code in _body(lines, first, len(m[1].expandtabs())))
         if _STEP_MARK.search(block):
             step |= _names(block)
-    return CallInfo(calls, frozenset(step), syncs, owners)
+        elif _REPEAT.match(m[0]):
+            repeat |= _names(block)
+    return CallInfo(calls, frozenset(step), syncs, owners, frozenset(repeat))
 
 
 def _defined(infos: Iterable) -> dict:
@@ -113,11 +120,19 @@ def _defined(infos: Iterable) -> dict:
     return out
 
 
-def per_step_names(infos: list) -> frozenset:
+def repeated_names(infos: list) -> tuple[frozenset, frozenset]:
+    """(names run every step, names run every epoch or evaluation batch) of the project's functions."""
+    step = per_step_names(infos)
+    roots = set().union(*(i.repeat_calls for i in infos)) if infos else set()
+    return step, per_step_names(infos, roots) - step
+
+
+def per_step_names(infos: list, roots: set | None = None) -> frozenset:
     """Function names of the project that run every training step: called from a training loop or a
-    per-step method, or from a function that is, up to :data:`MAX_DEPTH` calls deep."""
+    per-step method, or from a function that is, up to :data:`MAX_DEPTH` calls deep (``roots``: start
+    from these names instead)."""
     defined = _defined(infos)
-    frontier = set().union(*(i.step_calls for i in infos)) if infos else set()
+    frontier = roots if roots is not None else set().union(*(i.step_calls for i in infos)) if infos else set()
     found = set(frontier)
     for _ in range(MAX_DEPTH):
         nxt = set()

@@ -8,7 +8,7 @@ Judged from the code's structure after the whole file was walked (:class:`Freque
   ``transformers`` Trainer's ``compute_loss``, a ``TrainerCallback``'s ``on_step_end``), a model's
   ``forward``, a Dataset's ``__getitem__``, and every function called from those, followed through
   the calls of the file (plain functions and ``self.`` methods, any depth, bounded) and, across the
-  linted files, through the project index's call names (``ProjectIndex.per_step_names``);
+  linted files, through the project index's call names (``ProjectIndex.repeated_names``, which also gives the names called per epoch);
 - ``epoch``: under an interval guard (``if step % N == 0``) of a training loop, in a loop over a
   DataLoader or over epochs/steps that does not train (an evaluation loop), in a framework's
   per-epoch / evaluation hook, or in a function called from there;
@@ -86,6 +86,9 @@ class Frequencies:
         self._calls: dict[str, list] = {}  # called name -> [(method call?, Where)]
         self._defs: dict[Any, Where] = {}  # FunctionDef -> where it is defined
         self._freq: dict[Any, str] = {}
+        #: functions whose own body (not a loop of theirs) calls .backward() or an optimizer's .step():
+        #: one call is one training step (``train_step``, ``run_step``)
+        self.step_bodies: set = set()
 
     def where(self) -> Where:
         return Where(self.site(), self.current_function(), self.current_class())
@@ -120,7 +123,7 @@ class Frequencies:
     def function_frequency(self, fn: Any) -> str:
         """How often the function ``fn`` (a FunctionDef of this file) runs."""
         where = self._defs.get(fn)
-        return ONCE if where is None else self._function_frequency(fn, where.cls, 0)
+        return ONCE if where is None else self._function_frequency(fn, where.cls if where.function is None else None, 0)
 
     def _function_frequency(self, fn: Any, cls: Any, depth: int) -> str:
         if fn is None:
@@ -137,6 +140,8 @@ class Frequencies:
 
     def _judge_function(self, fn: cst.FunctionDef, cls: Any, depth: int) -> str:
         name = fn.name.value
+        if fn in self.step_bodies:
+            return STEP
         defined = self._defs.get(fn)
         own_class = defined is not None and defined.cls is cls and cls is not None and defined.function is None
         if own_class:
@@ -149,13 +154,17 @@ class Frequencies:
                 return STEP
         found = ONCE
         for method, where in self._calls.get(name, ()):
-            if method != own_class or (method and where.cls is not cls):
+            if method != own_class:  # self.name() of any class of the file: subclasses call their bases' methods
                 continue
             found = most_frequent(found, self._site_frequency(where, depth + 1))
             if found == STEP:
                 return STEP
         if found == ONCE and defined is not None and defined.function is not None and not self._calls.get(name):
             found = self._site_frequency(defined, depth + 1)  # a closure handed on: it runs where it is made
-        if found != STEP and self.project is not None and name in self.project.per_step_names(self.path):
-            return STEP
+        if found != STEP and self.project is not None:
+            step, repeated = self.project.repeated_names(self.path)
+            if name in step:
+                return STEP
+            if name in repeated:
+                return most_frequent(found, EPOCH)
         return found

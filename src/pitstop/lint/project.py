@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from pitstop.lint.callgraph import CallInfo, per_step_names, scan_calls
+from pitstop.lint.callgraph import CallInfo, repeated_names, scan_calls
 from pitstop.lint.findings import ParseError
 from pitstop.lint.ipynb import is_notebook, read_notebook
 
@@ -274,10 +274,10 @@ class ProjectIndex:
         """Some file of ``path``'s project calls ``.name(...)``."""
         return any(name in m.method_calls for m in self._siblings(path))
 
-    def per_step_names(self, path: str) -> frozenset:  # names run every step (pitstop.lint.callgraph)
+    def repeated_names(self, path: str) -> tuple:  # names run every step / every epoch (pitstop.lint.callgraph)
         key = ("step", os.path.abspath(path))
         if key not in self._cache:
-            self._cache[key] = per_step_names([m.calls for m in self._siblings(path)])
+            self._cache[key] = repeated_names([m.calls for m in self._siblings(path)])
         return self._cache[key]
 
     def no_grad_functions(self, path: str) -> frozenset:

@@ -102,11 +102,12 @@ class LintRule(Face, face="L"):
         return self.tip
 
     def report(self, node: Any, message: str | None = None, *, fix: FixSpec | None = None,
-               when: Callable[[], bool] | None = None) -> None:
-        """Report ``node``; ``when`` (evaluated after the whole file was seen) can veto it."""
+               when: Callable[[], bool] | None = None, function: Any = None) -> None:
+        """Report ``node``; ``when`` (evaluated after the whole file was seen) can veto it; ``function``:
+        the FunctionDef the finding is about (a decorator, a name), whose frequency it takes."""
         if not self.in_tests and self.ctx.in_unit_test() or not self.dummy_models and self.ctx.in_dummy_model():
             return
-        self.ctx.report(self.tip, node, message or self.message, fix, when, self.runs)
+        self.ctx.report(self.tip, node, message or self.message, fix, when, self.runs, function)
 
     def finish(self) -> None:
         """Called once after the traversal, for rules that decide on the whole file."""

@@ -88,7 +88,8 @@ class FileWalk:
             rule.finish()
         kept = [p for p in self.pending if p.when is None or p.when()]
         for p in kept:
-            p.frequency = "step" if p.runs == "step" or p.where is None else self.frequency(p.where)
+            p.frequency = "step" if p.runs == "step" else self.function_frequency(p.function) \
+                if p.function is not None else self.frequency(p.where)
         return kept
 
     def _plan(self, t: type) -> tuple:
@@ -262,6 +263,8 @@ class FileWalk:
             loop = self.loop()
             if loop is not None:
                 loop.backward_calls.append((node, self.backward_loss(node)))
+            else:
+                self.step_bodies.add(self.current_function())
         elif name == "step":
             if self.is_optimizer(func.value) or (
                     node.args and "scaler" in (last_name(func.value) or "").lower()
@@ -269,6 +272,8 @@ class FileWalk:
                 loop = self.loop()
                 if loop is not None:
                     loop.steps.append((node, self.site().conditional(loop, accumulation=True)))
+                else:
+                    self.step_bodies.add(self.current_function())
         elif name == "cuda":
             self.cuda_implied = True
 

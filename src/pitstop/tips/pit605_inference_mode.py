@@ -87,15 +87,30 @@ class InferenceMode(Tip):
 # --- lint face ---
 from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
+#: the caveat every PIT605 message carries (issue 31): a sharded model's all-gather runs inside the forward
+_FSDP = " (not under FSDP or DeepSpeed ZeRO: their parameter all-gathers fail under inference_mode on older torch)"
+#: files where evaluation runs a sharded model or inside a framework's trainer: no finding there
+_SHARDED = ("FullyShardedDataParallel", "fully_shard", "deepspeed", "FSDP")
+
+
+class _Eval:
+    """What one candidate evaluation function does (the lint decides at its end)."""
+
+    __slots__ = ("node", "grad_off", "model_called", "evidence", "trains", "reports")
+
+    def __init__(self, node):
+        self.node, self.grad_off, self.model_called, self.evidence, self.trains = node, False, False, False, False
+        self.reports = []  # (node, expr) of each no_grad decorator / with item
+
 
 class InferenceModeRule(LintRule, tip="PIT605"):
-    message = "evaluation under torch.no_grad(); torch.inference_mode() also skips version counting and view tracking"
+    message = "evaluation under torch.no_grad(); torch.inference_mode() also skips version counting and view tracking" + _FSDP
     in_tests = False
     fix = UNSAFE
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.stack = []  # per function: None, or [node, grad disabled?, model called?]
+        self.stack = []  # per function: None, or an _Eval
 
     def _fix(self, expr):
         func = expr.func if isinstance(expr, cst.Call) else expr
@@ -106,27 +121,36 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
     def visit_FunctionDef(self, node):
         ctx = self.ctx
-        if not ctx.is_eval_function(node) or ctx.in_unit_test(node) or ctx.framework_class() is not None:
-            self.stack.append(None)  # unit tests; framework hooks (the Trainer runs them without autograd)
+        if not ctx.is_eval_function(node) or ctx.in_unit_test(node) or ctx.framework_class() is not None \
+                or any(w in (ctx.source or "") for w in _SHARDED):
+            self.stack.append(None)  # unit tests; framework hooks (the Trainer runs them without autograd); FSDP
             return
-        state = [node, False, False]
+        state = _Eval(node)
         for d in node.decorators:
             mode = ctx.grad_mode(d.decorator)
             if mode:
-                state[1] = True
+                state.grad_off = True
             if mode == "no_grad":
-                self.report(d, fix=self._fix(d.decorator))
+                state.reports.append((d, d.decorator))
         self.stack.append(state)
 
     def leave_FunctionDef(self, node):
         state = self.stack.pop()
-        if state is not None and not state[1] and state[2]:
+        # names alone never make an evaluation: it also loops over a loader or switches a model to eval
+        # mode, and trains nothing; and it must run repeatedly (per epoch / evaluation), never once
+        if state is None or not state.evidence or state.trains:
+            return
+        ctx = self.ctx
+        repeated = lambda: ctx.function_frequency(node) == "epoch"  # noqa: E731
+        for where, expr in state.reports:
+            self.report(where, fix=self._fix(expr), function=node, when=repeated)
+        if not state.grad_off and state.model_called:
             self.report(node.name, f"`{node.name.value}` runs the model with autograd on; "
-                                   "wrap it in torch.inference_mode()")
+                                   "wrap it in torch.inference_mode()" + _FSDP, function=node, when=repeated)
 
     def _state(self):
         state = self.stack[-1] if self.stack else None
-        return state if state is not None and self.ctx.current_function() is state[0] else None
+        return state if state is not None and self.ctx.current_function() is state.node else None
 
     def visit_With(self, node):
         state = self._state()
@@ -135,18 +159,30 @@ class InferenceModeRule(LintRule, tip="PIT605"):
         for item in node.items:
             mode = self.ctx.grad_mode(item.item)
             if mode:
-                state[1] = True
+                state.grad_off = True
             if mode == "no_grad":
-                self.report(item.item, fix=self._fix(item.item))
+                state.reports.append((item.item, item.item))
+
+    def visit_For(self, node):
+        state = self._state()
+        if state is not None and self.ctx.iterates_loader(node.iter):
+            state.evidence = True
+
+    visit_CompFor = visit_For  # [model(x) for x in loader]
 
     def visit_Call(self, node):
         state = self._state()
         if state is None:
             return
-        if nodes.method(node) == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
-            state[1] = True  # stack.enter_context(torch.no_grad()) (detectron2's inference_on_dataset)
-        elif not state[2] and self.ctx.is_model_call(node):
-            state[2] = True
+        method = nodes.method(node)
+        if method == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
+            state.grad_off = True  # stack.enter_context(torch.no_grad()) (detectron2's inference_on_dataset)
+        elif method == "eval" and not node.args:
+            state.evidence = True
+        elif method in ("backward", "manual_backward") or method == "step" and self.ctx.is_optimizer(node.func.value):
+            state.trains = True
+        elif not state.model_called and self.ctx.is_model_call(node):
+            state.model_called = True
 
 
 # --- doctor face ---
