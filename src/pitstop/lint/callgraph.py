@@ -31,6 +31,8 @@ _REPEAT = re.compile(r"^[ \t]*(?:for|while)\b[^\n]*(?:epoch|step|iter|batch|load
 _STEP_MARK = re.compile(r"\.(?:manual_)?backward\(|\b\w*(?:optim|opt|optimizer|scaler)\w*\.step\(")
 _CALLED = re.compile(r"(?<![\w.])(self\.)?(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*\(")
 _SYNC = re.compile(r"\.(item|tolist|numpy)\(\s*\)|\b(synchronize)\(\s*\)")
+_CPU = re.compile(r"\.(cpu)\(\s*\)")
+_DEVICE = re.compile(r"\.cuda\(|[\"']cuda|cuda\.current_device|device=")
 _KEYWORDS = frozenset({"if", "for", "while", "return", "print", "and", "or", "not", "in", "with", "elif", "assert",
                        "len", "range", "isinstance", "super", "int", "float", "str", "dict", "list", "tuple", "set",
                        "min", "max", "zip", "enumerate", "getattr", "setattr", "hasattr", "type", "sum", "sorted"})
@@ -59,6 +61,22 @@ def _body(lines: list[str], first: int, indent: int) -> list[tuple[int, str]]:
             break
         out.append((j, code))
     return out
+
+
+def _own_sync(body: list[tuple[int, str]], indent: int) -> tuple[int, str] | None:
+    """(line, what) of the first sync of a function's own body (nested defs left out): a host read, a
+    ``synchronize()``, or a ``.cpu()`` in a body that also names a CUDA device."""
+    nested = None
+    device = any(_DEVICE.search(code) for _, code in body)
+    for j, code in body:
+        ind = len(code.expandtabs()) - len(code.expandtabs().lstrip())
+        if nested is not None and ind > nested:
+            continue
+        nested = ind if _DEF.match(code) else None
+        hit = _SYNC.search(code) or (_CPU.search(code) if device else None)
+        if hit and nested is None:
+            return j + 1, next(g for g in hit.groups() if g)
+    return None
 
 
 def _names(code: str) -> set[str]:
@@ -93,11 +111,9 @@ def scan_calls(text: str) -> CallInfo:
         seen.add(name)
         calls[name] = frozenset(called)
         owners[name] = owner[-1] if owner else ""
-        for j, code in own:
-            hit = _SYNC.search(code)
-            if hit:
-                syncs[name] = (j + 1, hit[1] or hit[2])
-                break
+        hit = _own_sync(own, indent)
+        if hit is not None:
+            syncs[name] = hit
         text_own = "\n".join(code for _, code in own)
         if name in _STEP_METHODS or (_STEP_MARK.search(text_own) and not _LOOP.search(text_own)):
             step |= called  # a framework's step method, or one training step per call (``run_step``)

@@ -9,7 +9,7 @@ FileContext is the composition of four parts, each in its own module:
   the file and the place being visited (``qualname``, ``call_name``, ``loop``, ``site``,
   ``value_of``, ``device_implied``, ``dataset_kind``, ...) and :class:`pitstop.lint.dataflow.DataFlow`:
   values and call targets followed within the linted files (``constant``, ``argparse_default``,
-  ``sync_helper``);
+  ``sync_chain``);
 - :class:`pitstop.lint.matchers.Matchers`: the questions rules ask of nodes (``is_optimizer``,
   ``is_model_call``, ``grad_mode``, ...);
 - :class:`pitstop.lint.sink.ReportSink`: what rules emit (``report``, ``fix``, ``source_of``).

@@ -120,6 +120,15 @@ class Frequencies:
         inner = EPOCH if any(repeating_loop(f, self.source_of) for f in site.frames) else ONCE
         return most_frequent(inner, self._function_frequency(where.function, where.cls, depth))
 
+    def runs_every_step(self, site: StepSite, fn: Any) -> bool:
+        """After the walk: ``site`` (in function ``fn``) runs every training step: in a training loop or a
+        framework's per-step method (:meth:`StepSite.per_step`), or in the body of a function that is
+        one training step (it calls ``.backward()``/``optimizer.step()`` outside any loop), unguarded."""
+        if site.per_step():
+            return True
+        return fn is not None and fn in self.step_bodies and not any(
+            isinstance(f, (Cond, Loop)) and (not isinstance(f, Cond) or f.guard) for f in site.frames)
+
     def function_frequency(self, fn: Any) -> str:
         """How often the function ``fn`` (a FunctionDef of this file) runs."""
         where = self._defs.get(fn)

@@ -137,11 +137,12 @@ class InferenceModeRule(LintRule, tip="PIT605"):
     def leave_FunctionDef(self, node):
         state = self.stack.pop()
         # names alone never make an evaluation: it also loops over a loader or switches a model to eval
-        # mode, and trains nothing; and it must run repeatedly (per epoch / evaluation), never once
+        # mode, and trains nothing; and it must run repeatedly (per epoch, or per step of a full-batch
+        # training: GCN-like), never once
         if state is None or not state.evidence or state.trains:
             return
         ctx = self.ctx
-        repeated = lambda: ctx.function_frequency(node) == "epoch"  # noqa: E731
+        repeated = lambda: ctx.function_frequency(node) != "once"  # noqa: E731
         for where, expr in state.reports:
             self.report(where, fix=self._fix(expr), function=node, when=repeated)
         if not state.grad_off and state.model_called:
