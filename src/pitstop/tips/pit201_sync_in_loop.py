@@ -89,6 +89,7 @@ class SyncInLoop(Tip):
 from pitstop.lint.rule import LintRule, cst, nodes
 
 _SYNCS = frozenset({"item", "cpu", "numpy", "tolist"})
+_EXITS = frozenset({"exit", "quit", "_exit", "abort"})
 #: methods a framework calls once per training step (as ``pitstop.lint.position.STEP_METHODS``; not imported
 #: here: loading the catalog must not load libcst)
 _STEP_METHODS = frozenset({"training_step", "compute_loss", "forward"})
@@ -111,11 +112,26 @@ class SyncInLoopRule(LintRule, tip="PIT201"):
         if any(isinstance(a, cst.Call) and (ctx.call_name(a) or "").startswith("torch.distributed.rpc.")
                for a in ctx.ancestors[:-1]):
             return  # shipped over RPC (rpc_sync/rpc_async/remote): the CPU copy is what is sent
+        if self._in_exit_branch():
+            return  # ``if not isfinite(loss.item()): print(loss.item()); sys.exit(1)``: runs once, on the way out
         site, fn = ctx.site(), ctx.current_function()
         # only where an accelerator is implied: on a CPU-only script the read waits for nothing
         self.report(node, f".{name}() in the training loop makes the CPU wait for the device every step; "
                           "accumulate on the device and read every N steps",
                     when=lambda: ctx.device_implied and ctx.runs_every_step(site, fn))
+
+    def _in_exit_branch(self):
+        """The node is in the body of an ``if`` that ends the loop or the program (its last statement is
+        ``raise``, ``return``, ``break``, ``sys.exit(...)``/``exit(...)``/``quit(...)``/``os._exit(...)``)."""
+        anc = self.ctx.ancestors
+        for parent, child in zip(anc, anc[1:]):
+            if isinstance(parent, cst.If) and child is parent.body and parent.body.body:
+                last = parent.body.body[-1]
+                small = last.body[-1] if isinstance(last, cst.SimpleStatementLine) and last.body else None
+                if isinstance(small, (cst.Raise, cst.Return, cst.Break)) or isinstance(small, cst.Expr) and \
+                        isinstance(small.value, cst.Call) and nodes.last_name(small.value.func) in _EXITS:
+                    return True
+        return False
 
     def _helper(self, node):
         """A call, in a training step, of a function of the linted files that reads a device value on
