@@ -18,6 +18,7 @@ class it is mixed into.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import libcst as cst
@@ -149,7 +150,8 @@ class DataFlow:
         :data:`pitstop.lint.callgraph.MAX_DEPTH` deep, syncs: (chain of ``Class.name`` labels ending in
         the sync, e.g. ``["Timer.stop", "synchronize"]``; line of the sync; ``item``/``tolist``/``numpy``/
         ``cpu``/``synchronize``; whether that line is in this file). Else None."""
-        func, here = call.func, self.info.calls
+        mine = self.project.modules.get(os.path.abspath(self.path)) if self.project is not None else None
+        func, here = call.func, (mine or self.info).calls  # the project's own copy: one definition per function
         infos = self.project.call_infos(self.path) if self.project is not None else [here]
         method = False
         if isinstance(func, cst.Name):
@@ -173,4 +175,4 @@ class DataFlow:
         if found is None:
             return None
         chain, line, what, info = found
-        return chain, line, what, info is self.info.calls
+        return chain, line, what, info is (mine or self.info).calls
