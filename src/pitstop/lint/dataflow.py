@@ -166,9 +166,16 @@ class DataFlow:
             name = func.attr.value
             receiver = func.value
             if not (isinstance(receiver, cst.Name) and receiver.value in ("self", "cls")):
-                if self.qualname(receiver) is not None or isinstance(receiver, cst.Name) and receiver.value in _NOT_OPTIONS:
-                    return None  # torch.x(), np.x(): a library, not the project
-                method = True
+                module = self.qualname(receiver)
+                if module is not None:  # utils.clip_gradients(...): a linted module of the project, or a library
+                    target = self.project.module_of(self.path, module) if self.project is not None else None
+                    if target is None:
+                        return None
+                    here = target.calls
+                elif isinstance(receiver, cst.Name) and receiver.value in _NOT_OPTIONS:
+                    return None
+                else:
+                    method = True
         else:
             return None
         found = sync_chain(name, here, infos if here in infos else infos + [here], method)
