@@ -26,18 +26,22 @@ class InferenceMode(Tip):
     )
 
     what = """
-        Flags an eval function (its name contains `eval`, `valid`, `test`, `predict` or `infer`)
-        decorated with `@torch.no_grad()` or containing `with torch.no_grad():`, reported at the
-        decorator or the `with`; and an eval function that calls a model under neither `no_grad`
-        nor `inference_mode`, reported at the function name. A "model call" is a call of
+        Flags an evaluation decorated with `@torch.no_grad()` or containing `with torch.no_grad():`,
+        reported at the decorator or the `with`; and an evaluation that calls a model under
+        neither `no_grad` nor `inference_mode`, reported at the function name. An evaluation is a
+        function named for it (`eval`, `valid`, `test`, `predict`, `infer`) that also loops over a
+        loader or switches a model to eval mode, trains nothing (no `.backward()`, no optimizer
+        step: `train_and_eval` is not one), and runs repeatedly: called per epoch or per step, not
+        once after training (names alone never make an evaluation). A "model call" is a call of
         something named like a model (`model(x)`, `self.net(x)`), not a verb on one
-        (`load_model(...)`, `self._swap_models()`), and never a function or method decorated
-        `@torch.no_grad()`/`inference_mode()` in the file or the project (a pipeline's
-        `__call__`, a `generate`). Unit tests (`test_*.py`, `Test*.test_*`) and the hooks of a
-        framework class (a LightningModule's `validation_step`: the Trainer already runs it
-        without autograd) are not flagged. The fix `torch.inference_mode()` is
-        offered as unsafe (its outputs cannot enter autograd later). At run time the doctor checks
-        whether evaluation forward passes run with gradient recording enabled.
+        (`load_model(...)`), and never a function decorated `@torch.no_grad()`/`inference_mode()`
+        in the file or the project. Not flagged: unit tests, the hooks of a framework class (a
+        LightningModule's `validation_step`: the Trainer already runs it without autograd), and
+        files that shard the model with FSDP or DeepSpeed (their parameter all-gathers fail under
+        `inference_mode` on older torch; the message carries that caveat). The fix
+        `torch.inference_mode()` is offered as unsafe (its outputs cannot enter autograd later).
+        At run time the doctor checks whether evaluation forward passes run with gradient
+        recording enabled.
     """
     why = """
         With grad mode on, every forward op records a node in the autograd graph and saves the
