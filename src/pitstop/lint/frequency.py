@@ -161,16 +161,17 @@ class Frequencies:
                 return EPOCH
             if name == "forward" and cls.name.value in self.module_classes or name in ("__getitem__", "__iter__"):
                 return STEP
-        found = ONCE
+        found, local = ONCE, False
         for method, where in self._calls.get(name, ()):
             if method != own_class:  # self.name() of any class of the file: subclasses call their bases' methods
                 continue
+            local = True
             found = most_frequent(found, self._site_frequency(where, depth + 1))
             if found == STEP:
                 return STEP
         if found == ONCE and defined is not None and defined.function is not None and not self._calls.get(name):
             found = self._site_frequency(defined, depth + 1)  # a closure handed on: it runs where it is made
-        if found != STEP and self.project is not None:
+        if not local and self.project is not None:  # called from other files only: their call names
             step, repeated = self.project.repeated_names(self.path)
             if name in step:
                 return STEP

@@ -20,7 +20,7 @@ def _fixable(f: LintFinding, unsafe: bool) -> bool:
 _ORDER = {"step": 0, "epoch": 1, "once": 2}
 _LEVEL = {"step": "error", "epoch": "warning", "once": "note"}
 _GITHUB = {"step": "error", "epoch": "warning", "once": "notice"}
-_WHEN = {"step": "", "epoch": "[per epoch] ", "once": "[once] "}
+_WHEN = {"step": "", "epoch": "[per epoch/eval] ", "once": "[once] "}
 
 
 def shown(findings: list[LintFinding], show_all: bool) -> list[LintFinding]:
