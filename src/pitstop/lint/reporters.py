@@ -37,7 +37,7 @@ def hidden_note(hidden: int) -> str:
 
 def text(findings: list[LintFinding], unsafe: bool = False) -> str:
     """``path:line:col: CODE [*] message``; ``[*]``: fixable with the current options; code run per
-    epoch or once says so (``[per epoch]``, ``[once]``) before the message."""
+    epoch or once says so (``[per epoch/eval]``, ``[once]``) before the message."""
     return "".join(f"{f.location}:{f.line}:{f.column}: {f.code} {'[*] ' if _fixable(f, unsafe) else ''}"
                    f"{_WHEN.get(f.frequency, '')}{f.message}\n" for f in findings)
 
