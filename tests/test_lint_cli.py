@@ -21,7 +21,7 @@ BAD = textwrap.dedent('''\
     loader = DataLoader(ds, num_workers=0)
     a = torch.zeros(3).cuda()
     state = torch.load("x.pt")
-    y = x.permute(0, 1).view(-1)
+    y = x.permute(1, 0).view(-1)
 ''')
 
 

@@ -146,3 +146,17 @@ def test_only_one_time_findings_exit_zero_unless_all(tmp_path, monkeypatch, caps
     assert main(["lint", "--isolated", "convert.py"]) == 0
     assert "not shown: `--all` shows them." in capsys.readouterr().out
     assert main(["lint", "--isolated", "--all", "convert.py"]) == 1
+
+
+def test_a_host_read_in_a_trainer_callback_per_step_hook_is_reported():
+    src = """
+        import torch
+        from transformers import TrainerCallback
+        class LossPrinter(TrainerCallback):
+            def on_step_end(self, args, state, control, model=None, **kw):
+                print(model.last_loss.item())
+            def on_train_end(self, args, state, control, model=None, **kw):
+                print(model.last_loss.item())
+        device = torch.device("cuda")
+    """
+    assert _freq(src, "PIT201") == {6: "step"}

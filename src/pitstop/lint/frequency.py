@@ -126,8 +126,15 @@ class Frequencies:
         one training step (it calls ``.backward()``/``optimizer.step()`` outside any loop), unguarded."""
         if site.per_step():
             return True
-        return fn is not None and fn in self.step_bodies and not any(
+        return fn is not None and (fn in self.step_bodies or self._step_hook(fn)) and not any(
             isinstance(f, (Cond, Loop)) and (not isinstance(f, Cond) or f.guard) for f in site.frames)
+
+    def _step_hook(self, fn: Any) -> bool:
+        """``fn`` is a method a framework calls once per batch (a Lightning hook, a TrainerCallback's
+        ``on_step_end``) of a framework class of this file."""
+        where = self._defs.get(fn)
+        return where is not None and where.cls is not None and where.function is None and \
+            fn.name.value in STEP_HOOKS and where.cls.name.value in self.framework_classes
 
     def function_frequency(self, fn: Any) -> str:
         """How often the function ``fn`` (a FunctionDef of this file) runs."""
