@@ -21,7 +21,7 @@ BAD = textwrap.dedent('''\
     loader = DataLoader(ds, num_workers=0)
     a = torch.zeros(3).cuda()
     state = torch.load("x.pt")
-    y = x.permute(0, 1).view(-1)
+    y = x.permute(1, 0).view(-1)
 ''')
 
 
@@ -34,7 +34,9 @@ def project(tmp_path, monkeypatch):
 
 
 def lint(capsys, *args):
-    code = main(["lint", *args])
+    """``pitstop lint --all ARGS``: these tests are about the CLI's mechanics on module-level snippets,
+    which run once (hidden by default: see test_one_time_findings_are_hidden_by_default)."""
+    code = main(["lint", "--all", *args])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -1,6 +1,6 @@
 """`pitstop lint` on real training code: the labelled corpus.
 
-The corpus is files of nine public training codebases, pinned by commit and sha256 in
+The corpus is files of twelve public training codebases, pinned by commit and sha256 in
 tests/lint_corpus/MANIFEST.toml and built OUTSIDE the repository (no third-party code is checked
 in) by `python benchmarks/lint_corpus_build.py [--mirror DIR]` into $PITSTOP_LINT_CORPUS or
 ~/.cache/pitstop/lint-corpus; the tests that lint it skip, with that command as the reason, when

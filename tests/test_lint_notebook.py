@@ -45,7 +45,7 @@ def nb(tmp_path, monkeypatch):
 
 
 def lint(capsys, *args):
-    code = main(["lint", "--isolated", *args])
+    code = main(["lint", "--isolated", "--all", *args])  # cells of snippets run once: shown with --all
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -208,7 +208,7 @@ def test_notebook_findings_in_sarif_and_github(nb, capsys):
     doc = json.loads(out)
     jsonschema.validate(doc, json.loads((FIXTURES / "lint" / "sarif" / "sarif-schema-2.1.0.json").read_text()))
     first = doc["runs"][0]["results"][0]
-    assert first["properties"] == {"cell": 4} and first["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
+    assert first["properties"]["cell"] == 4 and first["properties"]["frequency"] in ("step", "epoch", "once") and first["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
     _, out, _ = lint(capsys, "--format", "github", "train.ipynb")
     assert "train.ipynb%3Acell 4" not in out and "::train.ipynb:cell 4:1:5: PIT106" in out
 
@@ -231,3 +231,28 @@ def test_project_index_scans_a_notebooks_code_not_its_json(tmp_path):
     assert "Net" in info.classes and "forward" in info.functions
     assert "set_epoch" in info.method_calls and "Frames" in info.imports
     assert not index.modules[str(broken)].classes  # unreadable notebook: an empty entry, no error
+
+
+TIMED = [
+    _cell(["import torch\n", "device = torch.device('cuda')\n"]),
+    _cell(["%%time\n", "for x, y in loader:\n", "    loss = model(x.to(device)).sum()\n", "    loss.backward()\n",
+           "    opt.step()\n", "    print(loss.item())\n"]),
+    _cell(["%%capture out\n", "y = torch.zeros(3).cuda()\n"]),
+    _cell(["%%writefile helper.py\n", "z = torch.zeros(3).cuda()\n"]),
+]
+
+
+def test_cells_under_python_cell_magics_are_linted_and_fixed_below_the_magic(tmp_path, monkeypatch, capsys):
+    """%%time / %%capture run their body as Python (issue 31): it is linted, and a fix keeps the magic
+    line; %%writefile's body is not run here and stays unlinted."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "timed.ipynb"
+    path.write_text(json.dumps({**NOTEBOOK, "cells": TIMED}), encoding="utf-8")
+    _, out, _ = lint(capsys, "--format", "json", "timed.ipynb")
+    found = {(d["code"], d["cell"], d["line"], d["frequency"]) for d in json.loads(out)}
+    assert ("PIT201", 2, 6, "step") in found and ("PIT106", 3, 2, "once") in found
+    assert not any(cell == 4 for _, cell, _, _ in found)
+    lint(capsys, "--fix", "timed.ipynb")
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    assert cells[2]["source"] == ["%%capture out\n", "y = torch.zeros(3, device=\"cuda\")\n"]
+    assert cells[3]["source"] == TIMED[3]["source"]

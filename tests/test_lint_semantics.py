@@ -261,8 +261,10 @@ def test_lightning_hooks_are_not_evaluation_functions_to_fix():
         class Lit(L.LightningModule):
             def validation_step(self, batch, batch_idx):
                 return self.model(batch)
-        def validate(model, batch):
-            return model(batch)
+        def validate(model, loader):
+            return [model(batch) for batch in loader]
+        for epoch in range(3):
+            validate(model, loader)
     """
     assert _lint(src, "PIT605", "PIT803") == [(6, "PIT605")]
 

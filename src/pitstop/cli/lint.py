@@ -50,6 +50,8 @@ class LintCommand(Command):
                        help="skip larger files with an error (default 2MB; 0: no limit)")
         p.add_argument("--force-exclude", action="store_true",
                        help="apply the excludes (.gitignore, build/, venvs, [tool.pitstop.lint] exclude) to paths named explicitly too (pre-commit)")
+        p.add_argument("--all", dest="show_all", action="store_true",
+                       help="also show findings in code that runs once (setup, converters, exports); hidden by default")
         p.add_argument("--show-files", action="store_true", help="list the files that would be linted and exit")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -62,7 +64,8 @@ class LintCommand(Command):
             isolated=args.isolated, format=args.format, fix=args.fix, unsafe_fixes=args.unsafe_fixes, diff=args.diff,
             statistics=args.statistics, exit_zero=args.exit_zero, exit_non_zero_on_fix=args.exit_non_zero_on_fix,
             quiet=args.quiet, output_file=args.output_file, jobs=args.jobs, max_file_size=args.max_file_size,
-            force_exclude=args.force_exclude, show_files=args.show_files)
+            force_exclude=args.force_exclude, show_files=args.show_files,
+            show_all=args.show_all)
         try:
             selection = select_rules(req)
         except ConfigError as exc:

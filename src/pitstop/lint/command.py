@@ -1,6 +1,8 @@
 """What ``pitstop lint`` does once its arguments are parsed: choose the rules, find the files,
 lint them in parallel, print the report and give the exit status (ruff's: 0 clean, 1 findings
-or ``--exit-non-zero-on-fix`` with fixes, 2 files that could not be linted).
+or ``--exit-non-zero-on-fix`` with fixes, 2 files that could not be linted). Findings in code that
+runs once are left out of the text and GitHub output and of the exit status unless ``--all``;
+JSON and SARIF carry every finding with its frequency.
 
 The CLI (:mod:`pitstop.cli.lint`) only parses the arguments into a :class:`LintRequest` and
 calls :func:`select_rules` then :func:`run_lint`; a :class:`~pitstop.lint.config.ConfigError`
@@ -54,6 +56,8 @@ class LintRequest:
     max_file_size: int | None = None
     force_exclude: bool = False
     show_files: bool = False
+    #: also show (text, GitHub) and count (exit status) findings in code that runs once
+    show_all: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,7 @@ def _report(req: LintRequest, sel: Selection, run: LintRun, errors: list[FileErr
     from pitstop.catalog import get
 
     findings = run.findings
+    visible = reporters.shown(findings, req.show_all)
     for r in run.results:
         if r.note:
             print(f"{r.filename}: {r.note}", file=sys.stderr)
@@ -163,14 +168,14 @@ def _report(req: LintRequest, sel: Selection, run: LintRun, errors: list[FileErr
         table = [(c, get(c).slug, get(c).title) for c in sorted(sel.enabled)]
         out.write(reporters.sarif(findings, errors, table, __version__))
     elif req.format == "github":
-        out.write(reporters.github(findings, errors))
+        out.write(reporters.github(visible, errors))
     else:
         if req.statistics:
-            out.write(reporters.statistics(findings, req.unsafe_fixes))
+            out.write(reporters.statistics(visible, req.unsafe_fixes))
         else:
-            out.write(reporters.text(findings, req.unsafe_fixes))
+            out.write(reporters.text(visible, req.unsafe_fixes))
         if not req.quiet:
-            out.write(reporters.summary(findings, run.fixed, req.unsafe_fixes, len(errors))
+            out.write(reporters.summary(visible, run.fixed, req.unsafe_fixes, len(errors), len(findings) - len(visible))
                       if linted or errors else "0 files linted.\n")
 
 
@@ -179,7 +184,8 @@ def _exit_status(req: LintRequest, run: LintRun, errors: list[FileError]) -> int
         return EXIT_ERRORS
     if req.exit_non_zero_on_fix and run.fixed:
         return EXIT_FINDINGS
-    return EXIT_FINDINGS if run.findings and not req.exit_zero else EXIT_OK
+    counted = [f for f in run.findings if req.show_all or f.frequency != "once"]
+    return EXIT_FINDINGS if counted and not req.exit_zero else EXIT_OK
 
 
 def _write_report(path: Path, text: str) -> None:

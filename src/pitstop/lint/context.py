@@ -9,7 +9,7 @@ FileContext is the composition of four parts, each in its own module:
   the file and the place being visited (``qualname``, ``call_name``, ``loop``, ``site``,
   ``value_of``, ``device_implied``, ``dataset_kind``, ...) and :class:`pitstop.lint.dataflow.DataFlow`:
   values and call targets followed within the linted files (``constant``, ``argparse_default``,
-  ``sync_helper``);
+  ``sync_chain``);
 - :class:`pitstop.lint.matchers.Matchers`: the questions rules ask of nodes (``is_optimizer``,
   ``is_model_call``, ``grad_mode``, ...);
 - :class:`pitstop.lint.sink.ReportSink`: what rules emit (``report``, ``fix``, ``source_of``).
@@ -27,6 +27,7 @@ import libcst as cst
 
 from pitstop.lint.dataflow import DataFlow
 from pitstop.lint.facts import FileFacts
+from pitstop.lint.frequency import Frequencies
 from pitstop.lint.frames import Scope
 from pitstop.lint.matchers import AUTOCASTS, DATALOADER, DDP, MODULE_BASES, Matchers, is_test_file, loss_names
 from pitstop.lint.position import Position
@@ -37,7 +38,7 @@ __all__ = ["FileContext", "FixSpec", "Pending", "DATALOADER", "DDP", "MODULE_BAS
            "loss_names"]
 
 
-class FileContext(FileWalk, Position, Matchers, FileFacts, DataFlow, ReportSink):
+class FileContext(FileWalk, Position, Matchers, FileFacts, DataFlow, Frequencies, ReportSink):
     """What rules can ask about the file being linted; see the module docstring."""
 
     def __init__(self, module: cst.Module, rule_classes: list[type], filename: str = "", project: Any = None,
@@ -55,6 +56,8 @@ class FileContext(FileWalk, Position, Matchers, FileFacts, DataFlow, ReportSink)
         self.test_file = is_test_file(filename)
         self.rules = [cls(self) for cls in rule_classes]
         self.pending: list[Pending] = []
+        self.walked = False
+        self._init_frequencies()
         self.stack: list[Any] = []
         self.ancestors: list[cst.CSTNode] = []
         self.scope: Scope = Scope("module", module, None)

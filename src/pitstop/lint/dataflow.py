@@ -7,10 +7,10 @@ into :class:`pitstop.lint.context.FileContext`): facts about the file.
   default (``default=0``; ``action="store_true"`` means False). Two ``add_argument`` calls for
   one dest with different defaults make it unknown. The default is what runs when the option is
   not passed: a finding built on it says so.
-- :meth:`DataFlow.sync_helper`: for a call of a function of this file or of a linted sibling file
-  (``get_sigmas(t)``, ``self._log(loss)``, ``helper(x)`` imported from a sibling), the host read
-  (``.item()``, ``.tolist()``, ``.numpy()``) its own body makes, from the project index's line
-  scan (:class:`pitstop.lint.project.ModuleInfo` ``host_reads``).
+- :meth:`DataFlow.sync_chain`: for a call of a function of the linted files (``get_sigmas(t)``,
+  ``self._log(loss)``, ``timer.stop()``), the chain of calls down to a sync with the device (``.item()``,
+  ``.tolist()``, ``.numpy()``, ``torch.cuda.synchronize()``), any depth up to a bound, from the
+  project index's call graph (:mod:`pitstop.lint.callgraph`).
 
 Needs ``module``, ``scope``, ``info``, ``project``, ``path`` and ``current_class`` from the
 class it is mixed into.
@@ -18,11 +18,13 @@ class it is mixed into.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import libcst as cst
 
-from pitstop.lint.nodes import kwarg, last_name, number_value, string_value
+from pitstop.lint.callgraph import sync_chain
+from pitstop.lint.nodes import kwarg, number_value, string_value
 
 __all__ = ["DataFlow", "NOTHING", "ArgDefault"]
 
@@ -141,25 +143,43 @@ class DataFlow:
             scope = scope.parent
         return scope is not None and self.info.assigned_once(name)
 
-    def sync_helper(self, call: cst.Call) -> tuple[str, int, str] | None:
-        """(function name, line in its file, host read) when ``call`` calls a function of this file
-        (a plain name, or ``self.<method>`` of the enclosing class) or one imported from a linted
-        sibling, whose own body reads a device value on the host; else None."""
-        func = call.func
+    def sync_chain(self, call: cst.Call) -> tuple[list[str], int, str, bool] | None:
+        """The calls from ``call`` down to a sync with the device, when ``call`` calls a function of the
+        linted files (this file's, a ``self.`` method, one imported from a linted sibling, or a method of an
+        object whose name one linted function of the project has) whose body, or a function it calls up to
+        :data:`pitstop.lint.callgraph.MAX_DEPTH` deep, syncs: (chain of ``Class.name`` labels ending in
+        the sync, e.g. ``["Timer.stop", "synchronize"]``; line of the sync; ``item``/``tolist``/``numpy``/
+        ``cpu``/``synchronize``; whether that line is in this file). Else None."""
+        mine = self.project.modules.get(os.path.abspath(self.path)) if self.project is not None else None
+        func, here = call.func, (mine or self.info).calls  # the project's own copy: one definition per function
+        infos = self.project.call_infos(self.path) if self.project is not None else [here]
+        method = False
         if isinstance(func, cst.Name):
             name = func.value
-            found = self.info.host_reads.get(name)
-            if found is not None and self.qualname(func) is None:
-                return (name, *found)
-            imported = self.info.imports.get(name)
-            if imported is not None and self.project is not None:
-                target = self.project.module_of(self.path, imported[0])
-                hit = target.host_reads.get(imported[1]) if target is not None else None
-                return (name, *hit) if hit is not None else None
+            if self.qualname(func) is not None or name not in here.calls:
+                imported = self.info.imports.get(name)
+                target = self.project.module_of(self.path, imported[0]) if imported and self.project else None
+                if target is None:
+                    return None
+                name, here = imported[1], target.calls
+        elif isinstance(func, cst.Attribute):
+            name = func.attr.value
+            receiver = func.value
+            if not (isinstance(receiver, cst.Name) and receiver.value in ("self", "cls")):
+                module = self.qualname(receiver)
+                if module is not None:  # utils.clip_gradients(...): a linted module of the project, or a library
+                    target = self.project.module_of(self.path, module) if self.project is not None else None
+                    if target is None:
+                        return None
+                    here = target.calls
+                elif isinstance(receiver, cst.Name) and receiver.value in _NOT_OPTIONS:
+                    return None
+                else:
+                    method = True
+        else:
             return None
-        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" \
-                and self.current_class() is not None:
-            name = last_name(func)
-            found = self.info.host_reads.get(name)
-            return (name, *found) if found is not None else None
-        return None
+        found = sync_chain(name, here, infos if here in infos else infos + [here], method)
+        if found is None:
+            return None
+        chain, line, what, info = found
+        return chain, line, what, info is (mine or self.info).calls

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 __all__ = ["Edit", "Fix", "LintFinding", "FileError", "FileResult", "ParseError"]
 
+_SEVERITY = {"step": "high", "epoch": "medium", "once": "low"}  # as pitstop.lint.frequency.SEVERITY
+
 
 @dataclass(frozen=True)
 class Edit:
@@ -50,6 +52,14 @@ class LintFinding:
     end_column: int
     fix: Fix | None = None
     cell: int | None = None  # notebooks: the cell (counted from 1 over all cells); lines are within it
+    #: how often the reported code runs: "step" (every training step), "epoch" (per epoch or
+    #: evaluation), "once" (setup, converters, exports); see :mod:`pitstop.lint.frequency`
+    frequency: str = "step"
+
+    @property
+    def severity(self) -> str:
+        """Follows the frequency: "high" (per step), "medium" (per epoch / evaluation), "low" (once)."""
+        return _SEVERITY.get(self.frequency, "high")
 
     @property
     def location(self) -> str:
@@ -77,6 +87,8 @@ class LintFinding:
             "end_column": self.end_column,
             "doc": self.doc,
             "fix": self.fix.to_dict() if self.fix else None,
+            "frequency": self.frequency,
+            "severity": self.severity,
             **({"cell": self.cell} if self.cell is not None else {}),
         }
 

@@ -53,8 +53,8 @@ def _mask(text: str, hidden: list[str]) -> list[str]:
         hidden.append(text)
         return [_PLACEHOLDER.format(len(hidden) - 1)] + [""] * (len(lines) - 1)
     out = []
-    for line in lines:
-        if _IPYTHON_LINE.match(line):
+    for n, line in enumerate(lines):
+        if _IPYTHON_LINE.match(line) or n == 0 and _PYTHON_CELL_MAGIC.match(line):
             hidden.append(line)
             indent = line[: len(line) - len(line.lstrip())]
             out.append(indent + _PLACEHOLDER.format(len(hidden) - 1))
@@ -93,8 +93,15 @@ def read_notebook(text: str) -> Notebook:
     return Notebook(doc, tuple(cells), "\n".join(joined) + "\n", tuple(line_map), tuple(hidden), indent)
 
 
+#: cell magics whose body is Python run by IPython (timed, captured, profiled): the cell is linted as
+#: Python below its first line (issue 31); any other cell magic (%%bash, %%writefile, ...) is not Python
+_PYTHON_CELL_MAGIC = re.compile(r"^%%(?:time|timeit|capture|prun|debug)\b")
+
+
 def _is_cell_magic(text: str) -> bool:
-    return text.lstrip().startswith("%%")
+    """A cell whose first line is a cell magic that is not one of :data:`_PYTHON_CELL_MAGIC`."""
+    return text.startswith("%%") and not _PYTHON_CELL_MAGIC.match(text) or \
+        not text.startswith("%%") and text.lstrip().startswith("%%")
 
 
 def _unmask(nb: Notebook, python: str) -> dict[int, str]:

@@ -237,6 +237,11 @@ class Matchers:
     def is_eval_function(node: cst.CSTNode | None) -> bool:
         return isinstance(node, cst.FunctionDef) and _EVAL_NAME.search(node.name.value) is not None
 
+    def iterates_loader(self, it: cst.BaseExpression) -> bool:
+        """``it`` (a ``for`` loop's iterable) is a DataLoader, a name like ``val_loader``, or one wrapped
+        in ``enumerate``/``tqdm``/...."""
+        return self._iterates_loader(it)
+
     def _iterates_loader(self, it: cst.BaseExpression) -> bool:
         todo = [it]
         while todo:

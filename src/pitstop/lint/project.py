@@ -20,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from pitstop.lint.callgraph import CallInfo, repeated_names, scan_calls
 from pitstop.lint.findings import ParseError
 from pitstop.lint.ipynb import is_notebook, read_notebook
 
@@ -43,7 +44,6 @@ _CHEAP_CALLS = frozenset({"len", "int", "min", "max", "slice", "range", "float",
                           "tensor", "as_tensor", "long"})
 _TO_DEVICE = re.compile(r"\.cuda\(|\.to\(\s*(?:self\.)?(?:device|accelerator\.device|[\"']cuda)|"
                         r"\bdevice\s*=\s*(?:self\.)?(?:device|accelerator\.device|[\"']cuda)")
-_HOST_READ = re.compile(r"\.(item|tolist|numpy)\(\s*\)")
 _MODULE_ASSIGN = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
 _MODULE_BASE = re.compile(r"^(?:torch\.)?(?:nn\.)?(?:Module|Sequential|ModuleList|ModuleDict)$|(?:^|\.)LightningModule$")
 
@@ -66,9 +66,6 @@ class ModuleInfo:
     called_classes: frozenset = frozenset()  # capitalised names called: ``MyDataset(...)``
     datasets: frozenset = frozenset()  # classes with a ``__getitem__``/``__iter__`` or a ``*Dataset`` base
     imported_modules: frozenset = frozenset()  # absolute module names imported: ``timm.data``
-    #: functions/methods defined once whose own body (nested defs left out) reads a device value on
-    #: the host: name -> (line of the read, ``item``/``tolist``/``numpy``)
-    host_reads: dict = field(default_factory=dict)
     module_once: frozenset = frozenset()  # names assigned exactly once at module level (``VOCAB = 50257``)
     #: Dataset classes that put their items on the accelerator (``.cuda()``, ``.to(device)``, ``device=device``
     #: in the class body, e.g. latents encoded on the GPU up front): pinning them fails, workers cannot use CUDA
@@ -78,6 +75,7 @@ class ModuleInfo:
     #: functions whose body pads (``tokenizer.pad(``, ``pad_sequence(``) and reads no file: a collate_fn
     #: over pre-tokenized rows, work a worker process would not take off the training loop
     pad_functions: frozenset = frozenset()
+    calls: CallInfo = field(default_factory=CallInfo)  # the call graph's part of this file
 
     def assigned_once(self, name: str) -> bool:
         return name in self.module_once
@@ -121,12 +119,12 @@ def scan_source(text: str, path: str = "") -> ModuleInfo:
                       frozenset(m[1] for m in _NO_GRAD_DEF.finditer(text)),
                       frozenset(_METHOD_CALL.findall(text)), imports, frozenset(in_memory), unsharded,
                       frozenset(re.findall(r"(?<![\w.])([A-Z]\w*)[ \t]*\(", text)), frozenset(datasets),
-                      frozenset(a or b for a, b in _IMPORT.findall(text)), _host_reads(text) if ".item(" in text
-                      or ".tolist(" in text or ".numpy(" in text else {},
+                      frozenset(a or b for a, b in _IMPORT.findall(text)),
                       frozenset(k for k, n in assigned.items() if n == 1),
                       _on_device(text, datasets),
                       _device_functions(text) if _TO_DEVICE.search(text) else frozenset(),
-                      _pad_functions(text) if ".pad(" in text or "pad_sequence(" in text else frozenset())
+                      _pad_functions(text) if ".pad(" in text or "pad_sequence(" in text else frozenset(),
+                      scan_calls(text))
 
 
 def _blocks(text: str, pattern: re.Pattern, group: int) -> dict:
@@ -173,48 +171,6 @@ def _device_functions(text: str) -> frozenset:
     return frozenset(n for n, body in _blocks(text, _DEF, 2).items() if _TO_DEVICE.search(body))
 
 
-def _host_reads(text: str) -> dict:
-    """Functions defined once whose own body (nested functions left out) has a host read."""
-    lines = text.splitlines()
-    defs = list(_DEF.finditer(text))
-    counts: dict = {}
-    for m in defs:
-        counts[m[2]] = counts.get(m[2], 0) + 1
-    starts = {}
-    pos = 0
-    for i, line in enumerate(lines):
-        starts[pos] = i
-        pos += len(line) + 1
-    out = {}
-    for m in defs:
-        name, indent = m[2], len(m[1].expandtabs())
-        if counts[name] != 1:
-            continue
-        first = starts.get(m.start())
-        if first is None:
-            continue
-        nested = None  # indent of a nested def being skipped
-        for j in range(first + 1, len(lines)):
-            line = lines[j]
-            code = line.split("#", 1)[0]
-            if not code.strip():
-                continue
-            ind = len(line.expandtabs()) - len(line.expandtabs().lstrip())
-            if ind <= indent:
-                break
-            if nested is not None and ind > nested:
-                continue
-            nested = None
-            if _DEF.match(line):
-                nested = ind
-                continue
-            hit = _HOST_READ.search(code)
-            if hit:
-                out[name] = (j + 1, hit[1])
-                break
-    return out
-
-
 @functools.lru_cache(maxsize=65536)
 def _scan_file(path: str, size: int, mtime_ns: int) -> ModuleInfo:
     try:
@@ -251,9 +207,8 @@ class ProjectIndex:
     _cache: dict = field(default_factory=dict, compare=False, repr=False)  # path -> sibling ModuleInfos
 
     def _siblings(self, path: str):
-        """The linted files under ``path``'s project folder, and those importing its module or one
-        of its packages by a dotted name of two parts or more (``from timm.data import ...`` for
-        ``timm/data/loader.py``, even where a packaging step left out the ``__init__.py`` files)."""
+        """The linted files under ``path``'s project folder, and those importing its module or a package
+        of it by a dotted name of 2+ parts (``from timm.data import`` for ``timm/data/loader.py``)."""
         path = os.path.abspath(path)
         found = self._cache.get(path)
         if found is None:
@@ -270,6 +225,15 @@ class ProjectIndex:
     def calls_method(self, path: str, name: str) -> bool:
         """Some file of ``path``'s project calls ``.name(...)``."""
         return any(name in m.method_calls for m in self._siblings(path))
+
+    def call_infos(self, path: str) -> list:  # the CallInfo of every file of ``path``'s project
+        return [m.calls for m in self._siblings(path)]
+
+    def repeated_names(self, path: str) -> tuple:  # names run every step / every epoch (pitstop.lint.callgraph)
+        key = ("step", os.path.abspath(path))
+        if key not in self._cache:
+            self._cache[key] = repeated_names(self.call_infos(path))
+        return self._cache[key]
 
     def no_grad_functions(self, path: str) -> frozenset:
         """Names of functions/methods decorated no_grad/inference_mode in ``path``'s project."""
@@ -358,9 +322,8 @@ def build_index(paths) -> ProjectIndex:
     modules, roots, by_root, importers = {}, {}, {}, {}
     for p in paths:
         ap = os.path.abspath(p)
-        try:
-            st = os.stat(ap)
-        except OSError:
+        st = _stat(ap)
+        if st is None:
             continue
         info = modules[ap] = _scan_file(ap, st.st_size, st.st_mtime_ns)
         root = roots[ap] = _project_root(ap)
@@ -370,17 +333,17 @@ def build_index(paths) -> ProjectIndex:
     return ProjectIndex(modules, roots, by_root, importers)
 
 
+def _stat(p: str):
+    try:
+        return os.stat(p)
+    except OSError:
+        return None
+
+
 def index_signature(paths) -> tuple:
     """``((path, size, mtime_ns), ...)`` of the readable files among ``paths``: the key under which
     :func:`index_for` caches their index."""
-    signature = []
-    for p in paths:
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        signature.append((p, st.st_size, st.st_mtime_ns))
-    return tuple(signature)
+    return tuple((p, st.st_size, st.st_mtime_ns) for p, st in ((p, _stat(p)) for p in paths) if st is not None)
 
 
 @functools.lru_cache(maxsize=4)

@@ -7,7 +7,7 @@ from collections import Counter
 
 from pitstop.lint.findings import FileError, LintFinding
 
-__all__ = ["text", "statistics", "json_report", "sarif", "github", "summary", "unlinted"]
+__all__ = ["text", "statistics", "json_report", "sarif", "github", "summary", "unlinted", "shown", "hidden_note"]
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -16,10 +16,30 @@ def _fixable(f: LintFinding, unsafe: bool) -> bool:
     return f.fix is not None and (f.fix.applicability == "safe" or unsafe)
 
 
+#: text order and SARIF/GitHub level per frequency (severity follows frequency)
+_ORDER = {"step": 0, "epoch": 1, "once": 2}
+_LEVEL = {"step": "error", "epoch": "warning", "once": "note"}
+_GITHUB = {"step": "error", "epoch": "warning", "once": "notice"}
+_WHEN = {"step": "", "epoch": "[per epoch/eval] ", "once": "[once] "}
+
+
+def shown(findings: list[LintFinding], show_all: bool) -> list[LintFinding]:
+    """The findings a reader sees: per-step ones first, then per-epoch ones, one-time sites only with ``--all``."""
+    kept = [f for f in findings if show_all or f.frequency != "once"]
+    return sorted(kept, key=lambda f: (_ORDER.get(f.frequency, 0), f.sort_key()))
+
+
+def hidden_note(hidden: int) -> str:
+    """The summary line counting one-time findings left out ("" when none)."""
+    return (f"{hidden} finding{'s' * (hidden != 1)} in code that runs once (setup, converters, exports) "
+            "not shown: `--all` shows them.") if hidden else ""
+
+
 def text(findings: list[LintFinding], unsafe: bool = False) -> str:
-    """``path:line:col: CODE [*] message``; ``[*]``: fixable with the current options."""
-    return "".join(f"{f.location}:{f.line}:{f.column}: {f.code} {'[*] ' if _fixable(f, unsafe) else ''}{f.message}\n"
-                   for f in findings)
+    """``path:line:col: CODE [*] message``; ``[*]``: fixable with the current options; code run per
+    epoch or once says so (``[per epoch/eval]``, ``[once]``) before the message."""
+    return "".join(f"{f.location}:{f.line}:{f.column}: {f.code} {'[*] ' if _fixable(f, unsafe) else ''}"
+                   f"{_WHEN.get(f.frequency, '')}{f.message}\n" for f in findings)
 
 
 def unlinted(errors: int) -> str:
@@ -30,15 +50,17 @@ def unlinted(errors: int) -> str:
             "(the `cannot parse` lines on stderr say why).")
 
 
-def summary(findings: list[LintFinding], fixed: int, unsafe: bool, errors: int = 0) -> str:
-    """The closing lines: counts, fixable counts, files that could not be linted, and where
-    to read more. "All checks passed!" only when every file was linted and nothing was found."""
+def summary(findings: list[LintFinding], fixed: int, unsafe: bool, errors: int = 0, hidden: int = 0) -> str:
+    """The closing lines: counts, fixable counts, one-time findings not shown, files that could not be
+    linted, and where to read more. "All checks passed!" only when every file was linted and nothing was found."""
     lines = []
     if fixed:
         lines.append(f"Fixed {fixed} error{'s' * (fixed != 1)}.")
     n = len(findings)
     if n == 0:
-        if not fixed and not errors:
+        if hidden:
+            lines.append(hidden_note(hidden))
+        elif not fixed and not errors:
             lines.append("All checks passed!")
         if errors:
             lines.append(unlinted(errors))
@@ -47,6 +69,8 @@ def summary(findings: list[LintFinding], fixed: int, unsafe: bool, errors: int =
         lines.append(f"Found {n} remaining error{'s' * (n != 1)}.")
     else:
         lines.append(f"Found {n} error{'s' * (n != 1)}.")
+    if hidden:
+        lines.append(hidden_note(hidden))
     safe = sum(1 for f in findings if f.fix and f.fix.applicability == "safe")
     hidden = sum(1 for f in findings if f.fix and f.fix.applicability == "unsafe")
     if unsafe:
@@ -92,14 +116,15 @@ def sarif(findings: list[LintFinding], errors: list[FileError], rules: list[tupl
         result = {
             "ruleId": f.code,
             "ruleIndex": index.get(f.code, -1),
-            "level": "error",
+            "level": _LEVEL.get(f.frequency, "error"),
             "message": {"text": f.message},
+            "properties": {"frequency": f.frequency, "severity": f.severity},
             "locations": [{"physicalLocation": {
                 "artifactLocation": {"uri": f.filename.replace("\\", "/")},
                 "region": _region(f.line, f.column, f.end_line, f.end_column)}}],
         }
         if f.cell is not None:  # SARIF has no cells: lines are within this one
-            result["properties"] = {"cell": f.cell}
+            result["properties"]["cell"] = f.cell
         if f.fix:
             result["fixes"] = [{
                 "description": {"text": f"{f.fix.message} ({f.fix.applicability})"},
@@ -134,12 +159,13 @@ def _escape(s: str, prop: bool = False) -> str:
 
 
 def github(findings: list[LintFinding], errors: list[FileError]) -> str:
-    """GitHub Actions workflow commands: one ``::error`` annotation per finding."""
+    """GitHub Actions workflow commands: one annotation per finding (``::error`` per step, ``::warning``
+    per epoch, ``::notice`` once)."""
     out = []
     for f in findings:
         props = (f"title={_escape(f'pitstop ({f.code})', True)},file={_escape(f.filename, True)},line={f.line},"
                  f"col={f.column},endLine={f.end_line},endColumn={f.end_column}")
-        out.append(f"::error {props}::{_escape(f'{f.location}:{f.line}:{f.column}: {f.code} {f.message}')}\n")
+        out.append(f"::{_GITHUB.get(f.frequency, 'error')} {props}::{_escape(f'{f.location}:{f.line}:{f.column}: {f.code} {f.message}')}\n")
     for e in errors:
         out.append(f"::error title=pitstop,file={_escape(e.filename, True)}::{_escape(str(e))}\n")
     return "".join(out)

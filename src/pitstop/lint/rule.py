@@ -71,6 +71,10 @@ class LintRule(Face, face="L"):
     #: False for rules about model design: silent inside deliberate dummy models (``BoringModel``,
     #: ``DummyModel``, ``ToyNet``: classes/functions named dummy/boring/toy/mock/fake/placeholder)
     dummy_models: ClassVar[bool] = True
+    #: how often a finding's code runs (:mod:`pitstop.lint.frequency`): ``"site"``, that of the reported
+    #: line; ``"step"``, every step whatever the line (a DataLoader's workers, a layer's size, an
+    #: optimizer's implementation: set up once, paid every step)
+    runs: ClassVar[str] = "site"
     #: node class name -> (visit method names, leave method names); filled per subclass
     hooks: ClassVar[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {}
 
@@ -85,6 +89,8 @@ class LintRule(Face, face="L"):
         cls.hooks = {k: (tuple(v), tuple(lv)) for k, (v, lv) in hooks.items()}
         if cls.tip and not cls.message:
             raise TypeError(f"{cls.__qualname__}: a lint rule needs a message")
+        if cls.runs not in ("site", "step"):
+            raise ValueError(f"{cls.__qualname__}: runs must be 'site' or 'step'")
         if cls.fix not in (None, SAFE, UNSAFE):
             raise ValueError(f"{cls.__qualname__}: fix must be 'safe', 'unsafe' or None")
 
@@ -96,11 +102,12 @@ class LintRule(Face, face="L"):
         return self.tip
 
     def report(self, node: Any, message: str | None = None, *, fix: FixSpec | None = None,
-               when: Callable[[], bool] | None = None) -> None:
-        """Report ``node``; ``when`` (evaluated after the whole file was seen) can veto it."""
+               when: Callable[[], bool] | None = None, function: Any = None) -> None:
+        """Report ``node``; ``when`` (evaluated after the whole file was seen) can veto it; ``function``:
+        the FunctionDef the finding is about (a decorator, a name), whose frequency it takes."""
         if not self.in_tests and self.ctx.in_unit_test() or not self.dummy_models and self.ctx.in_dummy_model():
             return
-        self.ctx.report(self.tip, node, message or self.message, fix, when)
+        self.ctx.report(self.tip, node, message or self.message, fix, when, self.runs, function)
 
     def finish(self) -> None:
         """Called once after the traversal, for rules that decide on the whole file."""

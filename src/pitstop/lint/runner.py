@@ -209,7 +209,7 @@ def _finding(p: Pending, filename, module, positions, starts) -> LintFinding | N
         return None
     fix = _resolve_fix(p.fix, module, positions, starts) if p.fix else None
     return LintFinding(p.code, slug(p.code), p.message, filename, rng.start.line, rng.start.column + 1,
-                   rng.end.line, rng.end.column + 1, fix)
+                       rng.end.line, rng.end.column + 1, fix, frequency=p.frequency)
 
 
 def _resolve_fix(spec: FixSpec, module, positions, starts) -> Fix | None:

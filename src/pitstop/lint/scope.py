@@ -66,6 +66,19 @@ def eval_only(name: str | None) -> bool:
     return bool(name) and EVAL_NAME.search(name) is not None and _TRAIN_NAME.search(name) is None
 
 
+def _ordered_sampler(ctx, value: cst.BaseExpression) -> bool:
+    """``SequentialSampler(...)`` or a sampler built with ``shuffle=False`` (``DistributedSampler(ds,
+    shuffle=False)``): an ordered pass over the data, not a training loader."""
+    if isinstance(value, cst.Name):
+        value = ctx.value_of(value) or value
+    if not isinstance(value, cst.Call):
+        return False
+    if (last_name(value.func) or "") == "SequentialSampler":
+        return True
+    shuffle = arg(value, "shuffle")
+    return shuffle is not None and is_false(shuffle.value)
+
+
 def _one_off(ctx) -> bool:
     """``next(iter(<the loader>))``."""
     anc = ctx.ancestors
@@ -85,8 +98,13 @@ def loader_scope(ctx, call: cst.Call, in_memory: bool = True) -> Callable[[], bo
     if eval_only(first) or not training and eval_only(function):
         return None
     shuffle = arg(call, "shuffle", 2)
-    if not training and shuffle is not None and is_false(shuffle.value) and arg(call, "sampler", 3) is None:
+    sampler = arg(call, "sampler", 3)
+    if not training and (shuffle is not None and is_false(shuffle.value) and sampler is None
+                         or sampler is not None and _ordered_sampler(ctx, sampler.value)):
         return None
+    fn = ctx.current_function()
+    if not training and fn is not None and any(ctx.grad_mode(d.decorator) for d in fn.decorators):
+        return None  # built by a function that runs without autograd (feature extraction, evaluation)
     data = arg(call, "dataset", 0)
     if data is None or not in_memory:
         return lambda: True

@@ -25,13 +25,20 @@ class Pending:
     message: str
     fix: FixSpec | None
     when: Callable[[], bool] | None
+    where: Any = None  # pitstop.lint.frequency.Where of the report (None: reported after the walk)
+    runs: str = "site"  # the rule's LintRule.runs
+    frequency: str = "step"  # judged once the file was walked
+    function: Any = None  # a FunctionDef the report is about (its frequency is the report's)
 
 
 class ReportSink:
-    """Collects the reports of one file; needs ``module`` and ``pending`` from the class it is mixed into."""
+    """Collects the reports of one file; needs ``module``, ``pending``, ``walked`` and ``where`` from the
+    class it is mixed into."""
 
-    def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when) -> None:
-        self.pending.append(Pending(code, node, message, fix, when))
+    def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when, runs: str = "site",
+               function: Any = None) -> None:
+        where = None if self.walked else self.where()
+        self.pending.append(Pending(code, node, message, fix, when, where, runs, function=function))
 
     def source_of(self, node: cst.CSTNode) -> str:
         """The source text of ``node`` (``code`` is a tip's code everywhere else)."""

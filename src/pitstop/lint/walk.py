@@ -83,9 +83,14 @@ class FileWalk:
     # -- running -----------------------------------------------------------------------
     def run(self) -> list:
         self._walk(self.module)
+        self.walked = True
         for rule in self.rules:
             rule.finish()
-        return [p for p in self.pending if p.when is None or p.when()]
+        kept = [p for p in self.pending if p.when is None or p.when()]
+        for p in kept:
+            p.frequency = "step" if p.runs == "step" else self.function_frequency(p.function) \
+                if p.function is not None else self.frequency(p.where)
+        return kept
 
     def _plan(self, t: type) -> tuple:
         hooks = self._hooks.get(t.__name__, ((), ()))
@@ -145,6 +150,7 @@ class FileWalk:
         self.stack.pop()
 
     def _walk_function(self, node: cst.FunctionDef) -> None:
+        self._record_def(node)
         self._walk_all(d for d in node.decorators)
         self._walk(node.params)
         if node.returns is not None:
@@ -248,6 +254,7 @@ class FileWalk:
             self.cuda_implied = True
 
     def _pre_call(self, node: cst.Call) -> None:
+        self._record_call(node)
         func = node.func
         if not isinstance(func, cst.Attribute):
             return
@@ -256,6 +263,8 @@ class FileWalk:
             loop = self.loop()
             if loop is not None:
                 loop.backward_calls.append((node, self.backward_loss(node)))
+            else:
+                self.step_bodies.add(self.current_function())
         elif name == "step":
             if self.is_optimizer(func.value) or (
                     node.args and "scaler" in (last_name(func.value) or "").lower()
@@ -263,6 +272,8 @@ class FileWalk:
                 loop = self.loop()
                 if loop is not None:
                     loop.steps.append((node, self.site().conditional(loop, accumulation=True)))
+                else:
+                    self.step_bodies.add(self.current_function())
         elif name == "cuda":
             self.cuda_implied = True
 

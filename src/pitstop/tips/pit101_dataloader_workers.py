@@ -18,25 +18,27 @@ class DataloaderWorkers(Tip):
     )
 
     what = """
-        Flags a training `DataLoader` built without `num_workers` (the default is 0), with a
-        literal `num_workers=0`, or with an argparse option of the same file whose default is 0
-        (`num_workers=args.dataloader_num_workers`, `default=0`: the message names the option). Not training loaders, and not flagged: evaluation loaders
-        (bound to, passed as, or built by a function named for validation/evaluation/test/
-        prediction/inference/sampling/prompts), an ordered pass (`shuffle=False`, no sampler),
-        one-off `next(iter(DataLoader(...)))`, unit tests; nor loaders over in-memory data
-        (a `TensorDataset`, a list, a Dataset class whose `__getitem__` only indexes or draws
-        small random tensors such as `torch.randint`, found in the file or a linted sibling
-        file), over rows a Hugging Face `.map(...)` computed up front whose `collate_fn` only
-        pads or stacks them, over items a Dataset class puts on the accelerator (a forked worker
-        cannot use CUDA), or an `IterableDataset` that never calls
-        `get_worker_info()` (each worker would replay the whole stream). At run time the doctor measures how long each step waits for
-        the next batch, and `tune` tries several worker counts on your own training.
+        Flags a training `DataLoader` built without `num_workers` (the default is 0), with a literal
+        `num_workers=0`, or with an argparse option of the same file whose default is 0
+        (`num_workers=args.dataloader_num_workers`, `default=0`: the message names the option).
+        Not training loaders, and not flagged: evaluation loaders (bound to, passed as, or built by
+        a function named for validation/evaluation/test/prediction/inference/sampling/prompts, or
+        by a function decorated `@torch.no_grad()`/`@torch.inference_mode()`, such as a feature
+        extraction), an ordered pass (`shuffle=False` and no sampler, a `SequentialSampler`, or a
+        sampler built with `shuffle=False`), one-off `next(iter(DataLoader(...)))`, unit tests; nor
+        loaders over in-memory data (a `TensorDataset`, a list, a Dataset class whose `__getitem__`
+        only indexes or draws small random tensors such as `torch.randint`, found in the file or a
+        linted sibling file), over rows a Hugging Face `.map(...)` computed up front whose
+        `collate_fn` only pads or stacks them, over items a Dataset class puts on the accelerator (a
+        forked worker cannot use CUDA), or an `IterableDataset` that never calls `get_worker_info()`
+        (each worker would replay the whole stream). At run time the doctor measures how long each
+        step waits for the next batch, and `tune` tries several worker counts on your own training.
     """
     why = """
-        With `num_workers=0` the loader reads, decodes and augments every sample in the
-        training process, between optimizer steps. The model sits idle while the batch is
-        built, so a step costs *data time + compute time* instead of *max(data, compute)*.
-        With workers, batches are prepared in parallel processes while the model computes.
+        With `num_workers=0` the loader reads, decodes and augments every sample in the training
+        process, between optimizer steps. The model sits idle while the batch is built, so a step
+        costs *data time + compute time* instead of *max(data, compute)*. With workers, batches
+        are prepared in parallel processes while the model computes.
     """
     example = """
         ```python
@@ -53,8 +55,8 @@ class DataloaderWorkers(Tip):
             persistent_workers=True,  # keep workers alive across epochs
         )
         ```
-        `pitstop tune` measures several worker counts on your script and keeps one only when
-        it beats the noise; the engine takes the count from `Recipe.num_workers`.
+        `pitstop tune` measures several worker counts on your script and keeps one only when it
+        beats the noise; the engine takes the count from `Recipe.num_workers`.
     """
     when_not = """
         When samples are already tensors in memory and need no per-sample work, the
@@ -77,14 +79,13 @@ from pitstop.lint.rule import LintRule, nodes, scope
 
 class NumWorkersRule(LintRule, tip="PIT101"):
     message = "DataLoader loads batches in the training process (num_workers=0); set num_workers"
-    in_tests = False
+    in_tests, runs = False, "step"
 
     def visit_Call(self, node):
         ctx = self.ctx
         if not ctx.is_dataloader(node):
             return
-        a = nodes.arg(node, "num_workers", 5)
-        message = None
+        a, message = nodes.arg(node, "num_workers", 5), None
         if a is not None and nodes.int_value(a.value) is None:
             option = ctx.argparse_default(a.value)  # num_workers=args.workers, with default=0 in this file
             if option is None or option.value != 0 or isinstance(option.value, bool):

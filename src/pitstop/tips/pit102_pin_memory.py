@@ -90,6 +90,7 @@ from pitstop.lint.rule import LintRule, nodes, scope
 
 
 class PinMemoryRule(LintRule, tip="PIT102"):
+    runs = "step"  # paid every step wherever the reported line is
     message = ("DataLoader without pin_memory=True while the file trains on CUDA: pinned batches copy faster, and "
                "overlap compute only when copied with .to(device, non_blocking=True) (Accelerate copies with "
                "non_blocking=False unless its DataLoaderConfiguration says otherwise)")

@@ -73,6 +73,7 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 
 class ViewAfterPermuteRule(LintRule, tip="PIT107"):
+    runs = "step"  # paid every step wherever the reported line is
     message = (".view() merges dimensions of a permuted/transposed tensor: it raises on the non-contiguous "
                "layout; use .reshape()")
     fix = UNSAFE
@@ -91,9 +92,22 @@ class ViewAfterPermuteRule(LintRule, tip="PIT107"):
                 rank = 2
         elif not (isinstance(inner, cst.Attribute) and inner.attr.value in ("T", "mT")):
             return
-        if self._may_merge(node, rank):
+        if self._may_merge(node, rank) and not self._adjacent_merge(inner, node, rank):
             self.report(node, fix=self.ctx.fix(UNSAFE, "Use .reshape() (copies only when it must)",
                                                (node.func.attr, "reshape")))
+
+    @staticmethod
+    def _adjacent_merge(permute, view, rank):
+        """``x.permute(0, 2, 3, 1).view(1, -1, dim)``: a literal permutation that keeps two source dimensions
+        side by side in order (2, 3), and a view one dimension shorter: the one merge may be of those,
+        which ``.view()`` does without a copy (DINO's positional embedding): not judged (issue 31)."""
+        if rank is None or nodes.method(permute) != "permute" or len(nodes.positional(view)) != rank - 1:
+            return False
+        pos = nodes.positional(permute)
+        items = [e.value for e in pos[0].value.elements] if len(pos) == 1 and isinstance(
+            pos[0].value, (cst.List, cst.Tuple)) else [a.value for a in pos]
+        perm = [nodes.int_value(v) for v in items]
+        return None not in perm and any(b == a + 1 for a, b in zip(perm, perm[1:]))
 
     @staticmethod
     def _may_merge(view, rank):

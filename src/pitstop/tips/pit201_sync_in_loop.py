@@ -89,6 +89,7 @@ class SyncInLoop(Tip):
 from pitstop.lint.rule import LintRule, cst, nodes
 
 _SYNCS = frozenset({"item", "cpu", "numpy", "tolist"})
+_EXITS = frozenset({"exit", "quit", "_exit", "abort"})
 #: methods a framework calls once per training step (as ``pitstop.lint.position.STEP_METHODS``; not imported
 #: here: loading the catalog must not load libcst)
 _STEP_METHODS = frozenset({"training_step", "compute_loss", "forward"})
@@ -111,29 +112,46 @@ class SyncInLoopRule(LintRule, tip="PIT201"):
         if any(isinstance(a, cst.Call) and (ctx.call_name(a) or "").startswith("torch.distributed.rpc.")
                for a in ctx.ancestors[:-1]):
             return  # shipped over RPC (rpc_sync/rpc_async/remote): the CPU copy is what is sent
-        site = ctx.site()
+        if self._in_exit_branch():
+            return  # ``if not isfinite(loss.item()): print(loss.item()); sys.exit(1)``: runs once, on the way out
+        site, fn = ctx.site(), ctx.current_function()
         # only where an accelerator is implied: on a CPU-only script the read waits for nothing
         self.report(node, f".{name}() in the training loop makes the CPU wait for the device every step; "
                           "accumulate on the device and read every N steps",
-                    when=lambda: ctx.device_implied and site.per_step())
+                    when=lambda: ctx.device_implied and ctx.runs_every_step(site, fn))
+
+    def _in_exit_branch(self):
+        """The node is in the body of an ``if`` that ends the loop or the program (its last statement is
+        ``raise``, ``return``, ``break``, ``sys.exit(...)``/``exit(...)``/``quit(...)``/``os._exit(...)``)."""
+        anc = self.ctx.ancestors
+        for parent, child in zip(anc, anc[1:]):
+            if isinstance(parent, cst.If) and child is parent.body and parent.body.body:
+                last = parent.body.body[-1]
+                small = last.body[-1] if isinstance(last, cst.SimpleStatementLine) and last.body else None
+                if isinstance(small, (cst.Raise, cst.Return, cst.Break)) or isinstance(small, cst.Expr) and \
+                        isinstance(small.value, cst.Call) and nodes.last_name(small.value.func) in _EXITS:
+                    return True
+        return False
 
     def _helper(self, node):
-        """A call, in the training loop, of a function of the linted files whose body reads a device
-        value on the host (``get_sigmas(t)`` doing ``.nonzero().item()``): the read runs every step."""
+        """A call, in a training step, of a function of the linted files that reads a device value on
+        the host, in its own body or through the helpers it calls (``get_sigmas(t)`` doing
+        ``.nonzero().item()``, ``log_loss_dict`` -> ``.item()``): the read runs every step. The
+        message names the chain of calls."""
         ctx = self.ctx
-        if ctx.loop() is None:
-            fn = ctx.current_function()
-            if fn is None or fn.name.value not in _STEP_METHODS or not ctx.site().framework_step:
-                return
-        found = ctx.sync_helper(node)
-        if found is None:
+        fn = ctx.current_function()
+        if ctx.loop() is None and fn is None:
             return
-        fn, line, read = found
+        found = ctx.sync_chain(node)
+        if found is None or found[2] == "synchronize":
+            return  # torch.cuda.synchronize() down the chain: PIT203
+        chain, line, read, local = found
         site = ctx.site()
-        self.report(node, f"{fn}() runs every training step and reads a device value on the host (.{read}() "
-                          f"at line {line}{'' if fn in ctx.info.host_reads else ' of its file'}): the CPU waits "
+        caller = fn.name.value if fn is not None else "training loop"
+        self.report(node, f"{' -> '.join([caller, *chain])}: runs every training step and reads a device value "
+                          f"on the host (.{read}() at line {line}{'' if local else ' of its file'}): the CPU waits "
                           "for the device; keep the value on the device or read it every N steps",
-                    when=lambda: ctx.device_implied and site.per_step())
+                    when=lambda: ctx.device_implied and ctx.runs_every_step(site, fn))
 
 
 # --- doctor face ---

@@ -88,12 +88,23 @@ class SyncCallsInLoopRule(LintRule, tip="PIT203"):
     in_tests = False
 
     def visit_Call(self, node):
-        q = self.ctx.call_name(node)
+        ctx = self.ctx
+        q = ctx.call_name(node)
+        site, fn = ctx.site(), ctx.current_function()
         if q in _CALLS:
-            site = self.ctx.site()
             self.report(node, f"{q}() every training step: " + (
                 "it stalls the CPU until the device is idle" if q.endswith("synchronize")
-                else "it slows the caching allocator and frees nothing PyTorch would not reuse"), when=site.per_step)
+                else "it slows the caching allocator and frees nothing PyTorch would not reuse"),
+                        when=lambda: ctx.runs_every_step(site, fn))
+        elif q is None and (ctx.loop() is not None or fn is not None):
+            found = ctx.sync_chain(node)  # a helper that synchronizes (a Timer's start/stop), any depth
+            if found is not None and found[2] == "synchronize":
+                chain, line, _, local = found
+                caller = fn.name.value if fn is not None else "training loop"
+                self.report(node, f"{' -> '.join([caller, *chain])}: torch.cuda.synchronize() every training step "
+                                  f"(line {line}{'' if local else ' of its file'}): it stalls the CPU until the "
+                                  "device is idle; time with CUDA events, or synchronize only when logging",
+                            when=lambda: ctx.runs_every_step(site, fn))
 
 
 # --- doctor face ---

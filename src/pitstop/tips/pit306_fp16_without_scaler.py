@@ -92,6 +92,7 @@ _FRAMEWORK_ROOTS = ("accelerate.", "lightning.", "lightning_fabric.", "pytorch_l
 
 
 class Fp16WithoutScalerRule(LintRule, tip="PIT306"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "fp16 autocast without a GradScaler: small gradients underflow to zero; use torch.amp.GradScaler or bf16"
     in_tests = False
 

@@ -77,6 +77,7 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 
 class SetToNoneRule(LintRule, tip="PIT403"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "gradients zeroed in place; setting them to None (the default of zero_grad) skips a write per parameter"
     fix = UNSAFE
     in_tests = False

@@ -60,7 +60,9 @@ class LoadCheckpoint(Tip):
         A CPU-only program reading CPU-saved files gains nothing from `map_location`; the
         rule still asks for it so that the script survives a GPU-saved file. `del` saves
         nothing when the checkpoint is not bound to a name (seed 002's one-liner) or is loaded
-        inside a function that returns right after restoring. Loading happens once per run:
+        inside a function that returns right after restoring. Files the same script wrote from
+        CPU tensors (every `torch.save` of the file saves `x.cpu()`) load onto the CPU anyway: no
+        finding there. Loading happens once per run:
         this is about peak memory and portability, not about step time.
     """
     references = (
@@ -80,7 +82,16 @@ class MapLocationRule(LintRule, tip="PIT404"):
     message = "torch.load without map_location loads every tensor onto the device it was saved from"
     in_tests = False  # a unit test loads the file it just wrote, on the same device
 
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.saves = []  # for each torch.save of the file: does it save a `.cpu()` value?
+
     def visit_Call(self, node):
-        if (self.ctx.call_name(node) == "torch.load" and nodes.arg(node, "map_location", 1) is None
+        name = self.ctx.call_name(node)
+        if name == "torch.save":
+            first = nodes.positional(node)[:1]
+            self.saves.append(bool(first) and nodes.method(first[0].value) == "cpu")
+        elif (name == "torch.load" and nodes.arg(node, "map_location", 1) is None
                 and not nodes.has_kwargs_splat(node)):
-            self.report(node)
+            # not when every file this script writes holds CPU tensors (``torch.save(feats.cpu(), path)``)
+            self.report(node, when=lambda: not (self.saves and all(self.saves)))

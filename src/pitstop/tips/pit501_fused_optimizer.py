@@ -128,6 +128,7 @@ def pit501_message(cls: str, key: str, foreach, fused) -> str:
 
 
 class ForLoopOptimizerRule(LintRule, tip="PIT501"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "optimizer forced off its multi-tensor implementations by foreach=False/fused=False"
     in_tests = False
 

@@ -85,6 +85,7 @@ from pitstop.lint.rule import LintRule, cst, nodes
 
 
 class DecayOnBiasRule(LintRule, tip="PIT502"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "weight decay applied to every parameter, biases and norm weights included; pass two parameter groups (pitstop.param_groups)"
     in_tests = False
 

@@ -80,6 +80,7 @@ _BNS = frozenset({"torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.Batc
 
 
 class ConvBiasBeforeBnRule(LintRule, tip="PIT603"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "conv bias directly followed by BatchNorm: the BN mean subtraction cancels it; use bias=False"
     in_tests = False
     dummy_models = False

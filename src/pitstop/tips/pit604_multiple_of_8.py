@@ -97,6 +97,7 @@ _SIZES = {
 
 
 class MultipleOf8Rule(LintRule, tip="PIT604"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "layer size not a multiple of 8: tensor cores pad or fall back to slower kernels"
     in_tests = False
     dummy_models = False

@@ -26,18 +26,22 @@ class InferenceMode(Tip):
     )
 
     what = """
-        Flags an eval function (its name contains `eval`, `valid`, `test`, `predict` or `infer`)
-        decorated with `@torch.no_grad()` or containing `with torch.no_grad():`, reported at the
-        decorator or the `with`; and an eval function that calls a model under neither `no_grad`
-        nor `inference_mode`, reported at the function name. A "model call" is a call of
+        Flags an evaluation decorated with `@torch.no_grad()` or containing `with torch.no_grad():`,
+        reported at the decorator or the `with`; and an evaluation that calls a model under
+        neither `no_grad` nor `inference_mode`, reported at the function name. An evaluation is a
+        function named for it (`eval`, `valid`, `test`, `predict`, `infer`) that also loops over a
+        loader or switches a model to eval mode, trains nothing (no `.backward()`, no optimizer
+        step: `train_and_eval` is not one), and runs repeatedly: called per epoch or per step, not
+        once after training (names alone never make an evaluation). A "model call" is a call of
         something named like a model (`model(x)`, `self.net(x)`), not a verb on one
-        (`load_model(...)`, `self._swap_models()`), and never a function or method decorated
-        `@torch.no_grad()`/`inference_mode()` in the file or the project (a pipeline's
-        `__call__`, a `generate`). Unit tests (`test_*.py`, `Test*.test_*`) and the hooks of a
-        framework class (a LightningModule's `validation_step`: the Trainer already runs it
-        without autograd) are not flagged. The fix `torch.inference_mode()` is
-        offered as unsafe (its outputs cannot enter autograd later). At run time the doctor checks
-        whether evaluation forward passes run with gradient recording enabled.
+        (`load_model(...)`), and never a function decorated `@torch.no_grad()`/`inference_mode()`
+        in the file or the project. Not flagged: unit tests, the hooks of a framework class (a
+        LightningModule's `validation_step`: the Trainer already runs it without autograd), and
+        files that shard the model with FSDP or DeepSpeed (their parameter all-gathers fail under
+        `inference_mode` on older torch; the message carries that caveat). The fix
+        `torch.inference_mode()` is offered as unsafe (its outputs cannot enter autograd later).
+        At run time the doctor checks whether evaluation forward passes run with gradient
+        recording enabled.
     """
     why = """
         With grad mode on, every forward op records a node in the autograd graph and saves the
@@ -87,15 +91,30 @@ class InferenceMode(Tip):
 # --- lint face ---
 from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
+#: the caveat every PIT605 message carries (issue 31): a sharded model's all-gather runs inside the forward
+_FSDP = " (not under FSDP or DeepSpeed ZeRO: their parameter all-gathers fail under inference_mode on older torch)"
+#: files where evaluation runs a sharded model or inside a framework's trainer: no finding there
+_SHARDED = ("FullyShardedDataParallel", "fully_shard", "deepspeed", "FSDP")
+
+
+class _Eval:
+    """What one candidate evaluation function does (the lint decides at its end)."""
+
+    __slots__ = ("node", "grad_off", "model_called", "evidence", "trains", "reports")
+
+    def __init__(self, node):
+        self.node, self.grad_off, self.model_called, self.evidence, self.trains = node, False, False, False, False
+        self.reports = []  # (node, expr) of each no_grad decorator / with item
+
 
 class InferenceModeRule(LintRule, tip="PIT605"):
-    message = "evaluation under torch.no_grad(); torch.inference_mode() also skips version counting and view tracking"
+    message = "evaluation under torch.no_grad(); torch.inference_mode() also skips version counting and view tracking" + _FSDP
     in_tests = False
     fix = UNSAFE
 
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.stack = []  # per function: None, or [node, grad disabled?, model called?]
+        self.stack = []  # per function: None, or an _Eval
 
     def _fix(self, expr):
         func = expr.func if isinstance(expr, cst.Call) else expr
@@ -106,27 +125,37 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
     def visit_FunctionDef(self, node):
         ctx = self.ctx
-        if not ctx.is_eval_function(node) or ctx.in_unit_test(node) or ctx.framework_class() is not None:
-            self.stack.append(None)  # unit tests; framework hooks (the Trainer runs them without autograd)
+        if not ctx.is_eval_function(node) or ctx.in_unit_test(node) or ctx.framework_class() is not None \
+                or any(w in (ctx.source or "") for w in _SHARDED):
+            self.stack.append(None)  # unit tests; framework hooks (the Trainer runs them without autograd); FSDP
             return
-        state = [node, False, False]
+        state = _Eval(node)
         for d in node.decorators:
             mode = ctx.grad_mode(d.decorator)
             if mode:
-                state[1] = True
+                state.grad_off = True
             if mode == "no_grad":
-                self.report(d, fix=self._fix(d.decorator))
+                state.reports.append((d, d.decorator))
         self.stack.append(state)
 
     def leave_FunctionDef(self, node):
         state = self.stack.pop()
-        if state is not None and not state[1] and state[2]:
+        # names alone never make an evaluation: it also loops over a loader or switches a model to eval
+        # mode, and trains nothing; and it must run repeatedly (per epoch, or per step of a full-batch
+        # training: GCN-like), never once
+        if state is None or not state.evidence or state.trains:
+            return
+        ctx = self.ctx
+        repeated = lambda: ctx.function_frequency(node) != "once"  # noqa: E731
+        for where, expr in state.reports:
+            self.report(where, fix=self._fix(expr), function=node, when=repeated)
+        if not state.grad_off and state.model_called:
             self.report(node.name, f"`{node.name.value}` runs the model with autograd on; "
-                                   "wrap it in torch.inference_mode()")
+                                   "wrap it in torch.inference_mode()" + _FSDP, function=node, when=repeated)
 
     def _state(self):
         state = self.stack[-1] if self.stack else None
-        return state if state is not None and self.ctx.current_function() is state[0] else None
+        return state if state is not None and self.ctx.current_function() is state.node else None
 
     def visit_With(self, node):
         state = self._state()
@@ -135,18 +164,30 @@ class InferenceModeRule(LintRule, tip="PIT605"):
         for item in node.items:
             mode = self.ctx.grad_mode(item.item)
             if mode:
-                state[1] = True
+                state.grad_off = True
             if mode == "no_grad":
-                self.report(item.item, fix=self._fix(item.item))
+                state.reports.append((item.item, item.item))
+
+    def visit_For(self, node):
+        state = self._state()
+        if state is not None and self.ctx.iterates_loader(node.iter):
+            state.evidence = True
+
+    visit_CompFor = visit_For  # [model(x) for x in loader]
 
     def visit_Call(self, node):
         state = self._state()
         if state is None:
             return
-        if nodes.method(node) == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
-            state[1] = True  # stack.enter_context(torch.no_grad()) (detectron2's inference_on_dataset)
-        elif not state[2] and self.ctx.is_model_call(node):
-            state[2] = True
+        method = nodes.method(node)
+        if method == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
+            state.grad_off = True  # stack.enter_context(torch.no_grad()) (detectron2's inference_on_dataset)
+        elif method == "eval" and not node.args:
+            state.evidence = True
+        elif method in ("backward", "manual_backward") or method == "step" and self.ctx.is_optimizer(node.func.value):
+            state.trains = True
+        elif not state.model_called and self.ctx.is_model_call(node):
+            state.model_called = True
 
 
 # --- doctor face ---

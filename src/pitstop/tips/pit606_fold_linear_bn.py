@@ -87,6 +87,7 @@ from pitstop.lint.rule import LintRule
 
 
 class AdjacentLinearRule(LintRule, tip="PIT606"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "two Linear layers with nothing between them compose to one linear map; add a non-linearity or fold them"
     in_tests = False
     dummy_models = False

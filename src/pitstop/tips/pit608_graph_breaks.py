@@ -165,6 +165,7 @@ def _walk(node):
 
 
 class CompiledReadRule(LintRule, tip="PIT608"):
+    runs = "step"  # paid every step wherever the reported line is
     """A value read (``.item()``, ``.tolist()``, ``.numpy()``), a ``print`` of computed values
     or a Python ``if``/``while`` on a tensor's value inside code this file compiles: the
     ``forward`` of a module passed to ``torch.compile(...)`` or compiled with ``.compile()``

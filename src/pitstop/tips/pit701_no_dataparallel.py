@@ -105,6 +105,7 @@ _DP_FN = frozenset({"torch.nn.parallel.data_parallel", "torch.nn.parallel.data_p
 
 
 class DataParallelRule(LintRule, tip="PIT701"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "nn.DataParallel is single-process and slower than DistributedDataParallel even on one machine; use DDP with torchrun"
     in_tests = False
 

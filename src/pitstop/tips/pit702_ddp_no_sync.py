@@ -83,6 +83,7 @@ class DdpNoSync(Tip):
 from pitstop.lint.rule import LintRule, nodes
 
 class DdpNoSyncRule(LintRule, tip="PIT702"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "gradient accumulation under DDP without no_sync(): every micro-step all-reduces the gradients"
     in_tests = False
 

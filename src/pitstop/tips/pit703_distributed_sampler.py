@@ -97,6 +97,7 @@ _FSDP = frozenset({"torch.distributed.fsdp.FullyShardedDataParallel",
 
 
 class DistributedSamplerRule(LintRule, tip="PIT703"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "DataLoader under DDP (or FSDP) without a sampler: every rank reads the whole dataset; use a DistributedSampler"
     in_tests = False
 

@@ -93,6 +93,7 @@ def _is_grad(expr):
 
 
 class LossScaleRule(LintRule, tip="PIT802"):
+    runs = "step"  # paid every step wherever the reported line is
     message = "gradients accumulated over micro-steps but the loss is not divided by their number: the step is k times too large"
     in_tests = False
 

@@ -62,7 +62,8 @@ class EvalMode(Tip):
     """
     when_not = """
         A model without dropout, BatchNorm or other mode-dependent layers computes the same
-        thing in both modes (the call is still free). Some techniques want training mode on
+        thing in both modes (the call is still free). A model loaded with Hugging Face's
+        `from_pretrained(...)` is already in eval mode. Some techniques want training mode on
         purpose, such as Monte Carlo dropout for uncertainty estimates or re-estimating
         BatchNorm statistics on new data; mark those `# noqa: PIT803`. The mirror bug is
         forgetting `model.train()` after validation: the rest of training then runs without
@@ -109,7 +110,7 @@ class EvalModeRule(LintRule, tip="PIT803"):
         for node in self.candidates:
             if node.name.value not in self.called_after_eval:  # else the caller set eval mode
                 self.report(node.name, f"`{node.name.value}` runs the model without model.eval(): "
-                                       "dropout and BatchNorm stay in training mode")
+                                       "dropout and BatchNorm stay in training mode", function=node)
 
     def _state(self):
         state = self.stack[-1] if self.stack else None
@@ -137,8 +138,9 @@ class EvalModeRule(LintRule, tip="PIT803"):
             state[3] = True
         elif name == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
             state[1] = True
-        elif _eval_context(node):
-            state[3] = True  # inference_context(model) / eval_mode(model): a helper that sets eval mode
+        elif _eval_context(node) or name == "from_pretrained":
+            state[3] = True  # inference_context(model) / eval_mode(model) set eval mode; so does Hugging Face's
+            # from_pretrained (the model it returns is in eval mode)
         elif self.ctx.is_model_call(node):
             state[2] = True
 

@@ -1,0 +1,209 @@
+"""The bounded call graph of the linted files, from the project index's line scan (issue 31).
+
+Per file (:func:`scan_calls`, no parse): the names each function calls (the last part of every
+``name(`` / ``obj.name(``), the names called inside a training loop (a ``for``/``while`` block
+that calls ``.backward(`` or an optimizer's ``.step(``) or a framework's per-step method, and the
+functions whose own body synchronizes with the device: a host read (``.item()``, ``.tolist()``,
+``.numpy()``) or ``torch.cuda.synchronize()``.
+
+Across the files of one project (:func:`per_step_names`, :func:`sync_chain`): which function names
+run every step, and the chain of calls from a call in a training step down to a sync
+(``train_step -> Timer.stop -> synchronize``), at most :data:`MAX_DEPTH` calls deep. Names are
+matched by name across files: a method called as ``obj.stop()`` is followed only when one linted
+function of the project has that name (a unique definition), so ``update``/``step`` defined by ten
+classes are never guessed at.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from typing import Iterable
+
+__all__ = ["CallInfo", "scan_calls", "per_step_names", "repeated_names", "sync_chain", "MAX_DEPTH"]
+
+MAX_DEPTH = 4
+_DEF = re.compile(r"^([ \t]*)(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+_CLASS = re.compile(r"^([ \t]*)class[ \t]+(\w+)", re.M)
+_LOOP = re.compile(r"^([ \t]*)(?:for|while)\b[^\n]*:[ \t]*(?:#[^\n]*)?$", re.M)
+#: a loop over epochs, steps or batches: ``for epoch in range(n)``, ``for batch in loader``
+_REPEAT = re.compile(r"^[ \t]*(?:for|while)\b[^\n]*(?:epoch|step|iter|batch|loader)", re.I)
+_STEP_MARK = re.compile(r"\.(?:manual_)?backward\(|\b\w*(?:optim|opt|optimizer|scaler)\w*\.step\(")
+_CALLED = re.compile(r"(?<![\w.])(self\.)?(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*\(")
+_SYNC = re.compile(r"\.(item|tolist|numpy)\(\s*\)|\b(synchronize)\(\s*\)")
+_CPU = re.compile(r"\.(cpu)\(\s*\)")
+_DEVICE = re.compile(r"\.cuda\(|[\"']cuda|cuda\.current_device|device=")
+_KEYWORDS = frozenset({"if", "for", "while", "return", "print", "and", "or", "not", "in", "with", "elif", "assert",
+                       "len", "range", "isinstance", "super", "int", "float", "str", "dict", "list", "tuple", "set",
+                       "min", "max", "zip", "enumerate", "getattr", "setattr", "hasattr", "type", "sum", "sorted"})
+_STEP_METHODS = ("training_step", "compute_loss", "on_train_batch_end", "on_step_end", "train_step")
+
+
+class CallInfo:
+    """What one file's functions call (see the module docstring)."""
+
+    __slots__ = ("calls", "step_calls", "syncs", "owners", "repeat_calls")
+
+    def __init__(self, calls=None, step_calls=frozenset(), syncs=None, owners=None, repeat_calls=frozenset()):
+        self.calls: dict = calls or {}  # function name -> frozenset of called names
+        self.step_calls: frozenset = step_calls
+        self.syncs: dict = syncs or {}  # function name -> (line, "item"/"synchronize"/...)
+        self.owners: dict = owners or {}  # function name -> class name ("" at top level)
+        self.repeat_calls: frozenset = repeat_calls  # names called in a loop over epochs/steps/batches
+
+
+def _body(lines: list[str], first: int, indent: int) -> list[tuple[int, str]]:
+    """(0-based line, code without comment) of the block under ``lines[first]``."""
+    out = []
+    for j in range(first + 1, len(lines)):
+        code = lines[j].split("#", 1)[0]
+        if code.strip() and len(code.expandtabs()) - len(code.expandtabs().lstrip()) <= indent:
+            break
+        out.append((j, code))
+    return out
+
+
+def _own_sync(body: list[tuple[int, str]], indent: int) -> tuple[int, str] | None:
+    """(line, what) of the first sync of a function's own body (nested defs left out): a host read, a
+    ``synchronize()``, or a ``.cpu()`` in a body that also names a CUDA device."""
+    nested = None
+    device = any(_DEVICE.search(code) for _, code in body)
+    for j, code in body:
+        ind = len(code.expandtabs()) - len(code.expandtabs().lstrip())
+        if nested is not None and ind > nested:
+            continue
+        nested = ind if _DEF.match(code) else None
+        hit = _SYNC.search(code) or (_CPU.search(code) if device else None)
+        if hit and nested is None:
+            return j + 1, next(g for g in hit.groups() if g)
+    return None
+
+
+def _names(code: str) -> set[str]:
+    return {m[2] for m in _CALLED.finditer(code) if m[2] not in _KEYWORDS}
+
+
+def scan_calls(text: str) -> CallInfo:
+    if "def " not in text:
+        return CallInfo()
+    lines = text.splitlines()
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line) + 1)
+    classes = [(bisect.bisect_right(starts, m.start()) - 1, len(m[1].expandtabs()), m[2]) for m in _CLASS.finditer(text)]
+    calls: dict = {}
+    syncs: dict = {}
+    owners: dict = {}
+    step: set = set()
+    repeat: set = set()
+    seen: set = set()
+    for m in _DEF.finditer(text):
+        name, indent = m[2], len(m[1].expandtabs())
+        first = bisect.bisect_right(starts, m.start()) - 1
+        owner = [c for line, ind, c in classes if line < first and ind < indent]
+        body = _body(lines, first, indent)
+        own = [(j, code) for j, code in body if len(code.expandtabs()) - len(code.expandtabs().lstrip()) > indent]
+        called = set().union(*(_names(code) for _, code in own)) if own else set()
+        if name in seen:  # defined twice: names merged, no sync claimed
+            calls[name] = calls[name] | frozenset(called)
+            syncs.pop(name, None)
+            continue
+        seen.add(name)
+        calls[name] = frozenset(called)
+        owners[name] = owner[-1] if owner else ""
+        hit = _own_sync(own, indent)
+        if hit is not None:
+            syncs[name] = hit
+        text_own = "\n".join(code for _, code in own)
+        if name in _STEP_METHODS or (_STEP_MARK.search(text_own) and not _LOOP.search(text_own)):
+            step |= called  # a framework's step method, or one training step per call (``run_step``)
+    for m in _LOOP.finditer(text):
+        first = bisect.bisect_right(starts, m.start()) - 1
+        block = "\n".join(code for _, code in _body(lines, first, len(m[1].expandtabs())))
+        if _STEP_MARK.search(block):
+            step |= _names(block)
+        elif _REPEAT.match(m[0]):
+            repeat |= _names(block)
+    return CallInfo(calls, frozenset(step), syncs, owners, frozenset(repeat))
+
+
+def _defined(infos: Iterable) -> dict:
+    """name -> [CallInfo defining it]."""
+    out: dict = {}
+    for info in infos:
+        for name in info.calls:
+            out.setdefault(name, []).append(info)
+    return out
+
+
+def repeated_names(infos: list) -> tuple[frozenset, frozenset]:
+    """(names run every step, names run every epoch or evaluation batch) of the project's functions."""
+    step = per_step_names(infos)
+    roots = set().union(*(i.repeat_calls for i in infos)) if infos else set()
+    return step, per_step_names(infos, roots) - step
+
+
+def per_step_names(infos: list, roots: set | None = None) -> frozenset:
+    """Function names of the project that run every training step: called from a training loop or a
+    per-step method, or from a function that is, up to :data:`MAX_DEPTH` calls deep (``roots``: start
+    from these names instead)."""
+    defined = _defined(infos)
+    frontier = roots if roots is not None else set().union(*(i.step_calls for i in infos)) if infos else set()
+    found = set(frontier)
+    for _ in range(MAX_DEPTH):
+        nxt = set()
+        for name in frontier:
+            for info in defined.get(name, ()):
+                nxt |= info.calls[name]
+        frontier = nxt - found
+        found |= frontier
+        if not frontier:
+            break
+    return frozenset(n for n in found if n in defined)
+
+
+def sync_chain(name: str, here, infos: list, method: bool) -> tuple[list[str], int, str, object] | None:
+    """The shortest chain of calls from the function ``name`` (called in a training step of the file
+    whose CallInfo is ``here``) to a sync: (names, line of the sync, what, CallInfo holding it).
+    ``method``: the call is ``obj.name()`` of an object other than ``self`` (followed only when the
+    name has one definition in the project)."""
+    defined = _defined(infos)
+
+    def lookup(n: str, origin) -> object | None:
+        if origin is not None and n in origin.calls:
+            return origin
+        found = defined.get(n, ())
+        return found[0] if len(found) == 1 else None
+
+    start = here if (not method and here is not None and name in here.calls) else lookup(name, None if method else here)
+    if start is None:
+        return None
+    queue = [([name], start)]
+    seen = {name}
+    while queue:
+        chain, info = queue.pop(0)
+        last = chain[-1]
+        if last in info.syncs:
+            line, what = info.syncs[last]
+            return [_label(n, i) for n, i in zip(chain, _infos(chain, start, lookup))] + [what], line, what, info
+        if len(chain) > MAX_DEPTH:
+            continue
+        for callee in sorted(info.calls.get(last, ())):
+            target = lookup(callee, info)
+            if callee not in seen and target is not None:
+                seen.add(callee)
+                queue.append((chain + [callee], target))
+    return None
+
+
+def _infos(chain: list[str], start, lookup) -> list:
+    out, info = [start], start
+    for n in chain[1:]:
+        info = lookup(n, info) or info
+        out.append(info)
+    return out
+
+
+def _label(name: str, info) -> str:
+    owner = info.owners.get(name, "")
+    return f"{owner}.{name}" if owner else name
