@@ -137,7 +137,9 @@ def test_timer_gives_every_variant_samples(ctx):
     result = run_one(_Timed, ctx)
     assert result.verdict in VERDICTS and not result.error
     assert [m.name for m in result.measurements] == ["a", "b"]
-    assert all(m.summary.n >= ctx.mode.min_samples for m in result.measurements)
+    for m in result.measurements:  # every variant is timed in every round, at least min_rounds of them
+        assert len(set(m.rounds)) >= ctx.mode.min_rounds and m.summary.n >= len(set(m.rounds))
+    assert any(n.startswith("timed in ") for n in result.notes), result.notes
 
 
 def test_select_by_code_or_slug_and_refuse_others():

@@ -3,7 +3,8 @@
 - :mod:`pitstop.bench.base` (torch-free): :class:`Benchmark`, :class:`Claim`,
   :class:`Measurement`, :class:`Outcome`, :class:`BenchSkip`: what tip modules import.
 - :mod:`pitstop.bench.verdict` (torch-free): the verdict rule.
-- :mod:`pitstop.bench.timing`: :class:`~pitstop.bench.timing.BenchContext` (Timer-based timing).
+- :mod:`pitstop.bench.timing`: :class:`~pitstop.bench.timing.BenchContext` (adaptive rounds in a time budget, stopped
+  once the verdict is decided).
 - :mod:`pitstop.bench.runner`: selection, running, results, the JSON schema. The output is rendered
   by ``report/bench_text.py`` (terminal, JSON, Markdown) and ``report/bench_html.py``.
 
