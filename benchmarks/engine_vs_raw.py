@@ -154,11 +154,12 @@ def main(argv=None) -> int:
         order = [("raw loop", raw_loop), ("pitstop.fit", engine_fit)]
         for label, fn in order if i % 2 == 0 else order[::-1]:
             runs[label].append(fn(state, batches, device, args))
-            print(f"  repeat {i + 1}: {label:<12} {runs[label][-1]:9.1f} steps/s", flush=True)
+            print(f"  repeat {i + 1}: {label:<12} {runs[label][-1]:9.4g} steps/s", flush=True)
     raw, eng = summarize(runs["raw loop"]).median, summarize(runs["pitstop.fit"]).median
     paired = paired_ratio_interval([e / r for e, r in zip(runs["pitstop.fit"], runs["raw loop"])], confidence=0.9)
-    line = (f"engine/raw on {name}: {eng / raw:.3f}x (ratio of medians: {eng:.1f} / {raw:.1f} steps/s); "
-            f"per-repeat ratio {paired.ratio:.3f}x, 90% interval {paired.low:.3f}-{paired.high:.3f}")
+    band = f"90% interval {paired.low:.3f}-{paired.high:.3f}" if args.repeats > 1 else "no interval from one repeat"
+    line = (f"engine/raw on {name}: {eng / raw:.3f}x (ratio of medians: {eng:.4g} / {raw:.4g} steps/s); "
+            f"per-repeat ratio {paired.ratio:.3f}x, {band}")
     print(line)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -170,7 +171,7 @@ def main(argv=None) -> int:
         write_atomic(args.out / "engine_vs_raw.json", json.dumps(record, indent=2) + "\n")
         write_atomic(args.out / "engine_vs_raw.md",
             "| loop | steps/s (median) | runs |\n|---|---|---|\n"
-            + "".join(f"| {k} | {summarize(v).median:.1f} | {', '.join(f'{x:.1f}' for x in v)} |\n"
+            + "".join(f"| {k} | {summarize(v).median:.4g} | {', '.join(f'{x:.4g}' for x in v)} |\n"
                       for k, v in runs.items()) + f"\n{line}\n")
     return 0
 

@@ -32,6 +32,7 @@
 # When a .whl folder exists (msgspec, libcst, ... built elsewhere), they are installed first
 # into /tmp/site with pip --no-index and put on PYTHONPATH before src/.
 set -u
+{  # the whole script is one group: bash parses it all before running, so an edit mid-run cannot break it
 
 TOTAL=470
 ONLY=""
@@ -136,10 +137,12 @@ CUDA_WHY=$(timeout 60 "$PY" -c "import torch; print('' if torch.cuda.is_availabl
     f'no CUDA device (torch {torch.__version__}, CUDA build {torch.version.cuda})')" 2>&1 | tail -1)
 # sizes: the GPU run, or the CPU rehearsal (small)
 ENGINE_ARGS=(); PYTEST_PATHS=(tests); DOCTOR_STEPS=(--steps 10 --warmup 3); SCRIPT_STEPS=40; TUNE_BUDGET=75
+CNN_ARGS=(); GPT_ARGS=()
 if [ "$DEV" = cpu ]; then
     CUDA_WHY=""
     ENGINE_ARGS=(--steps 10 --warmup 3 --repeats 1); PYTEST_PATHS=(tests/test_gpu_paths.py)
-    DOCTOR_STEPS=(--steps 4 --warmup 2 --no-probes); SCRIPT_STEPS=10; TUNE_BUDGET=30
+    DOCTOR_STEPS=(--steps 4 --warmup 2 --no-probes); SCRIPT_STEPS=10; TUNE_BUDGET=60
+    CNN_ARGS=(--width 8 --workers 1 --batch-size 16); GPT_ARGS=(--layers 1 --width 64 --block-size 32 --batch-size 8)
     note "rehearsal on the CPU: every stage with --device cpu at small sizes (not a GPU result)"
 fi
 PITSTOP=("$PY" -m pitstop)
@@ -167,7 +170,7 @@ fi
 if wanted engine; then
     if [ -n "$CUDA_WHY" ]; then skip engine "$CUDA_WHY"; else
         run engine 120 "$DIR/engine/engine_vs_raw.log" "$PY" benchmarks/engine_vs_raw.py --device "$DEV" \
-            --out "$DIR/engine" "${ENGINE_ARGS[@]}"
+            --out "$DIR/engine" ${ENGINE_ARGS[@]+"${ENGINE_ARGS[@]}"}
     fi
 fi
 
@@ -195,15 +198,17 @@ if wanted examples; then
         for ex in gpu_cnn gpu_transformer; do
             d="$DIR/examples/$ex"
             mkdir -p "$d"
+            if [ $ex = gpu_cnn ]; then size=(${CNN_ARGS[@]+"${CNN_ARGS[@]}"}); else size=(${GPT_ARGS[@]+"${GPT_ARGS[@]}"}); fi
             run "doctor $ex" 90 "$d/doctor.json" "${PITSTOP[@]}" doctor -m "pitstop.examples.$ex" "${DOCTOR_STEPS[@]}" \
-                --format json --trace "$d/trace" --html "$d/doctor.html" -- --device "$DEV" --steps "$SCRIPT_STEPS"
-            if [ -d "$d/trace" ]; then
+                --format json --trace "$d/trace" --html "$d/doctor.html" -- --device "$DEV" --steps "$SCRIPT_STEPS" \
+                ${size[@]+"${size[@]}"}
+            if ls "$d"/trace/*.json* >/dev/null 2>&1; then
                 run "trace $ex" 40 "$d/trace.txt" "${PITSTOP[@]}" trace "$d/trace"
             else skip "trace $ex" "the doctor wrote no trace"; fi
         done
         run "tune gpu_cnn" 100 "$DIR/examples/gpu_cnn/tune.json" "${PITSTOP[@]}" tune -m pitstop.examples.gpu_cnn \
             --steps 8 --warmup 3 --budget "$TUNE_BUDGET" --format json --save-recipe "$DIR/examples/gpu_cnn/recipe.toml" \
-            -- --device "$DEV" --steps 200
+            -- --device "$DEV" --steps 200 ${CNN_ARGS[@]+"${CNN_ARGS[@]}"}
     fi
 fi
 
@@ -219,3 +224,4 @@ echo "----- summary -----"
 cat "$SUMMARY"
 [ -s "$DIR/engine/engine_vs_raw.md" ] && tail -1 "$DIR/engine/engine_vs_raw.md"
 exit 0
+}

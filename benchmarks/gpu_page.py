@@ -72,11 +72,11 @@ def page(root: Path) -> tuple[str, dict | None]:
     out += ["## The check's stages (seconds, each under its own timeout)", "", "```",
             (summary or "summary.txt missing").rstrip(), "```", ""]
     st = _read(root / "selftest.json")
-    out += ["## `pitstop selftest --device cuda`", ""]
     try:
         selftest = json.loads(st) if st else None
     except json.JSONDecodeError:
         selftest = None
+    out += [f"## `pitstop selftest --device {(selftest or {}).get('device', '?')}`" if st else "## `pitstop selftest`", ""]
     if selftest and selftest.get("stages"):
         out += ["| stage | status | seconds | detail |", "|---|---|---|---|"]
         out += [f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {s['detail'].replace('|', '/')} |"
@@ -86,7 +86,8 @@ def page(root: Path) -> tuple[str, dict | None]:
         out += ["No selftest report in this run (see the stages above).", ""]
     bench_json = _read(root / "bench" / "gpu.json")
     bench = json.loads(bench_json) if bench_json else None
-    out += ["## `pitstop bench --device cuda`", ""]
+    out += [f"## `pitstop bench --device {(bench.get('device') or {}).get('device', '?')}`" if bench
+            else "## `pitstop bench`", ""]
     if bench:
         gpu = (bench.get("device") or {}).get("gpu") or {}
         out += [f"{len(bench['results'])} benchmarks in {bench['seconds']:.1f} s (run budget {bench.get('budget')} s) "

@@ -127,3 +127,25 @@ def test_engine_vs_raw_on_cuda(tmp_path):
     record = json.loads((tmp_path / "engine_vs_raw.json").read_text())
     assert record["ratio_of_medians"] > 0 and "CUDA" in record["device"]
 
+
+
+def test_gpu_page_copies_numbers_from_the_run_and_says_what_is_missing(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_page", ROOT / "benchmarks" / "gpu_page.py")
+    gpu_page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_page)
+    run = tmp_path / "gpu_check_out"
+    (run / "bench").mkdir(parents=True)
+    (run / "00_machine.txt").write_text("gpu_check.sh started 2026-01-01T00:00:00Z on box\nname, driver_version, "
+                                        "memory.total, compute_cap\nSome GPU, 999.1, 80 GiB, 9.0\nnoise line\n")
+    (run / "summary.txt").write_text("selftest                   ok       exit 0      99.0 s\n")
+    report = {"seconds": 61.5, "budget": 75.0, "device": {"device": "cuda", "gpu": {"name": "Some GPU"}},
+              "results": [{"code": "PIT607", "verdict": "confirmed", "seconds": 3.25,
+                           "ratio": {"value": 2.345, "low": 2.1, "high": 2.6, "confidence": 0.95},
+                           "claim": {"claimed_ratio": 2.0}}]}
+    (run / "bench" / "gpu.json").write_text(json.dumps(report))
+    text, bench = gpu_page.page(run)
+    assert "Some GPU, 999.1, 80 GiB, 9.0" in text and "noise line" not in text
+    assert "| PIT607 | confirmed | 2.35x | 2.10x-2.60x | 2x | 3.2 |" in text
+    assert "1 benchmarks in 61.5 s (run budget 75.0 s) on Some GPU." in text
+    assert "No selftest report in this run" in text and "No engine_vs_raw output in this run" in text
+    assert bench == report

@@ -80,7 +80,7 @@ class Plan:
 def plan_for(device: str, bench_codes: Sequence[str] | None = None) -> Plan:
     """CPU: small and quick (a few steps, no probes, one quick benchmark); CUDA: the real thing
     (probes on CUDA events, every benchmark at full size), inside 3 minutes: the bench aims at
-    75 s (``pitstop bench``'s run budget), and no stage may run past ``timeout``."""
+    60 s (``pitstop bench``'s run budget), and no stage may run past ``timeout``."""
     if device == "cpu":
         return Plan("cpu", script_steps=14, steps=3, warmup=1, probes=False,
                     bench_codes=tuple(bench_codes) if bench_codes is not None else ("PIT501",), bench_quick=True)

@@ -62,7 +62,7 @@ class Mode:
 MODES: dict[str, Mode] = {
     "tiny": Mode("tiny", min_rounds=2, max_rounds=3, samples=2, budget=0.3, run_budget=None),
     "quick": Mode("quick", min_rounds=3, max_rounds=6, samples=3, budget=2.0, run_budget=30.0),
-    "full": Mode("full", min_rounds=5, max_rounds=12, samples=3, budget=8.0, run_budget=75.0),
+    "full": Mode("full", min_rounds=5, max_rounds=12, samples=3, budget=8.0, run_budget=60.0),
 }
 
 #: At most this many calls in one block (a call of a few microseconds would ask for more).

@@ -23,7 +23,7 @@ class BenchCommand(Command):
                             help="torch intra-op threads while measuring (default 1, like torch.utils.benchmark: "
                                  "stable ratios on a busy machine; give the core count for multi-threaded speed)")
         parser.add_argument("--budget", type=float, metavar="SECONDS",
-                            help="seconds the whole run aims at (default 75, 30 with --quick): each benchmark "
+                            help="seconds the whole run aims at (default 60, 30 with --quick): each benchmark "
                                  "warms up once, times rounds sized to its share and stops once its verdict is "
                                  "decided; set-up and compile time come on top")
         parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
