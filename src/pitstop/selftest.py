@@ -9,7 +9,10 @@ and exit codes a user gets), its output checked here:
    host-only: a CPU run has no GPU events);
 3. ``compare``: ``pitstop compare`` of the doctor report with itself (no change, exit 0);
 4. ``bench``: ``pitstop bench --device D`` writing its Markdown and JSON reports (on CUDA
-   ``--bench-out docs/bench/gpu.md`` fills the GPU page).
+   ``benchmarks/gpu_check.sh`` runs the selftest and ``benchmarks/gpu_page.py`` writes
+   ``docs/bench/gpu.md`` from them).
+
+Every stage is timed (``Stage.seconds``), and so is the chain (``SelftestReport.seconds``).
 
 Without a GPU ``--device cuda`` is skipped with one reason. The result is a
 :class:`SelftestReport`; ``report/selftest_text.py`` renders it.
