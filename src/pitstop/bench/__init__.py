@@ -13,7 +13,7 @@ module never loads torch.
 """
 
 from pitstop.bench.base import KINDS, Benchmark, BenchSkip, Claim, Comparison, Measurement, Outcome
-from pitstop.bench.verdict import CONFIRMED, NOT_HERE, REFUTED, SCOPES, SKIPPED, VERDICTS, Verdict, judge
+from pitstop.bench.verdict import CONFIRMED, ERROR, NOT_HERE, REFUTED, SCOPES, SKIPPED, VERDICTS, Verdict, judge
 
 __all__ = [
     "KINDS",
@@ -24,6 +24,7 @@ __all__ = [
     "Measurement",
     "Outcome",
     "CONFIRMED",
+    "ERROR",
     "NOT_HERE",
     "REFUTED",
     "SCOPES",

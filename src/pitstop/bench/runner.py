@@ -17,7 +17,7 @@ from typing import Any
 
 from pitstop import catalog, stats
 from pitstop.bench.base import Benchmark, BenchSkip, Claim, Measurement, Outcome
-from pitstop.bench.verdict import CONFIDENCE, SKIPPED, Verdict, judge, settled
+from pitstop.bench.verdict import CONFIDENCE, ERROR, SKIPPED, Verdict, judge, settled
 
 __all__ = ["BenchResult", "BenchReport", "UnknownBenchmarkError", "available", "select", "run_one", "run_all", "json_schema"]
 
@@ -207,8 +207,8 @@ def _settled(cls: type[Benchmark], device: str) -> Callable[[Sequence[Measuremen
 def run_one(cls: type[Benchmark], ctx: Any, budget: float | None = None) -> BenchResult:
     """Run one benchmark in ``ctx`` (a :class:`~pitstop.bench.timing.BenchContext`) with
     ``budget`` seconds of timing (default ``ctx.budget``), its timing stopped as soon as the
-    verdict is decided; never raises for a benchmark's own failure: it becomes a ``skipped``
-    result with the reason."""
+    verdict is decided; never raises for a benchmark's own failure: it becomes an ``error``
+    result with the exception as the reason (a :class:`BenchSkip` a ``skipped`` one)."""
     import torch
 
     base = dict(code=cls.tip, name=cls.__name__, title=cls.title, claim=cls.claim)
@@ -227,7 +227,7 @@ def run_one(cls: type[Benchmark], ctx: Any, budget: float | None = None) -> Benc
     except BenchSkip as exc:
         return BenchResult(**base, verdict=SKIPPED, reason=exc.reason, seconds=time.perf_counter() - t0)
     except Exception as exc:  # noqa: BLE001 - one broken benchmark must not lose the others
-        return BenchResult(**base, verdict=SKIPPED, reason=f"error: {type(exc).__name__}: {exc}", error=True,
+        return BenchResult(**base, verdict=ERROR, reason=f"error: {type(exc).__name__}: {exc}", error=True,
                            seconds=time.perf_counter() - t0)
     finally:
         torch.set_num_threads(threads)

@@ -35,7 +35,9 @@ factor is claimed), wholly below ``1 / (1 + m)``, or wholly inside the tie band 
 an exact claim, and a ``gpu`` claim off a GPU (capped whatever the numbers), are settled at once.
 
 **skipped** (with the reason) is given by the runner when a benchmark cannot run here
-(no GPU, torch.compile unavailable, a benchmark error); the scope never changes a skip.
+(no GPU, torch.compile unavailable); the scope never changes a skip. **error** is given when
+the benchmark itself raised (a failed correctness check, a bug): the claim was not measured,
+and that is a fault to fix, not a property of the machine; ``pitstop bench`` exits 1 then.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ __all__ = [
     "NOT_HERE",
     "REFUTED",
     "SKIPPED",
+    "ERROR",
     "VERDICTS",
     "CONFIDENCE",
     "NOISE_MARGIN",
@@ -69,7 +72,8 @@ CONFIRMED = "confirmed"
 NOT_HERE = "not on this hardware"
 REFUTED = "refuted"
 SKIPPED = "skipped"
-VERDICTS = (CONFIRMED, NOT_HERE, REFUTED, SKIPPED)
+ERROR = "error"
+VERDICTS = (CONFIRMED, NOT_HERE, REFUTED, SKIPPED, ERROR)
 
 #: Confidence of the bootstrap interval on the ratio of medians.
 CONFIDENCE = 0.95

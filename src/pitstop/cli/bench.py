@@ -86,7 +86,16 @@ class BenchCommand(Command):
             except OSError as exc:
                 raise CliError(f"{opt} {path}: {exc.strerror or exc}") from None
             print(f"{opt[2:].upper()} report: {path}", file=sys.stderr)
-        return EXIT_FINDINGS if any(r.error for r in report.results) else EXIT_OK
+        # A benchmark that raised measured nothing: that is a fault (a failed correctness check, a
+        # bug), not a verdict about the machine, so the run exits 1 (like findings) and says which,
+        # on stderr too, where a script's log shows it; the other benchmarks' numbers stand.
+        errors = [r for r in report.results if r.error]
+        for r in errors:
+            print(f"pitstop bench: {r.code} raised, not measured: {r.reason}", file=sys.stderr)
+        if errors:
+            print(f"pitstop bench: exit 1: {len(errors)} of {len(report.results)} benchmark(s) raised an error",
+                  file=sys.stderr)
+        return EXIT_FINDINGS if errors else EXIT_OK
 
     @staticmethod
     def _run(selected, config):
