@@ -19,7 +19,9 @@
 #   selftest      pitstop selftest --device cuda (doctor + probes on CUDA events, trace of the
 #                 live trace, compare, and pitstop bench over every benchmark: bench/gpu.md +
 #                 bench/gpu.json, the page docs/bench/gpu.md is filled from)          (b) + (c)
-#   bench         pitstop bench --device cuda alone, only when the selftest left no bench JSON (c)
+#   bench         pitstop bench --device cuda alone, only when the selftest left no bench JSON (c):
+#                 bench/gpu.md, gpu.json, gpu.html; at the end benchmarks/gpu_page.py writes the
+#                 docs-ready page from the whole run: docs/gpu.md + docs/gpu.json (copy to docs/bench/)
 #   engine        benchmarks/engine_vs_raw.py: pitstop.fit vs a raw loop, bf16 + channels_last +
 #                 fused AdamW + torch.compile, ratio printed                              (e)
 #   pytest        the tests that take a CUDA path: pytest -k "cuda or gpu" (marker `cuda`,
@@ -162,7 +164,7 @@ if wanted bench || wanted selftest; then
     else
         mkdir -p "$DIR/bench"
         run bench 120 "$DIR/bench/gpu.md" "${PITSTOP[@]}" bench --device "$DEV" --format markdown \
-            --json "$DIR/bench/gpu.json"
+            --json "$DIR/bench/gpu.json" --html "$DIR/bench/gpu.html"
     fi
 fi
 
@@ -216,6 +218,11 @@ extra tune_path 150 benchmarks/gpu_tune_path.py
 
 # -- pack ------------------------------------------------------------------------------------
 note "$(printf '%-26s %s s of a %s s budget' total "$(( $(date +%s) - START ))" "$TOTAL")"
+# docs-ready: DIR/docs/gpu.md + gpu.json, the page docs/bench/gpu.md is (copy both to docs/bench/)
+if [ -s "$DIR/bench/gpu.json" ] || [ -s "$DIR/engine/engine_vs_raw.md" ]; then
+    timeout 60 "$PY" benchmarks/gpu_page.py "$DIR" --page "$DIR/docs/gpu.md" --json "$DIR/docs/gpu.json" \
+        > "$DIR/docs_page.log" 2>&1 || echo "gpu_page.py failed: see docs_page.log" >> "$DIR/docs_page.log"
+fi
 DEST=${OUT:-$(dirname "$DIR")}
 mkdir -p "$DEST"
 tar -czf "$DEST/gpu_check.tar.gz" -C "$(dirname "$DIR")" "$(basename "$DIR")" && cp "$SUMMARY" "$DEST/gpu_check_summary.txt" 2>/dev/null

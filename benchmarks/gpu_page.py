@@ -3,6 +3,11 @@
 
     python benchmarks/gpu_page.py gpu_check.tar.gz          # or the unpacked folder
     python benchmarks/gpu_page.py DIR --page docs/bench/gpu.md --json docs/bench/gpu.json
+    python benchmarks/gpu_page.py gpu_run1 --note "Measured before the fixes of ..."
+
+The source is the tarball or the folder; its top folder may have any name (gpu_check_out,
+gpu_run1, ...): the run is the folder holding ``00_machine.txt``. ``--note`` puts a paragraph
+under the title (e.g. which commit the run measured, and what was fixed after it).
 
 Sections: the machine (GPU, driver, torch, CUDA: from ``00_machine.txt``), the script's stages
 with their seconds (``summary.txt``), the selftest's stages (``selftest.json``), one row per
@@ -64,10 +69,13 @@ def _bench_table(report: dict) -> list[str]:
     return rows
 
 
-def page(root: Path) -> tuple[str, dict | None]:
+def page(root: Path, note: str = "") -> tuple[str, dict | None]:
     out = ["# pitstop on a GPU", "",
            "Written by `python benchmarks/gpu_page.py` from one `benchmarks/gpu_check.sh` run; every number below "
-           "is copied from that run's files.", "", "## Machine", "", "```", *_machine(root), "```", ""]
+           "is copied from that run's files.", ""]
+    if note:
+        out += [f"**Note.** {note.strip()}", ""]
+    out += ["## Machine", "", "```", *_machine(root), "```", ""]
     summary = _read(root / "summary.txt")
     out += ["## The check's stages (seconds, each under its own timeout)", "", "```",
             (summary or "summary.txt missing").rstrip(), "```", ""]
@@ -108,9 +116,14 @@ def main(argv=None) -> int:
     p.add_argument("source", type=Path, help="gpu_check.tar.gz or the folder it packed")
     p.add_argument("--page", type=Path, default=Path("docs/bench/gpu.md"))
     p.add_argument("--json", type=Path, default=Path("docs/bench/gpu.json"))
+    p.add_argument("--note", default="", help="a paragraph under the title (which commit, what changed since)")
     args = p.parse_args(argv)
+    if not args.source.exists():
+        raise SystemExit(f"gpu_page.py: {args.source}: no such file or folder")
     with tempfile.TemporaryDirectory() as scratch:
-        text, bench = page(_root(args.source, Path(scratch)))
+        text, bench = page(_root(args.source, Path(scratch)), args.note)
+    for target in (args.page, args.json):
+        target.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(args.page, text)
     print(f"wrote {args.page}")
     if bench is not None:

@@ -149,3 +149,23 @@ def test_gpu_page_copies_numbers_from_the_run_and_says_what_is_missing(tmp_path)
     assert "1 benchmarks in 61.5 s (run budget 75.0 s) on Some GPU." in text
     assert "No selftest report in this run" in text and "No engine_vs_raw output in this run" in text
     assert bench == report
+
+
+def test_gpu_page_reads_a_tarball_with_any_top_folder_and_puts_the_note_first(tmp_path):
+    """The committed docs/bench/gpu.md came from a run unpacked as gpu_run1/, not gpu_check_out/."""
+    spec = importlib.util.spec_from_file_location("gpu_page", ROOT / "benchmarks" / "gpu_page.py")
+    gpu_page = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_page)
+    run = tmp_path / "gpu_run1"
+    run.mkdir()
+    (run / "00_machine.txt").write_text("name, driver_version\nOther GPU, 1.0\n")
+    with tarfile.open(tmp_path / "run.tar.gz", "w:gz") as tar:
+        tar.add(run, arcname="gpu_run1")
+    page_path, json_path = tmp_path / "gpu.md", tmp_path / "gpu.json"
+    assert gpu_page.main([str(tmp_path / "run.tar.gz"), "--page", str(page_path), "--json", str(json_path),
+                          "--note", "Measured before the fixes."]) == 0
+    text = page_path.read_text()
+    assert text.index("**Note.** Measured before the fixes.") < text.index("## Machine") < text.index("Other GPU, 1.0")
+    assert "No bench report in this run" in text and not json_path.exists()
+    with pytest.raises(SystemExit, match="no such file"):
+        gpu_page.main([str(tmp_path / "missing.tar.gz")])
