@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from pitstop.bench import SKIPPED, VERDICTS, Benchmark, BenchSkip, Claim, Measurement, Outcome
+from pitstop.bench import ERROR, SKIPPED, VERDICTS, Benchmark, BenchSkip, Claim, Measurement, Outcome
 from pitstop.bench.runner import json_schema
 from pitstop.report.bench_html import to_html
 from pitstop.report.bench_text import to_json, to_markdown
@@ -128,16 +128,18 @@ def test_skips_and_errors_become_results_with_reasons(ctx):
     assert skipped.verdict == SKIPPED and skipped.reason == "needs something this machine lacks"
     assert not skipped.error
     crashed = run_one(_Crashes, ctx)
-    assert crashed.verdict == SKIPPED and crashed.error and "ZeroDivisionError: boom" in crashed.reason
+    assert crashed.verdict == ERROR and crashed.error and "ZeroDivisionError: boom" in crashed.reason
     wrong = run_one(_WrongNames, ctx)
-    assert wrong.error and "'b'" in wrong.reason
+    assert wrong.verdict == ERROR and wrong.error and "'b'" in wrong.reason
 
 
 def test_timer_gives_every_variant_samples(ctx):
     result = run_one(_Timed, ctx)
     assert result.verdict in VERDICTS and not result.error
     assert [m.name for m in result.measurements] == ["a", "b"]
-    assert all(m.summary.n >= ctx.mode.min_samples for m in result.measurements)
+    for m in result.measurements:  # every variant is timed in every round, at least min_rounds of them
+        assert len(set(m.rounds)) >= ctx.mode.min_rounds and m.summary.n >= len(set(m.rounds))
+    assert any(n.startswith("timed in ") for n in result.notes), result.notes
 
 
 def test_select_by_code_or_slug_and_refuse_others():
@@ -173,3 +175,28 @@ def test_report_renders_to_valid_json_markdown_and_html(ctx):
     page = to_html(report)
     assert page.count('data-kind="bar"') == 1  # one chart: the skipped result has none
     assert "needs something this machine lacks" in page
+
+
+def test_a_benchmark_error_is_reported_as_an_error_and_the_cli_exits_1(ctx, monkeypatch, capsys):
+    """Issue 29: on the H100 PIT606 raised (FusionMismatchError) and showed as **skipped** while
+    `pitstop bench` exited 1 with nothing on stderr. An error is its own verdict, valid in the
+    JSON schema, and the CLI names it on stderr; exit 1 because nothing was measured."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from pitstop.bench.device import device_info
+    from pitstop.cli import main
+    from pitstop.cli.bench import BenchCommand
+
+    crashed, timed = run_one(_Crashes, ctx), run_one(_Timed, ctx)
+    crashed.code, timed.code = "PIT998", "PIT999"
+    report = BenchReport("tiny", device_info("cpu", 1), "2024-01-01T00:00:00+00:00", [crashed, timed],
+                         load_average={"start": None, "end": None})
+    jsonschema.validate(json.loads(to_json(report)), json_schema())
+    monkeypatch.setattr(BenchCommand, "_run", staticmethod(lambda selected, config: report))
+    assert main(["bench", "PIT402", "--device", "cpu", "--format", "markdown"]) == 1
+    out = capsys.readouterr()
+    assert "| PIT998 |" in out.out and "**error** | error: ZeroDivisionError: boom |" in out.out
+    assert "| PIT999 |" in out.out and "**error**" not in out.out.split("| PIT999 |")[1].split("\n")[0]
+    assert "PIT998 raised, not measured: error: ZeroDivisionError: boom" in out.err
+    assert "exit 1: 1 of 2 benchmark(s) raised an error" in out.err
+    report.results = [timed]
+    assert main(["bench", "PIT402", "--device", "cpu", "--format", "markdown"]) == 0

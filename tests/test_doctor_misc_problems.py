@@ -33,11 +33,14 @@ def planted() -> dict[str, set[int]]:
 
 @pytest.fixture(scope="module")
 def report() -> dict:
+    # a CPU run on any machine: the fixture's DataParallel would scatter to cuda:0 where a GPU is
+    # visible (issue 29: it failed so on an H100), and the GPU-only checks are judged for the CPU
     out = run_cli("doctor", "--no-probes", "--format", "json", "--steps", "3", "--warmup", "1", str(SCRIPT),
-                  timeout=300)
+                  timeout=300, env={"CUDA_VISIBLE_DEVICES": ""})
     assert out.returncode == 0, out.stderr[-3000:]
     d = json.loads(out.stdout)
     assert d["outcome"] == "diagnosed" and d["check_errors"] == []
+    assert d["observations"]["device"] == "cpu"
     return d
 
 

@@ -181,9 +181,11 @@ def test_cuda_prefetcher_is_refused_on_cpu_and_skipped_without_cuda():
         CudaPrefetcher([], torch.device("cpu"), lambda b: b)
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device: the prefetcher's copy/compute overlap cannot run here")
-    items = [(torch.ones(4).pin_memory(), 1.0, True, 4)] * 3
-    out = list(CudaPrefetcher(items, torch.device("cuda"), lambda b: b.to("cuda", non_blocking=True)))
-    assert all(o[0].is_cuda and o[0].sum().item() == 4 for o in out)
+    # big distinct items: a wait on the wrong copy (the event is re-recorded per item) shows as a wrong sum
+    items = [(torch.full((1 << 22,), float(i)).pin_memory(), 1.0, True, 4) for i in range(6)]
+    sums = [o[0].sum().item() for o in CudaPrefetcher(items, torch.device("cuda"),
+                                                      lambda b: b.to("cuda", non_blocking=True))]
+    assert sums == [float(i << 22) for i in range(6)]
 
 
 def test_an_empty_loader_is_an_error_not_an_endless_loop():

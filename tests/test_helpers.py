@@ -220,3 +220,55 @@ def test_fuse_for_inference_keeps_bottleneck_linears_unfolded():
     assert pitstop.fuse_for_inference(bottleneck).fused_pairs == []
     wide = nn.Sequential(nn.Linear(64, 256), nn.Linear(256, 64))
     assert pitstop.fuse_for_inference(wide).fused_pairs == [("0", "1")]
+
+
+def _precision_state():
+    """The fp32 math settings a forward sees (the new per-backend API where torch has it)."""
+    b = torch.backends
+    if hasattr(b.cudnn, "conv") and hasattr(b.cudnn.conv, "fp32_precision"):
+        return (b.cuda.matmul.fp32_precision, b.cudnn.conv.fp32_precision, b.mkldnn.matmul.fp32_precision)
+    return (torch.get_float32_matmul_precision(), b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32)
+
+
+@pytest.mark.parametrize("api", ["legacy", "new"])
+def test_fuse_for_inference_checks_in_full_fp32_and_restores_the_users_tf32(api):
+    """Issue 29: on an H100, cuDNN's default TF32 convolutions made a correct Conv+BN fold
+    differ by 4e-4 and raise FusionMismatchError. The check must run in IEEE fp32 (TF32 and
+    autocast off) and put the user's settings back, set through either torch API."""
+    from pitstop.helpers.precision import full_fp32
+
+    b = torch.backends
+    new_api = hasattr(b.cudnn, "conv") and hasattr(b.cudnn.conv, "fp32_precision")
+    if api == "new" and not new_api:
+        pytest.skip(f"torch {torch.__version__} has no per-backend fp32_precision settings")
+    before = _precision_state()
+    saved = [(o, a, getattr(o, a)) for o, a in ((b.cuda.matmul, "fp32_precision"), (b.cudnn.conv, "fp32_precision"),
+                                                 (b.mkldnn.matmul, "fp32_precision"))] if new_api else []
+    try:
+        if api == "legacy":
+            torch.set_float32_matmul_precision("high")
+            b.cudnn.allow_tf32 = True
+        else:
+            b.cuda.matmul.fp32_precision = "tf32"
+            b.cudnn.conv.fp32_precision = "tf32"
+            b.mkldnn.matmul.fp32_precision = "bf16"
+        user = _precision_state()
+        seen = []
+        m = _trained_bn_cnn().eval()
+        m.register_forward_hook(lambda mod, args, out: seen.append((_precision_state(), torch.is_autocast_enabled("cpu"))))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            pitstop.fuse_for_inference(m, torch.randn(2, 3, 32, 32))
+            assert torch.is_autocast_enabled("cpu")  # the caller's autocast is back
+        ieee = (("ieee",) * 3) if new_api else ("highest", False, False)
+        assert seen and all(s == (ieee, False) for s in seen), seen
+        assert _precision_state() == user != ieee
+        with pytest.raises(ZeroDivisionError), full_fp32():
+            1 / 0
+        assert _precision_state() == user  # restored when the block raises too
+    finally:
+        if api == "legacy":
+            torch.set_float32_matmul_precision("highest")
+            b.cudnn.allow_tf32 = True
+        for obj, attr, value in saved:
+            setattr(obj, attr, value)
+    assert _precision_state() == before

@@ -9,7 +9,10 @@ and exit codes a user gets), its output checked here:
    host-only: a CPU run has no GPU events);
 3. ``compare``: ``pitstop compare`` of the doctor report with itself (no change, exit 0);
 4. ``bench``: ``pitstop bench --device D`` writing its Markdown and JSON reports (on CUDA
-   ``--bench-out docs/bench/gpu.md`` fills the GPU page).
+   ``benchmarks/gpu_check.sh`` runs the selftest and ``benchmarks/gpu_page.py`` writes
+   ``docs/bench/gpu.md`` from them).
+
+Every stage is timed (``Stage.seconds``), and so is the chain (``SelftestReport.seconds``).
 
 Without a GPU ``--device cuda`` is skipped with one reason. The result is a
 :class:`SelftestReport`; ``report/selftest_text.py`` renders it.
@@ -51,6 +54,7 @@ class SelftestReport:
     out_dir: str
     stages: tuple[Stage, ...] = ()
     skipped: str | None = None
+    seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
@@ -58,7 +62,7 @@ class SelftestReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"device": self.device, "out_dir": self.out_dir, "ok": self.ok, "skipped": self.skipped,
-                "stages": [s.__dict__ for s in self.stages]}
+                "seconds": round(self.seconds, 2), "stages": [s.__dict__ for s in self.stages]}
 
 
 @dataclass(frozen=True)
@@ -78,12 +82,13 @@ class Plan:
 
 def plan_for(device: str, bench_codes: Sequence[str] | None = None) -> Plan:
     """CPU: small and quick (a few steps, no probes, one quick benchmark); CUDA: the real thing
-    (probes on CUDA events, every benchmark at full size)."""
+    (probes on CUDA events, every benchmark at full size), inside 3 minutes: the bench aims at
+    60 s (``pitstop bench``'s run budget), and no stage may run past ``timeout``."""
     if device == "cpu":
         return Plan("cpu", script_steps=14, steps=3, warmup=1, probes=False,
                     bench_codes=tuple(bench_codes) if bench_codes is not None else ("PIT501",), bench_quick=True)
     return Plan("cuda", script_steps=60, steps=10, warmup=3, probes=True,
-                bench_codes=tuple(bench_codes or ()), bench_quick=False, timeout=3600.0)
+                bench_codes=tuple(bench_codes or ()), bench_quick=False, timeout=150.0)
 
 
 def cuda_unavailable() -> str | None:
@@ -199,6 +204,7 @@ def run_selftest(plan: Plan, out_dir: Path, bench_out: Path | None = None,
     (default ``out_dir/bench-<device>.md``; its JSON beside it). A failed stage does not stop
     the ones that do not need its output."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
     trace_dir, report = out_dir / "trace", out_dir / "doctor.json"
     stages: list[Stage] = []
 
@@ -227,7 +233,7 @@ def run_selftest(plan: Plan, out_dir: Path, bench_out: Path | None = None,
     bench_args = ["bench", *plan.bench_codes, "--device", plan.device, "--format", "markdown", "--json", str(bench_json)]
     bench_args += ["--quick"] if plan.bench_quick else []
     add(_stage("bench", bench_args, plan, _bench_check(md), stdout=md, files=[md, bench_json]))
-    return SelftestReport(plan.device, str(out_dir), tuple(stages))
+    return SelftestReport(plan.device, str(out_dir), tuple(stages), seconds=time.perf_counter() - started)
 
 
 def skipped(device: str, out_dir: Path, reason: str) -> SelftestReport:

@@ -3,7 +3,8 @@
 - :mod:`pitstop.bench.base` (torch-free): :class:`Benchmark`, :class:`Claim`,
   :class:`Measurement`, :class:`Outcome`, :class:`BenchSkip`: what tip modules import.
 - :mod:`pitstop.bench.verdict` (torch-free): the verdict rule.
-- :mod:`pitstop.bench.timing`: :class:`~pitstop.bench.timing.BenchContext` (Timer-based timing).
+- :mod:`pitstop.bench.timing`: :class:`~pitstop.bench.timing.BenchContext` (adaptive rounds in a time budget, stopped
+  once the verdict is decided).
 - :mod:`pitstop.bench.runner`: selection, running, results, the JSON schema. The output is rendered
   by ``report/bench_text.py`` (terminal, JSON, Markdown) and ``report/bench_html.py``.
 
@@ -12,7 +13,7 @@ module never loads torch.
 """
 
 from pitstop.bench.base import KINDS, Benchmark, BenchSkip, Claim, Comparison, Measurement, Outcome
-from pitstop.bench.verdict import CONFIRMED, NOT_HERE, REFUTED, SCOPES, SKIPPED, VERDICTS, Verdict, judge
+from pitstop.bench.verdict import CONFIRMED, ERROR, NOT_HERE, REFUTED, SCOPES, SKIPPED, VERDICTS, Verdict, judge
 
 __all__ = [
     "KINDS",
@@ -23,6 +24,7 @@ __all__ = [
     "Measurement",
     "Outcome",
     "CONFIRMED",
+    "ERROR",
     "NOT_HERE",
     "REFUTED",
     "SCOPES",

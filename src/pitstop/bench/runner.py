@@ -17,7 +17,7 @@ from typing import Any
 
 from pitstop import catalog, stats
 from pitstop.bench.base import Benchmark, BenchSkip, Claim, Measurement, Outcome
-from pitstop.bench.verdict import CONFIDENCE, SKIPPED, Verdict, judge
+from pitstop.bench.verdict import CONFIDENCE, ERROR, SKIPPED, Verdict, judge, settled
 
 __all__ = ["BenchResult", "BenchReport", "UnknownBenchmarkError", "available", "select", "run_one", "run_all", "json_schema"]
 
@@ -102,6 +102,7 @@ class BenchReport:
     results: list[BenchResult]
     seconds: float = 0.0
     load_average: dict[str, list[float] | None] = field(default_factory=dict)
+    budget: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         from pitstop import __version__
@@ -111,6 +112,7 @@ class BenchReport:
             "mode": self.mode,
             "started": self.started,
             "seconds": round(self.seconds, 2),
+            "budget": self.budget,
             "device": self.device,
             "load_average": self.load_average,
             "verdict_rule": _rule_summary(),
@@ -126,7 +128,9 @@ def _rule_summary() -> str:
             f"refuted when the interval lies below 1/{1 + v.NOISE_MARGIN:g} or a check fails; otherwise "
             f"not on this hardware. exact: confirmed when every claimed value matches within "
             f"{v.EXACT_TOLERANCE:.0%}. scope: a claim about GPUs (scope gpu) measured on a device other than "
-            f"{'/'.join(v.GPU_DEVICES)} is capped at not on this hardware, its numbers still shown.")
+            f"{'/'.join(v.GPU_DEVICES)} is capped at not on this hardware, its numbers still shown. timing: warm-up "
+            f"once, then rounds sized to each benchmark's time budget, stopped as soon as the interval decides "
+            f"the verdict.")
 
 
 def _ratio_dict(r: stats.RatioInterval | None) -> dict[str, float] | None:
@@ -184,9 +188,27 @@ def _evaluate(cls: type[Benchmark], outcome: Outcome,
     return ratio, verdict, comparisons
 
 
-def run_one(cls: type[Benchmark], ctx: Any) -> BenchResult:
-    """Run one benchmark in ``ctx`` (a :class:`~pitstop.bench.timing.BenchContext`); never raises
-    for a benchmark's own failure: it becomes a ``skipped`` result with the reason."""
+def _settled(cls: type[Benchmark], device: str) -> Callable[[Sequence[Measurement]], bool]:
+    """Does a list of measurements already decide ``cls``'s verdict (``verdict.settled``)? False
+    while a measurement the claim names is missing (taken by a later ``ctx.time`` call)."""
+    claim = cls.claim
+
+    def decided(measured: Sequence[Measurement]) -> bool:
+        if claim.kind == "exact":
+            return True
+        by_name = {m.name: m for m in measured}
+        if any(n not in by_name for n in (*claim.baseline_names, *claim.candidate_names)):
+            return False
+        ratio = _interval(by_name, claim.baseline_names, claim.candidate_names)
+        return settled(ratio, claim.ratio, device=device, scope=claim.scope)
+    return decided
+
+
+def run_one(cls: type[Benchmark], ctx: Any, budget: float | None = None) -> BenchResult:
+    """Run one benchmark in ``ctx`` (a :class:`~pitstop.bench.timing.BenchContext`) with
+    ``budget`` seconds of timing (default ``ctx.budget``), its timing stopped as soon as the
+    verdict is decided; never raises for a benchmark's own failure: it becomes an ``error``
+    result with the exception as the reason (a :class:`BenchSkip` a ``skipped`` one)."""
     import torch
 
     base = dict(code=cls.tip, name=cls.__name__, title=cls.title, claim=cls.claim)
@@ -195,6 +217,7 @@ def run_one(cls: type[Benchmark], ctx: Any) -> BenchResult:
         why = f" {cls.gpu_why}" if cls.gpu_why else ""
         return BenchResult(**base, verdict=SKIPPED,
                            reason=f"GPU-only benchmark: needs a CUDA device, and this run is on {ctx.device}.{why}")
+    ctx = ctx.bound(ctx.budget if budget is None else budget, _settled(cls, ctx.device))
     torch.manual_seed(0)
     threads = torch.get_num_threads()
     torch.set_num_threads(ctx.threads)  # the Timer times with ctx.threads: set-up and first calls too
@@ -204,7 +227,7 @@ def run_one(cls: type[Benchmark], ctx: Any) -> BenchResult:
     except BenchSkip as exc:
         return BenchResult(**base, verdict=SKIPPED, reason=exc.reason, seconds=time.perf_counter() - t0)
     except Exception as exc:  # noqa: BLE001 - one broken benchmark must not lose the others
-        return BenchResult(**base, verdict=SKIPPED, reason=f"error: {type(exc).__name__}: {exc}", error=True,
+        return BenchResult(**base, verdict=ERROR, reason=f"error: {type(exc).__name__}: {exc}", error=True,
                            seconds=time.perf_counter() - t0)
     finally:
         torch.set_num_threads(threads)
@@ -215,7 +238,8 @@ def run_one(cls: type[Benchmark], ctx: Any) -> BenchResult:
             torch.cuda.empty_cache()
     return BenchResult(**base, verdict=verdict.verdict, reason=verdict.reason, workload=outcome.workload,
                        measurements=list(outcome.measurements), ratio=ratio, comparisons=comparisons,
-                       checks=dict(outcome.checks), notes=list(outcome.notes), seconds=time.perf_counter() - t0)
+                       checks=dict(outcome.checks), notes=[*outcome.notes, *(log.note() for log in ctx.log)],
+                       seconds=time.perf_counter() - t0)
 
 
 def run_all(selected: Sequence[type[Benchmark]], config: Any,
@@ -223,7 +247,7 @@ def run_all(selected: Sequence[type[Benchmark]], config: Any,
             on_done: Callable[[BenchResult], None] | None = None) -> BenchReport:
     """Run ``selected`` under ``config`` (a :class:`~pitstop.bench.timing.BenchConfig`)."""
     from pitstop.bench.device import device_info, load_average, pick_device
-    from pitstop.bench.timing import BenchContext
+    from pitstop.bench.timing import BenchContext, benchmark_budget
 
     device = pick_device(config.device)
     ctx = BenchContext(device, config.mode, config.threads)
@@ -231,15 +255,17 @@ def run_all(selected: Sequence[type[Benchmark]], config: Any,
     load_start = load_average()
     t0 = time.perf_counter()
     results = []
-    for cls in selected:
+    for i, cls in enumerate(selected):
         if on_start:
             on_start(cls)
-        result = run_one(cls, ctx)
+        budget = benchmark_budget(ctx.mode, config.run_budget, time.perf_counter() - t0, len(selected) - i)
+        result = run_one(cls, ctx, budget)
         results.append(result)
         if on_done:
             on_done(result)
     return BenchReport(mode=config.mode, device=device_info(device, ctx.threads), started=started, results=results,
-                       seconds=time.perf_counter() - t0, load_average={"start": load_start, "end": load_average()})
+                       seconds=time.perf_counter() - t0, load_average={"start": load_start, "end": load_average()},
+                       budget=config.run_budget)
 
 
 def json_schema() -> dict[str, Any]:

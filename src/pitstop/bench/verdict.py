@@ -29,8 +29,15 @@ device other than ``cuda`` its verdict is capped at **not on this hardware**, wh
 the numbers are still shown. On ``cuda`` the rules apply unchanged. A claim with
 ``scope == "any"`` (the default) is judged by rules 1-4 on every device.
 
+**Settled** (``settled``): the timing stops early once more samples could not change the
+verdict: the interval lies wholly above ``1 + m`` (and wholly on one side of ``0.9 c`` when a
+factor is claimed), wholly below ``1 / (1 + m)``, or wholly inside the tie band between them;
+an exact claim, and a ``gpu`` claim off a GPU (capped whatever the numbers), are settled at once.
+
 **skipped** (with the reason) is given by the runner when a benchmark cannot run here
-(no GPU, torch.compile unavailable, a benchmark error); the scope never changes a skip.
+(no GPU, torch.compile unavailable); the scope never changes a skip. **error** is given when
+the benchmark itself raised (a failed correctness check, a bug): the claim was not measured,
+and that is a fault to fix, not a property of the machine; ``pitstop bench`` exits 1 then.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ __all__ = [
     "NOT_HERE",
     "REFUTED",
     "SKIPPED",
+    "ERROR",
     "VERDICTS",
     "CONFIDENCE",
     "NOISE_MARGIN",
@@ -57,13 +65,15 @@ __all__ = [
     "judge_speedup",
     "judge_exact",
     "judge_scope",
+    "settled",
 ]
 
 CONFIRMED = "confirmed"
 NOT_HERE = "not on this hardware"
 REFUTED = "refuted"
 SKIPPED = "skipped"
-VERDICTS = (CONFIRMED, NOT_HERE, REFUTED, SKIPPED)
+ERROR = "error"
+VERDICTS = (CONFIRMED, NOT_HERE, REFUTED, SKIPPED, ERROR)
 
 #: Confidence of the bootstrap interval on the ratio of medians.
 CONFIDENCE = 0.95
@@ -157,3 +167,21 @@ def judge(kind: str, claimed: float | None, ratio: RatioInterval, *, device: str
     else:
         verdict = judge_speedup(ratio, claimed)
     return judge_scope(verdict, scope, device)
+
+
+def settled(ratio: RatioInterval, claimed: float | None, *, device: str, scope: str = "any", kind: str = "speedup",
+            margin: float = NOISE_MARGIN, tolerance: float = CLAIM_TOLERANCE) -> bool:
+    """Whether the verdict of :func:`judge` is already decided by ``ratio`` (more samples only
+    narrow the interval around its point, so an interval wholly on one side of every boundary of
+    the rule cannot change sides). Used by the timing to stop a benchmark early."""
+    if scope not in SCOPES:
+        raise ValueError(f"claim scope {scope!r} is not one of {SCOPES}")
+    if kind == "exact" or (scope == "gpu" and device not in GPU_DEVICES):
+        return True
+    up, down = 1 + margin, 1 / (1 + margin)
+    if ratio.low > up:
+        bar = None if claimed is None else claimed * (1 - tolerance)
+        return bar is None or ratio.low >= bar or ratio.high < bar
+    if ratio.high < down:
+        return True
+    return down < ratio.low and ratio.high < up

@@ -17,11 +17,15 @@ class BenchCommand(Command):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("codes", nargs="*", metavar="CODE", help="tip codes or slugs (default: every benchmark)")
         parser.add_argument("--quick", action="store_true",
-                            help="small sizes and few repeats: all benchmarks in about a minute (noisier)")
+                            help="small sizes and few rounds: all benchmarks in well under a minute (noisier)")
         parser.add_argument("--device", choices=("cpu", "cuda"), help="force a device (default: cuda if available)")
         parser.add_argument("--threads", type=int, metavar="N", default=1,
                             help="torch intra-op threads while measuring (default 1, like torch.utils.benchmark: "
                                  "stable ratios on a busy machine; give the core count for multi-threaded speed)")
+        parser.add_argument("--budget", type=float, metavar="SECONDS",
+                            help="seconds the whole run aims at (default 60, 30 with --quick): each benchmark "
+                                 "warms up once, times rounds sized to its share and stops once its verdict is "
+                                 "decided; set-up and compile time come on top")
         parser.add_argument("--format", choices=("text", "json", "markdown"), default="text")
         parser.add_argument("--html", type=Path, metavar="PATH", help="also write a self-contained HTML report")
         parser.add_argument("--json", type=Path, metavar="PATH", dest="json_path",
@@ -43,6 +47,8 @@ class BenchCommand(Command):
             return EXIT_OK
         if args.threads < 1:
             raise CliError(f"--threads must be >= 1, got {args.threads}")
+        if args.budget is not None and not args.budget > 0:
+            raise CliError(f"--budget must be > 0 seconds, got {args.budget:g}")
         for opt, path in (("--html", args.html), ("--json", args.json_path)):
             if path is None:
                 continue
@@ -55,7 +61,8 @@ class BenchCommand(Command):
             device = pick_device(args.device)
         except ValueError as exc:
             raise CliError(str(exc)) from None
-        config = BenchConfig(mode="quick" if args.quick else "full", device=device, threads=args.threads)
+        config = BenchConfig(mode="quick" if args.quick else "full", device=device, threads=args.threads,
+                             budget=args.budget)
         report = self._run(selected, config)
 
         from pitstop.atomic import write_atomic
@@ -79,7 +86,16 @@ class BenchCommand(Command):
             except OSError as exc:
                 raise CliError(f"{opt} {path}: {exc.strerror or exc}") from None
             print(f"{opt[2:].upper()} report: {path}", file=sys.stderr)
-        return EXIT_FINDINGS if any(r.error for r in report.results) else EXIT_OK
+        # A benchmark that raised measured nothing: that is a fault (a failed correctness check, a
+        # bug), not a verdict about the machine, so the run exits 1 (like findings) and says which,
+        # on stderr too, where a script's log shows it; the other benchmarks' numbers stand.
+        errors = [r for r in report.results if r.error]
+        for r in errors:
+            print(f"pitstop bench: {r.code} raised, not measured: {r.reason}", file=sys.stderr)
+        if errors:
+            print(f"pitstop bench: exit 1: {len(errors)} of {len(report.results)} benchmark(s) raised an error",
+                  file=sys.stderr)
+        return EXIT_FINDINGS if errors else EXIT_OK
 
     @staticmethod
     def _run(selected, config):

@@ -97,6 +97,12 @@ class CudaPrefetcher:
     that the compute stream uses the tensors, so their memory is not reused too early. The
     copy is only asynchronous from pinned memory (``pin_memory=True``, PIT102).
     ``items`` yields tuples whose first element is the batch.
+
+    Per item the hot path is one event record (on the copy stream, after the copy) and one
+    event wait (on the compute stream), with the same :class:`torch.cuda.Event` re-recorded:
+    ``Stream.wait_stream`` would create a new event per step. A wait enqueued before the
+    next record waits for the copy it was meant for (CUDA waits on the record current at the
+    time of the wait).
     """
 
     def __init__(self, items: Iterable[tuple], device: torch.device, move: Callable[[Any], Any]):
@@ -104,6 +110,7 @@ class CudaPrefetcher:
             raise ValueError(f"CudaPrefetcher needs a CUDA device, got {device}")
         self.items, self.device, self.move = items, device, move
         self.stream = torch.cuda.Stream(device=device)
+        self.copied = torch.cuda.Event()
 
     def _load(self, it: Iterator[tuple]) -> tuple | None:
         try:
@@ -111,14 +118,16 @@ class CudaPrefetcher:
         except StopIteration:
             return None
         with torch.cuda.stream(self.stream):
-            return (self.move(item[0]), *item[1:])
+            moved = (self.move(item[0]), *item[1:])
+        self.copied.record(self.stream)
+        return moved
 
     def __iter__(self) -> Iterator[tuple]:
         it = iter(self.items)
         current = torch.cuda.current_stream(self.device)
         nxt = self._load(it)
         while nxt is not None:
-            current.wait_stream(self.stream)
+            current.wait_event(self.copied)  # this item's copy (recorded last), not a later one
             item = nxt
             _record_stream(item[0], current)
             nxt = self._load(it)  # queue the next copy before the caller queues its compute

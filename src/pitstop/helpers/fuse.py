@@ -17,6 +17,8 @@ import torch
 from torch import fx, nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
+from pitstop.helpers.precision import full_fp32
+
 __all__ = ["fuse_for_inference", "FusionMismatchError"]
 
 _CONV_BN = {nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d, nn.Conv3d: nn.BatchNorm3d}
@@ -115,8 +117,14 @@ def fuse_for_inference(model: nn.Module, example_input: torch.Tensor | None = No
 
     The copy is checked on ``example_input`` (or a random input shaped for the first
     layer) against the original in eval mode; :class:`FusionMismatchError` is raised when
-    ``torch.allclose(rtol, atol)`` fails. The original model is not modified. The copy
-    has attribute ``fused_pairs`` listing what was folded.
+    ``torch.allclose(rtol, atol)`` fails. The check runs in full fp32 (TF32 and autocast off,
+    restored after): it tests the folding, which is exact algebra, not the rounding of reduced
+    -precision math. With TF32 (cuDNN's default for fp32 convolutions on Ampere+ GPUs) both
+    models round to ~1e-3 relative, so comparing under TF32 would reject correct folds (seen:
+    max abs error 4e-4 on an H100) or need a tolerance loose enough to pass wrong ones.
+    The fused model then runs in whatever precision you run it in, as the original would.
+    The original model is not modified. The copy has attribute ``fused_pairs`` listing what
+    was folded.
     """
     reference = copy.deepcopy(model).eval()
     fused = copy.deepcopy(model).eval()
@@ -130,7 +138,7 @@ def fuse_for_inference(model: nn.Module, example_input: torch.Tensor | None = No
         _replace(fused, a, new)
         _replace(fused, b, nn.Identity())
     x = example_input if example_input is not None else _random_input(model)
-    with torch.inference_mode():
+    with torch.inference_mode(), full_fp32(x.device.type):
         want, got = reference(x), fused(x)
     if not torch.allclose(want, got, rtol=rtol, atol=atol):
         err = (want - got).abs().max().item()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from pitstop.bench.verdict import CONFIRMED, NOT_HERE, REFUTED
+from pitstop.bench.verdict import CONFIRMED, ERROR, NOT_HERE, REFUTED
 from pitstop.report.bench_text import busy_note, display_value, fmt_claimed, fmt_rate, fmt_ratio, fmt_spread, fmt_value, machine_line
 from pitstop.report.html import bar_chart, html_page
 
@@ -22,7 +22,7 @@ def _table(rows: list[list[str]], head: list[str]) -> str:
 
 
 def _result_html(r: Any) -> str:
-    color = {CONFIRMED: "#2e7d32", NOT_HERE: "#b26a00", REFUTED: "#c62828"}.get(r.verdict, "#777")
+    color = {CONFIRMED: "#2e7d32", NOT_HERE: "#b26a00", REFUTED: "#c62828", ERROR: "#c62828"}.get(r.verdict, "#777")
     parts = [
         f'<p class="claim">Seed {_esc(r.claim.seed)} claims: <q>{_esc(r.claim.text)}</q></p>',
         f'<p class="verdict" data-verdict="{_esc(r.verdict)}"><strong style="color:{color}">{_esc(r.verdict)}</strong>'

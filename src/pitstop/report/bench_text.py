@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from pitstop.bench.base import Measurement
-from pitstop.bench.verdict import CONFIRMED, NOT_HERE, REFUTED
+from pitstop.bench.verdict import CONFIRMED, ERROR, NOT_HERE, REFUTED
 from pitstop.jsoncodec import dumps
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
 
 __all__ = ["print_text", "to_json", "to_markdown", "fmt_ratio", "fmt_claimed", "fmt_value", "fmt_spread", "fmt_rate",
            "display_value", "machine_line", "busy_note"]
 
-_STYLE = {CONFIRMED: "green", NOT_HERE: "yellow", REFUTED: "red"}
+_STYLE = {CONFIRMED: "green", NOT_HERE: "yellow", REFUTED: "red", ERROR: "bold red"}
 
 
 def fmt_ratio(result: Any) -> str:

@@ -20,7 +20,8 @@ def render(report: Any, console: Console) -> None:
         console.print(f"  {s.name:<8} {_MARK.get(s.status, s.status):<8} {s.seconds:6.1f} s  {s.detail}", soft_wrap=True)
         if s.status == "failed" and s.command:
             console.print(f"           [dim]{s.command}[/]")
-    console.print("all stages passed" if report.ok else "[red]some stages failed[/]")
+    total = f" in {report.seconds:.1f} s"
+    console.print(f"all stages passed{total}" if report.ok else f"[red]some stages failed[/] ({total.strip()})")
 
 
 def bench_page(device: str, command: str, body: str) -> str:

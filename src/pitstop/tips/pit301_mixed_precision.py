@@ -87,7 +87,7 @@ from pitstop.bench.base import Benchmark, Claim, Comparison, Measurement, Outcom
 
 
 class MixedPrecisionBench(Benchmark, tip="PIT301"):
-    title = "Conv net training step: fp32 vs 16-bit autocast (bf16; fp16 where it runs)"
+    title = "Training step: fp32 vs 16-bit autocast (bf16; fp16 where it runs): conv net on CPU, MLP blocks on GPU"
     claim = Claim(
         seed="002",
         text="16-bit training ... can make your code run three times faster",
@@ -102,15 +102,33 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
         import contextlib
 
         import torch
+        from torch import nn
         from torch.nn import functional as F
 
         from pitstop.examples.models import make_cnn
 
-        batch = ctx.size(tiny=4, quick=16, full=64)
         torch.manual_seed(0)
-        model = make_cnn(naive=False, width=32).to(ctx.device)
-        x = torch.randn(batch, 3, 32, 32, device=ctx.device)
-        y = torch.randint(0, 10, (batch,), device=ctx.device)
+        if ctx.cuda:
+            # The seed's 3x is tensor-core matmul throughput; a GPU step must be matmul-bound to
+            # show it: on an H100 the CPU's SmallCNN at batch 64 took 2.1 ms, all launch overhead
+            # (measured 0.89x). Transformer-style MLP blocks, 8192 tokens x 1024 wide.
+            tokens, width, depth = ctx.size(tiny=(64, 64, 1), quick=(4096, 1024, 2), full=(8192, 1024, 4))
+            blocks = [nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width),
+                                    nn.LayerNorm(width)) for _ in range(depth)]
+            model = nn.Sequential(*blocks, nn.Linear(width, 1024)).to(ctx.device)
+            x = torch.randn(tokens, width, device=ctx.device)
+            y = torch.randint(0, 1024, (tokens,), device=ctx.device)
+            workload = (f"{depth} MLP block(s) (Linear({width}, {4 * width}) + GELU + Linear({4 * width}, {width}) + "
+                        f"LayerNorm) and a Linear({width}, 1024) head, {tokens} tokens, forward + cross-entropy + "
+                        f"backward on {ctx.device} (matmul-bound, as a transformer's MLP); fp32 matmuls at torch's "
+                        f"default precision ('highest': no TF32)")
+        else:
+            batch = ctx.size(tiny=4, quick=16, full=64)
+            model = make_cnn(naive=False, width=32).to(ctx.device)
+            x = torch.randn(batch, 3, 32, 32, device=ctx.device)
+            y = torch.randint(0, 10, (batch,), device=ctx.device)
+            workload = (f"SmallCNN (3 conv-BN-ReLU blocks, width 32, linear head) forward + cross-entropy + "
+                        f"backward, batch {batch} of 3x32x32 on {ctx.device}")
         half = torch.bfloat16
         if ctx.cuda and not torch.cuda.is_bf16_supported():
             half = torch.float16  # GPUs before Ampere: fp16 tensor cores only
@@ -130,8 +148,11 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
         if half is torch.bfloat16:
             # fp16 autocast runs on CPUs too, but some ops (e.g. conv backward) may take a slow
             # path: one probe step each at batch 1 decides whether fp16 is worth timing at all.
+            # Each probe step runs once untimed first: a first fp16 call loads kernels and picks
+            # cuDNN algorithms (on the H100 an unwarmed fp16 probe took 177 ms vs 2.9 ms in fp32).
             try:
                 step(None, x[:1], y[:1])
+                step(torch.float16, x[:1], y[:1])
                 fp32_1 = ctx.first_call(lambda: step(None, x[:1], y[:1]))
                 fp16_1 = ctx.first_call(lambda: step(torch.float16, x[:1], y[:1]))
             except (RuntimeError, TypeError) as exc:
@@ -143,7 +164,7 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
                 else:
                     probes = [Measurement("probe: fp32 step, batch 1", (fp32_1,), info=True),
                               Measurement("probe: fp16 autocast step, batch 1", (fp16_1,), info=True)]
-                    extra_notes.append(f"fp16 autocast is not timed: one step at batch 1 took {fp16_1:.2f} s vs "
+                    extra_notes.append(f"fp16 autocast is not timed: one warmed-up step at batch 1 took {fp16_1:.2f} s vs "
                                        f"{fp32_1 * 1e3:.1f} ms in fp32 ({fp16_1 / fp32_1:.0f}x slower; a slow "
                                        f"fp16 path on this {ctx.device}).")
         measured = ctx.time(variants, notes=notes)
@@ -156,9 +177,7 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
             if note is not None:
                 extra_notes.append(f"{note.text()}.")
         return Outcome(
-            workload=f"SmallCNN (3 conv-BN-ReLU blocks, width 32, linear head) forward + cross-entropy + backward, "
-                     f"batch {batch} of 3x32x32 on {ctx.device}; the candidate autocasts to {dtype_name[half]}; no "
-                     f"GradScaler in the timed step",
+            workload=f"{workload}; the candidate autocasts to {dtype_name[half]}; no GradScaler in the timed step",
             measurements=[*measured, *probes],
             comparisons=comparisons,
             notes=[*extra_notes, "The seed's 3x (and 3x-8x) is about NVIDIA GPUs with fp16 tensor cores (V100, "
