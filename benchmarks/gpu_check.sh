@@ -149,15 +149,17 @@ if [ "$DEV" = cpu ]; then
 fi
 PITSTOP=("$PY" -m pitstop)
 
-# -- (b) + (c) selftest, bench over every benchmark inside it --------------------------------
-if wanted selftest; then
-    if [ -n "$CUDA_WHY" ]; then skip selftest "$CUDA_WHY"; else
-        mkdir -p "$DIR/bench"
-        run selftest 230 "$DIR/selftest.json" "${PITSTOP[@]}" selftest --device "$DEV" --out "$DIR/selftest" \
-            --bench-out "$DIR/bench/gpu.md" --format json
-    fi
-fi
-if wanted bench || wanted selftest; then
+# -- (f) other GPU checks, when their scripts exist --------------------------------------------
+extra() {  # extra NAME CAP SCRIPT
+    if ! wanted "$1"; then return 0; fi
+    if [ ! -f "$3" ]; then skip "$1" "$3 is not in this checkout"
+    elif [ -n "$CUDA_WHY" ]; then skip "$1" "$CUDA_WHY"
+    elif [ "$DEV" = cpu ]; then skip "$1" "not rehearsed on the CPU (another engineer's GPU check)"
+    else run "$1" "$2" "$DIR/$1/$1.log" "$PY" "$3" --out "$DIR/$1"; fi
+}
+
+extra doctor_loops 180 benchmarks/gpu_doctor_loops.py
+if wanted bench; then
     if [ -n "$CUDA_WHY" ]; then skip bench "$CUDA_WHY"
     elif [ -s "$DIR/bench/gpu.json" ]; then
         note "$(printf '%-26s ok       done inside the selftest: bench/gpu.md, bench/gpu.json' bench)"
@@ -184,16 +186,6 @@ if wanted pytest; then
     fi
 fi
 
-# -- (f) other GPU checks, when their scripts exist --------------------------------------------
-extra() {  # extra NAME CAP SCRIPT
-    if ! wanted "$1"; then return 0; fi
-    if [ ! -f "$3" ]; then skip "$1" "$3 is not in this checkout"
-    elif [ -n "$CUDA_WHY" ]; then skip "$1" "$CUDA_WHY"
-    elif [ "$DEV" = cpu ]; then skip "$1" "not rehearsed on the CPU (another engineer's GPU check)"
-    else run "$1" "$2" "$DIR/$1/$1.log" "$PY" "$3" --out "$DIR/$1"; fi
-}
-extra doctor_loops 180 benchmarks/gpu_doctor_loops.py
-
 # -- (d) doctor, trace and tune on the bundled GPU examples ---------------------------------------
 if wanted examples; then
     if [ -n "$CUDA_WHY" ]; then skip examples "$CUDA_WHY"; else
@@ -214,7 +206,17 @@ if wanted examples; then
     fi
 fi
 
+
 extra tune_path 150 benchmarks/gpu_tune_path.py
+
+# -- (b) + (c) selftest, bench over every benchmark inside it --------------------------------
+if wanted selftest; then
+    if [ -n "$CUDA_WHY" ]; then skip selftest "$CUDA_WHY"; else
+        mkdir -p "$DIR/bench"
+        run selftest 230 "$DIR/selftest.json" "${PITSTOP[@]}" selftest --device "$DEV" --out "$DIR/selftest" \
+            --bench-out "$DIR/selftest_bench.md" --format json
+    fi
+fi
 
 # -- pack ------------------------------------------------------------------------------------
 note "$(printf '%-26s %s s of a %s s budget' total "$(( $(date +%s) - START ))" "$TOTAL")"
