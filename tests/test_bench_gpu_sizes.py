@@ -1,4 +1,4 @@
-"""The GPU-sized workloads of PIT301, PIT104 and PIT601 (issue 29: on an H100 the CPU sizes took
+"""The GPU-sized workloads of PIT301 and PIT104 (issue 29: on an H100 the CPU sizes took
 1.7-4.3 ms per step, launch overhead, and hid the claims) run here, on the CPU, at tiny size:
 the benchmark code takes its ``ctx.cuda`` branch with every tensor on the CPU. No timing is
 asserted; the test shows the GPU branch builds, runs and describes the workload it ran."""
@@ -25,7 +25,8 @@ class GpuSizedOnCpu(BenchContext):
 @pytest.mark.parametrize("code, says", [
     ("PIT301", ["MLP block(s)", "tokens", "matmul-bound", "no TF32"]),
     ("PIT104", ["autocast (both layouts)", "Conv2d(16, 16"]),
-    pytest.param("PIT601", ["autocast (eager and compiled)", "d=64"], marks=pytest.mark.slow),
+    # PIT601's GPU branch compiles a bf16 GPT: minutes of Inductor on 2 CPU cores (283 s measured), so it
+    # runs where it is meant to, in benchmarks/gpu_check.sh's bench stage on a GPU
 ])
 def test_gpu_branch_runs_tiny_and_names_its_workload(code, says):
     (cls,) = select([code])
