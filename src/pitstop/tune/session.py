@@ -67,6 +67,7 @@ class TuneSession:
         self.not_applicable: list[Trial] = []
         self.combination: list[CombineStep] = []
         self.best: Trial | None = None
+        self.stages: list = []                 # pitstop.tune.stages.Stage: the path, stage by stage
         self.notes: list[str] = []
         self.passes = 0
         self.survey_s = 0.0
