@@ -41,3 +41,21 @@ def test_the_path_holds_both_tricks_and_the_second_only_pays_on_top_of_the_first
     d = r.to_dict()
     assert [s["trick"] for s in d["stages"]] == ["num_workers=4", "halve-pace"]
     assert d["best"]["recipe"]["num_workers"] == 4 and "num_workers=4" in d["best"]["snippet"]
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm-worker", "fresh-process"])
+def test_a_run_whose_script_does_not_exit_is_stopped_and_keeps_its_measurement(warm):
+    import time
+
+    from pitstop.doctor.runner import EXIT_GRACE_S
+    from pitstop.tune.script import ScriptBackend
+
+    backend = ScriptBackend(str(TUNE / "lingering_train.py"), warm=warm, threads=1)
+    try:
+        started = time.monotonic()
+        run = backend.run((), [], steps=4, warmup=1, timeout=120)
+        took = time.monotonic() - started
+    finally:
+        backend.close()
+    assert run.ok and len(run.step_times) == 4, (run.status, run.message)
+    assert took < 120 / 2 and took >= EXIT_GRACE_S  # stopped after its report, long before the timeout
