@@ -163,3 +163,20 @@ def test_the_evidence_orders_candidates_and_amdahl_skips_a_phase_the_path_left_s
     assert why is not None and "optimizer about 1.0% of the step" in why
     assert "already shortened" in retry_reason(("data",), path, phases, small, bar=1.05, safety=2.0)
     assert shares_after(Context(phase_shares=SHARES), None, 2.0) is None  # a path trick that may change anything
+
+
+def test_a_torchrun_trial_whose_losses_differ_on_one_rank_only_is_rejected():
+    """Every rank's trajectory is checked (a job run's ``rank_losses``): rank 0 identical, rank 1
+    off by 20% under the trick: rejected, the rank named."""
+    workers, halve = _knobs()
+
+    class Ranks(BottleneckBackend):
+        def run(self, settings, knobs, **kw):
+            run = super().run(settings, knobs, **kw)
+            off = 1.2 if any(s.knob == "workers" for s in settings) else 1.0
+            run.rank_losses = [list(run.losses), [v * off for v in run.losses]]
+            return run
+
+    r = search(Ranks([workers, halve]), [workers, halve], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=5))
+    t = r.trial("workers")
+    assert t.status == "rejected" and "rank 1 of 2" in t.reason
