@@ -78,3 +78,8 @@ def test_a_job_run_takes_the_slowest_rank_step_by_step_and_keeps_every_rank_s_lo
     assert run.rank_losses == [[1.0, 0.9, 0.8, 0.7], [2.0, 1.9, 1.8, 1.7]] and run.losses == [1.0, 0.9, 0.8, 0.7]
     failed = run_from_job(_Job([_Result([0.1], [1.0, 0.9]), _Result([], [1.0], status="error")]), 3)
     assert not failed.ok and failed.message.startswith("rank 1:")
+
+
+def test_cli_refuses_a_rank_count_below_one(cli):
+    out = cli("tune", str(TUNE / "tiny_train.py"), "--nproc-per-node", "0")
+    assert out.returncode == 2 and "--nproc-per-node must be >= 1, got 0" in out.stderr
