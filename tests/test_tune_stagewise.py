@@ -180,3 +180,15 @@ def test_a_torchrun_trial_whose_losses_differ_on_one_rank_only_is_rejected():
     r = search(Ranks([workers, halve]), [workers, halve], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=5))
     t = r.trial("workers")
     assert t.status == "rejected" and "rank 1 of 2" in t.reason
+
+
+def test_a_path_the_budget_left_unconfirmed_is_not_reported_confirmed():
+    from pitstop.report.tune_terminal import render_text
+    from pitstop.tune.result import CombineStep
+
+    r, _ = _run(list(_knobs()))
+    r.combination[-1] = CombineStep(r.best.name, "unconfirmed", "the time budget ran out", r.best.speed)
+    buf = io.StringIO()
+    render_text(r, file=buf, width=250)
+    text = buf.getvalue()
+    assert "unconfirmed: workers + halve: the time budget ran out" in text and "  confirmed: workers" not in text

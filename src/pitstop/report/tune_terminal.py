@@ -149,10 +149,13 @@ def _path(console: Any, result: TuneResult) -> None:
         cum = f", {st.cumulative:.2f}x cumulative over the baseline" if st.cumulative else ""
         held = "" if st.in_recipe else " [not in the recipe: the whole path did not hold in fresh pairs]"
         console.print(f"  stage {st.index}: + {st.trick}: {over}{clock}{cum}{held}", markup=False, highlight=False)
-    best = result.best
-    if best is not None and best.speed is not None:
+    best, last = result.best, result.combination[-1] if result.combination else None
+    if best is not None and best.speed is not None and last is not None and last.status == "confirmed":
         console.print(f"  confirmed: {best.name} vs the untouched baseline in fresh pairs: {_speed(best.speed)} "
                       f"({best.speed.measure.name} time)", markup=False, highlight=False)
+    elif best is not None and last is not None and last.status == "unconfirmed":
+        console.print(f"  unconfirmed: {best.name}: the time budget ran out before fresh pairs against the baseline "
+                      "(its claim is the one it was chosen with)", markup=False, highlight=False)
 
 
 def _best(console: Any, result: TuneResult) -> None:
