@@ -52,6 +52,9 @@ class TuneCommand(Command):
         parser.add_argument("--format", choices=("text", "json"), default="text")
         parser.add_argument("--save-recipe", type=Path, metavar="PATH",
                             help="write the winning Recipe (.toml or .json) for pitstop.fit / Recipe.load")
+        parser.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
+                            help="run every trial as a torchrun job of N ranks (DDP scripts): the slowest rank's "
+                                 "step time, the loss checked on every rank")
         parser.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                             help="progress bar on stderr (auto: when stderr is a terminal)")
         split_at_double_dash(parser)
@@ -73,6 +76,8 @@ class TuneCommand(Command):
         check_number("--margin", args.margin, low=0, high=MAX_MARGIN, high_open=True)
         if args.threads is not None and args.threads < 1:
             raise CliError(f"--threads must be >= 1, got {args.threads}")
+        if args.nproc_per_node is not None and args.nproc_per_node < 1:
+            raise CliError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
         if args.save_recipe is not None:  # checked before the search, not after it
             if args.save_recipe.suffix.lower() not in (".toml", ".json"):
                 raise CliError(f"--save-recipe {args.save_recipe}: use a .toml or .json file name")
@@ -92,7 +97,7 @@ class TuneCommand(Command):
             result = tune_script(script=args.script, module=module, args=args.script_args, steps=args.steps,
                                  warmup=args.warmup, repeats=args.repeats, budget=args.budget, only=args.only,
                                  timeout=args.timeout, margin=args.margin, seed=args.seed, progress=progress,
-                                 threads=args.threads, max_pairs=args.max_pairs)
+                                 threads=args.threads, max_pairs=args.max_pairs, nproc_per_node=args.nproc_per_node)
         except TuneInputError as exc:
             raise CliError(str(exc)) from None
         except TuneError as exc:

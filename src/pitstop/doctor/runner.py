@@ -34,7 +34,7 @@ from pathlib import Path
 from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
 from pitstop.lifecycle import exit_on_signals, guard_pipe, kill_group, pid_alive
 
-__all__ = ["run_script", "GRACE_S", "FINISH_GRACE_S", "ScriptNotFoundError", "ScriptSyntaxError", "check_target",
+__all__ = ["run_script", "GRACE_S", "FINISH_GRACE_S", "EXIT_GRACE_S", "ScriptNotFoundError", "ScriptSyntaxError", "check_target",
            "child_command", "child_env", "PARTIAL_SUFFIX", "FINISHING_SUFFIX"]
 
 #: seconds the parent waits past ``spec.timeout`` for the child's own partial report before
@@ -42,6 +42,10 @@ __all__ = ["run_script", "GRACE_S", "FINISH_GRACE_S", "ScriptNotFoundError", "Sc
 GRACE_S = 5.0
 #: at most this much longer while the child is writing its report (it said so on disk).
 FINISH_GRACE_S = 60.0
+#: seconds a child that wrote its whole report gets to exit; then its group is stopped and the
+#: report used (a script whose persistent DataLoader workers with pinned memory keep the
+#: process alive after its last measured step loses nothing and does not wait for the timeout)
+EXIT_GRACE_S = 5.0
 #: files next to RESULT.json: the child's progress snapshot, and the marker it creates when it
 #: starts writing its report
 PARTIAL_SUFFIX, FINISHING_SUFFIX = ".partial", ".finishing"
@@ -125,12 +129,18 @@ def _remove_stale_tmpdirs() -> None:
 
 def _wait(proc: subprocess.Popen, spec: RunSpec, result_path: Path) -> tuple[int, bool]:
     """Wait for the child; returns (returncode, killed_by_the_parent_after_the_timeout)."""
-    if spec.timeout is None:
-        return proc.wait(), False
-    try:
-        return proc.wait(timeout=spec.timeout + GRACE_S), False
-    except subprocess.TimeoutExpired:
-        pass
+    deadline = None if spec.timeout is None else time.monotonic() + spec.timeout + GRACE_S
+    reported = None  # when the whole report was first seen on disk
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            return proc.wait(timeout=0.25), False
+        except subprocess.TimeoutExpired:
+            pass
+        if reported is None and result_path.is_file():
+            reported = time.monotonic()
+        if reported is not None and time.monotonic() - reported > EXIT_GRACE_S:
+            kill_group(proc.pid)  # reported, then did not exit: stopped, the report stands
+            return proc.wait(), False
     finishing = Path(str(result_path) + FINISHING_SUFFIX)
     if finishing.exists() and not result_path.exists():
         try:  # the child is writing its report: give it time to finish

@@ -16,6 +16,8 @@ Lifecycle (tested in ``tests/test_doctor_ddp.py``):
 - Ctrl-C / SIGTERM / SIGHUP: each rank gets SIGTERM (it unwinds and writes what it measured),
   up to ``STOP_GRACE_S`` later everything is killed, and the job's result is ``interrupted``
   with the ranks' partial reports (or their progress snapshots);
+- a job whose ranks all wrote their reports but do not exit (persistent DataLoader workers can
+  keep a process alive) is stopped ``EXIT_GRACE_S`` later, the reports kept;
 - ``--timeout``: each rank's watchdog writes a ``timeout`` report (naming the collective it
   was waiting in); a rank that does not answer is killed ``JOB_GRACE_S`` later and its last
   progress snapshot is used.
@@ -33,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pitstop.doctor.rank import pid_path, result_path
-from pitstop.doctor.runner import FINISH_GRACE_S, FINISHING_SUFFIX, PARTIAL_SUFFIX, check_target, child_env
+from pitstop.doctor.runner import EXIT_GRACE_S, FINISH_GRACE_S, FINISHING_SUFFIX, PARTIAL_SUFFIX, check_target, child_env
 from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
 from pitstop.lifecycle import exit_on_signals, kill_group
 
@@ -113,14 +115,20 @@ def _wait_reports(agent: subprocess.Popen, directory: Path, seconds: float) -> N
 
 def _wait(agent: subprocess.Popen, spec: RunSpec, directory: Path) -> bool:
     """Wait for the agent; True when the parent had to kill the job after the timeout."""
-    if spec.timeout is None:
-        agent.wait()
-        return False
-    try:
-        agent.wait(timeout=spec.timeout + JOB_GRACE_S)
-        return False
-    except subprocess.TimeoutExpired:
-        pass
+    deadline = None if spec.timeout is None else time.monotonic() + spec.timeout + JOB_GRACE_S
+    reported = None  # when every local rank's whole report was first seen on disk
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            agent.wait(timeout=0.25)
+            return False
+        except subprocess.TimeoutExpired:
+            pass
+        pids = _rank_pids(directory)
+        if reported is None and len(pids) >= (spec.nproc_per_node or 1) and all(
+                result_path(directory, r).is_file() for r in pids):
+            reported = time.monotonic()
+        if reported is not None and time.monotonic() - reported > EXIT_GRACE_S:
+            return False  # every rank reported and the job did not exit: run_job stops it, the reports stand
     finishing = [Path(str(result_path(directory, r)) + FINISHING_SUFFIX) for r in _rank_pids(directory)]
     if any(f.exists() for f in finishing):
         try:

@@ -80,12 +80,13 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
     console.print("steps/s: the baseline's times the paired speed-up (wall-clock rates of single runs are in the JSON)",
                   markup=False, highlight=False)
     if result.combination:
-        console.print("[bold]greedy combination[/bold]")
+        console.print("[bold]stagewise search[/bold] (the remaining tricks measured again on top of each one added)")
         for step in result.combination:
             sp = step.speed
             iv = f" ({sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}])" if sp is not None else ""
             console.print(f"  {_STEP_TEXT.get(step.status, step.status):13s} {step.added}{iv}: {step.reason}",
                           markup=False, highlight=False)
+    _path(console, result)
     _best(console, result)
     if result.sweep:
         _sweep(console, result.sweep)
@@ -133,6 +134,28 @@ def _trials_table(result: TuneResult) -> Any:
                       str(sp.pairs) if sp is not None else "-", _mem(t.memory_change), _loss(t.loss_check),
                       f"[{style}]{verdict}[/]" if style else verdict, reason)
     return table
+
+
+def _path(console: Any, result: TuneResult) -> None:
+    """The path: each stage's trick, its speed-up over the previous stage (interval, clock) and
+    the cumulative speed-up over the baseline."""
+    if not result.stages:
+        return
+    console.print("[bold]path[/bold] (each trick measured on top of the stages before it)")
+    for st in result.stages:
+        sp = st.speed
+        over = f"{_speed(sp)} over {'the baseline' if st.index == 1 else f'stage {st.index - 1}'}" if sp else "-"
+        clock = f" ({st.clock} time)" if st.clock else ""
+        cum = f", {st.cumulative:.2f}x cumulative over the baseline" if st.cumulative else ""
+        held = "" if st.in_recipe else " [not in the recipe: the whole path did not hold in fresh pairs]"
+        console.print(f"  stage {st.index}: + {st.trick}: {over}{clock}{cum}{held}", markup=False, highlight=False)
+    best, last = result.best, result.combination[-1] if result.combination else None
+    if best is not None and best.speed is not None and last is not None and last.status == "confirmed":
+        console.print(f"  confirmed: {best.name} vs the untouched baseline in fresh pairs: {_speed(best.speed)} "
+                      f"({best.speed.measure.name} time)", markup=False, highlight=False)
+    elif best is not None and last is not None and last.status == "unconfirmed":
+        console.print(f"  unconfirmed: {best.name}: the time budget ran out before fresh pairs against the baseline "
+                      "(its claim is the one it was chosen with)", markup=False, highlight=False)
 
 
 def _best(console: Any, result: TuneResult) -> None:

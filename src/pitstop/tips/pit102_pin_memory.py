@@ -139,8 +139,12 @@ from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 
 
 class PinMemoryKnob(Knob, tip="PIT102"):
-    """Pinned host batches (CUDA only). Script mode patches ``DataLoader.__init__`` in the
-    child: loaders built without ``pin_memory`` get ``pin_memory=True``."""
+    """Pinned host batches and non-blocking copies (CUDA only). Script mode patches
+    ``DataLoader.__init__`` in the child: loaders built without ``pin_memory`` get
+    ``pin_memory=True``; and ``Tensor.to`` copies a pinned CPU tensor with ``non_blocking=True``
+    (PIT103) unless the call says otherwise: pinned + non_blocking is what lets the copy overlap
+    the compute, and what the snippet asks for (a copy from pinned memory to the GPU is ordered
+    on the stream, so the result is the same)."""
 
     name = "pin-memory"
     title = "pinned host memory"
@@ -156,13 +160,14 @@ class PinMemoryKnob(Knob, tip="PIT102"):
             return Applicability(False, "the training DataLoader already pins memory")
         return Applicability(True)
 
-    def label(self, value):
-        return "pin_memory=True"
-
     def recipe_fields(self, value, ctx):
         return {"pin_memory": True}
 
+    def label(self, value):
+        return "pin_memory=True + non_blocking"
+
     def apply_in_child(self, value, **options):
+        import torch
         from torch.utils.data import DataLoader
 
         from pitstop.tune.patch import patch_init
@@ -171,6 +176,14 @@ class PinMemoryKnob(Knob, tip="PIT102"):
             args["pin_memory"] = True
 
         patch_init(DataLoader, change)
+        to = torch.Tensor.to
+
+        def to_non_blocking(self, *args, **kwargs):
+            if "non_blocking" not in kwargs and len(args) < 3 and self.device.type == "cpu" and self.is_pinned():
+                kwargs["non_blocking"] = True
+            return to(self, *args, **kwargs)
+
+        torch.Tensor.to = to_non_blocking
 
     def snippet(self, value, ctx):
         return """

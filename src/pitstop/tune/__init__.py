@@ -6,13 +6,14 @@ Layout (small modules; nothing here imports torch until a torch-backed name is u
 - ``knob``: :class:`Knob` (base of every tip's knob face), :class:`Context`, :class:`Setting`
 - ``options``: :class:`TuneOptions`, the budget, the backend protocol
 - ``session``: :class:`TuneSession` (options, budget, trials; paired adaptive passes on
-  :mod:`pitstop.paired`); ``combine``: its greedy combination step; ``protocol``: the steps in
-  order (:func:`~pitstop.tune.protocol.search`) and the :class:`TuneResult` they make
+  :mod:`pitstop.paired`); ``combine``: its stagewise step (each trick on top of the path so far;
+  the path's :class:`Stage` records in ``stages``); ``protocol``: the steps in order
+  (:func:`~pitstop.tune.protocol.search`) and the :class:`TuneResult` they make
 - ``verdict`` / ``equivalence``: a trial's verdict from its paired interval, the loss-trajectory check
 - ``result``: :class:`TuneResult` and its JSON form (rendered by ``report/tune_terminal.py``);
   ``search_info``: its typed settings, budget, script warnings and time split
 - ``script`` (+ ``child``, ``patch``, ``warm``): script mode on the doctor's child bootstrap, runs
-  forked from a warm worker
+  forked from a warm worker; ``job``: every run a torchrun job (``--nproc-per-node``)
 - ``inprocess`` (+ ``sweep``, ``peak``): API mode (trials in this process) through ``make_step``, the batch-size sweep
 - ``api``: the entry points :func:`tune` (``pitstop.tune(...)``) and :func:`tune_script`
 
@@ -36,6 +37,8 @@ _LAZY = {
     "tune_script": "pitstop.tune.api",
     "ApiBackend": "pitstop.tune.inprocess",
     "ScriptBackend": "pitstop.tune.script",
+    "JobBackend": "pitstop.tune.job",
+    "Stage": "pitstop.tune.stages",
     "check_losses": "pitstop.tune.equivalence",
 }
 

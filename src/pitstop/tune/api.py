@@ -99,9 +99,12 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
                 warmup: int = 3, repeats: int = 3, budget: float | None = None, only: Sequence[str] = (),
                 timeout: float = 300.0, margin: float | None = None, confidence: float | None = None, seed: int = 0,
                 progress: bool | None = False, knobs: Sequence[Knob] | None = None, cwd: str | None = None,
-                survey_steps: int | None = None, threads: int | None = None, max_pairs: int = 8, warm: bool = True) -> TuneResult:
+                survey_steps: int | None = None, threads: int | None = None, max_pairs: int = 8, warm: bool = True,
+                nproc_per_node: int | None = None) -> TuneResult:
     """Script mode: tune an unmodified training script (``script`` path or ``module`` name,
-    ``args`` its own arguments). Each run is a fresh child process under the doctor's bootstrap."""
+    ``args`` its own arguments). Each run is a fresh child process under the doctor's bootstrap;
+    with ``nproc_per_node`` each run is a whole torchrun job of that many ranks
+    (:class:`pitstop.tune.job.JobBackend`: the slowest rank's step time, every rank's loss checked)."""
     from pitstop.tune.progress import make_progress
     from pitstop.tune.script import SURVEY_STEPS, ScriptBackend
     from pitstop.tune.verdict import DEFAULT_CONFIDENCE, DEFAULT_MARGIN
@@ -110,9 +113,14 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
                           margin=DEFAULT_MARGIN if margin is None else margin,
                           confidence=DEFAULT_CONFIDENCE if confidence is None else confidence, only=tuple(only), seed=seed,
                           max_pairs=max_pairs)
-    backend = ScriptBackend(script=script, module=module, args=tuple(args), seed=seed, cwd=cwd,
-                            survey_steps=SURVEY_STEPS if survey_steps is None else survey_steps, timeout=timeout,
-                            threads=threads, warm=warm)
+    kw = dict(script=script, module=module, args=tuple(args), seed=seed, cwd=cwd,
+              survey_steps=SURVEY_STEPS if survey_steps is None else survey_steps, timeout=timeout, threads=threads)
+    if nproc_per_node is not None:
+        from pitstop.tune.job import JobBackend
+
+        backend: ScriptBackend = JobBackend(**kw, nproc_per_node=nproc_per_node)
+    else:
+        backend = ScriptBackend(**kw, warm=warm)
     knob_list = list(knobs) if knobs is not None else all_knobs()
     bar = make_progress(progress) if progress is not False else NullProgress()
     try:

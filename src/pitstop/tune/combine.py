@@ -1,23 +1,30 @@
-"""The greedy combination step of a :class:`pitstop.tune.session.TuneSession` (torch-free).
+"""The stagewise step of a :class:`pitstop.tune.session.TuneSession` (torch-free): the path of
+tricks, each measured on top of the last.
 
-Starts from the fastest kept trick. The candidates are the best value of each other kept
-knob, then the *promising* ones (no gain alone but a point estimate above 1,
-loss-equivalent: effects interact, e.g. on oneDNN channels_last pays most under bf16, and a
-fused optimizer matters more once the forward is faster), at most ``max_combine``.
+Stage 1 is the fastest kept trick (vs the baseline). Each next stage measures the remaining
+candidates *on top of the path so far* (paired against it, loss-checked against the original
+baseline) and adds the fastest one that is decided faster; it goes on until a stage adds
+nothing or the budget runs out (:mod:`pitstop.tune.stages` holds the stages' record).
 
-1. **Cheap candidates, in rounds**: every candidate is added to the current combination and
-   all of them are measured *together* against it (one :meth:`TuneSession.measure`: the
-   reference runs are shared, ``R C1 C2 R C3 ...``, so a round costs about a third less than
-   one comparison per candidate). The fastest one that is decided faster (and stays
-   loss-equivalent) is added; those not faster on top of the combination are dropped; the
-   other faster ones are measured again, on top of the new combination, in the next round.
-2. **Expensive candidates** (compilation) last, each once, against the final cheap
-   combination: the comparison that matters, and no compile run is spent twice.
-3. The result is **re-measured against the baseline in fresh pairs until it decides**
-   (:mod:`pitstop.tune.confirm`; a single trick too: the best of several noisy trials is
-   biased upward): that speed-up is the one reported; when a combination does not hold, the
-   best single trick is confirmed the same way; when that does not hold either, nothing is
-   recommended.
+The candidates: the best value of each other kept knob and the *promising* ones (no gain alone
+but a point estimate above 1, loss-equivalent: effects interact, e.g. on oneDNN channels_last
+pays most under bf16), at most ``max_combine``; and the tricks that were not faster alone
+(``slower``, ``no_gain``) whose phases the path may have made the bottleneck: a compute trick
+cannot show a gain while the step waits for data, and can once DataLoader workers hide the
+wait. A candidate that cannot help the new bottleneck is skipped with the reason
+(:func:`pitstop.tune.stages.retry_reason`); the survey's phase shares, scaled by the path, order
+the others (:func:`pitstop.tune.stages.evidence_order`).
+
+1. **Cheap candidates, in stages**: all of them are measured *together* against the path (one
+   :meth:`TuneSession.measure`: the reference runs are shared, ``R C1 C2 R C3 ...``). The fastest
+   one decided faster (and loss-equivalent) is added; every other candidate that did not fail,
+   was not rejected and does not conflict is measured again on top of the new path.
+2. **Expensive candidates** (compilation) last, each knob's values in one comparison against the
+   final cheap path: the comparison that matters, and no compile run is spent twice.
+3. The path is **re-measured against the untouched baseline in fresh pairs until it decides**
+   (:mod:`pitstop.tune.confirm`; a single trick too: the best of several noisy trials is biased
+   upward): that speed-up is the one reported; when the path does not hold, its first stage is
+   confirmed the same way; when that does not hold either, nothing is recommended.
 
 Knobs whose Recipe fields conflict are skipped. The caller's trials are never changed.
 """
@@ -25,41 +32,77 @@ Knobs whose Recipe fields conflict are skipped. The caller's trials are never ch
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pitstop.tune.confirm import confirm
 from pitstop.tune.result import CombineStep, Trial
-from pitstop.tune.session import TuneSession
+from pitstop.tune.session import SHARE_SAFETY, TuneSession
+from pitstop.tune.stages import Stage, evidence_order, retry_reason, shares_after
 from pitstop.tune.verdict import verdict
 
 __all__ = ["combine", "best_per_knob"]
 
 
-def best_per_knob(trials: Sequence[Trial], status: str) -> list[Trial]:
-    """The fastest trial of each knob among single-knob trials with ``status``."""
+def _key(t: Trial) -> tuple[str, str]:
+    return (t.settings[0].code, t.settings[0].knob)
+
+
+def best_per_knob(trials: Sequence[Trial], status: str | tuple[str, ...]) -> list[Trial]:
+    """The fastest trial of each knob among single-knob trials with ``status`` (``no_gain``:
+    the promising ones only, see the module docs)."""
+    statuses = (status,) if isinstance(status, str) else status
     best: dict[tuple[str, str], Trial] = {}
     for t in trials:
-        if len(t.settings) != 1 or t.status != status or t.speed is None:
+        if len(t.settings) != 1 or t.status not in statuses or t.speed is None:
             continue
-        if status == "no_gain" and (t.expensive or t.speed.ratio <= 1.0 or t.loss_check is None
-                                    or not t.loss_check.passed):
+        if statuses == ("no_gain",) and (t.expensive or t.speed.ratio <= 1.0 or t.loss_check is None
+                                         or not t.loss_check.passed):
             continue
-        k = (t.settings[0].code, t.settings[0].knob)
+        k = _key(t)
         if k not in best or t.speed.ratio > best[k].speed.ratio:
             best[k] = t
     return sorted(best.values(), key=lambda t: -t.speed.ratio)
 
 
-class _Greedy:
-    """The combination so far and the steps that explain it."""
+class _Path:
+    """The path so far (``combo``), its stages and the steps that explain it."""
 
     def __init__(self, session: TuneSession, first: Trial) -> None:
         self.session = session
         self.combo = session.new_trial(first.settings)[0]  # its runs as the reference stay apart from the trial's
-        self.steps = [CombineStep(first.name, "added", "fastest kept trick: starts the combination", first.speed)]
+        self.steps = [CombineStep(first.name, "added", "fastest kept trick: starts the path", first.speed)]
+        ratio = first.speed.ratio if first.speed is not None else None
+        self.stages = [Stage(1, first.name, first.settings, first.speed, ratio, f"vs the baseline: {first.reason}")]
         self.stopped = False  # the budget ran out
+        self._said: set[tuple[str, str]] = set()
+
+    @property
+    def cumulative(self) -> float:
+        return self.stages[-1].cumulative or 1.0
+
+    def eligible(self, cands: Sequence[Trial], sure: set[int]) -> list[Trial]:
+        """The candidates worth measuring on top of the path, likely winner first; the others
+        are skipped with the reason (said once per candidate and reason)."""
+        s = self.session
+        phases = lambda st: s.knob(st).phases(st.value, s.ctx)  # noqa: E731
+        touched = None if any(not phases(st) for st in self.combo.settings) else {
+            p for st in self.combo.settings for p in phases(st)}
+        shares = shares_after(s.ctx, touched, self.cumulative)
+        out = []
+        for c in cands:
+            why = None if id(c) in sure else retry_reason(
+                phases(c.settings[0]), self.combo.settings, phases, shares, bar=1 + s.options.margin,
+                safety=SHARE_SAFETY)
+            if why is None:
+                out.append(c)
+            elif (c.name, why) not in self._said:
+                self._said.add((c.name, why))
+                self.steps.append(CombineStep(c.name, "skipped", f"not measured on top of {self.combo.name}: {why} "
+                                              f"(alone vs the baseline: {c.reason})"))
+        return evidence_order(out, lambda c: phases(c.settings[0]), shares)
 
     def _with(self, cands: Sequence[Trial]) -> list[tuple[Trial, Trial]]:
-        """(candidate, combination + candidate) for each candidate that does not conflict."""
+        """(candidate, path + candidate) for each candidate that does not conflict."""
         out = []
         for cand in cands:
             new, conflict = self.session.new_trial(self.combo.settings + cand.settings)
@@ -69,18 +112,20 @@ class _Greedy:
                 out.append((cand, new))
         return out
 
-    def round(self, cands: Sequence[Trial]) -> list[Trial]:
-        """Measure ``cands`` on top of the combination together; add the fastest faster one;
-        return the other faster ones (to try again on top of the new combination)."""
+    def stage(self, cands: Sequence[Trial]) -> tuple[Trial | None, list[Trial]]:
+        """Measure ``cands`` on top of the path together; add the fastest faster one. Returns
+        it (None: nothing added) and the candidates still worth measuring on the new path."""
         tried = self._with(cands)
         if not tried:
-            return []
+            return None, []
         pairs = self.session.measure(self.combo, [new for _, new in tried])
         faster: list[tuple[Trial, Trial]] = []
+        again: list[Trial] = []
         for cand, new in tried:
             self.session.judge(new, pairs[id(new)], against=self.combo.name)
-            if new.status in ("failed", "rejected", "skipped"):
-                self.steps.append(CombineStep(cand.name, new.status, new.reason))
+            if new.status in ("failed", "rejected", "skipped", "not_applicable"):
+                self.steps.append(CombineStep(cand.name, "failed" if new.status == "not_applicable" else new.status,
+                                              new.reason))
                 self.stopped |= new.status == "skipped"
                 continue
             status, reason = verdict(new.speed, self.session.options.margin)
@@ -89,42 +134,62 @@ class _Greedy:
             else:
                 self.steps.append(CombineStep(cand.name, status, f"not added: vs {self.combo.name}: {reason}",
                                               new.speed))
+            again.append(cand)
         if not faster:
-            return []
+            return None, []
         faster.sort(key=lambda cn: -cn[1].speed.ratio)
         cand, new = faster[0]
         _, reason = verdict(new.speed, self.session.options.margin)
         self.steps.append(CombineStep(cand.name, "added", f"vs {self.combo.name}: {reason}", new.speed))
+        self.stages.append(Stage(len(self.stages) + 1, cand.name, new.settings, new.speed,
+                                 self.cumulative * new.speed.ratio, f"vs {self.combo.name}: {reason}"))
         self.combo = new
-        return [c for c, _ in faster[1:]]
+        return cand, [c for c in again if c is not cand]
 
     def confirm(self, first: Trial) -> Trial | None:
         """The result, confirmed in fresh pairs against the baseline (:func:`pitstop.tune.confirm.confirm`):
-        the combination; when it does not hold, the best single trick; else None."""
+        the whole path; when it does not hold, its first stage; else None."""
         chosen = [self.combo] if len(self.combo.settings) >= 2 else []
         for trial in chosen + [first]:
             final, step = confirm(self.session, trial)
             self.steps.append(step)
             if final is not None:
+                held = len(final.settings)
+                self.stages = [replace(s, in_recipe=s.index <= held) for s in self.stages]
                 return final
+        self.stages = [replace(s, in_recipe=False) for s in self.stages]
         return None
 
 
 def combine(session: TuneSession) -> None:
-    """Fill ``session.combination`` and ``session.best``."""
+    """Fill ``session.combination``, ``session.stages`` and ``session.best``."""
     kept = best_per_knob(session.trials, "kept")
     if not kept:
         return
-    taken = {(t.settings[0].code, t.settings[0].knob) for t in kept}
-    promising = [t for t in best_per_knob(session.trials, "no_gain")
-                 if (t.settings[0].code, t.settings[0].knob) not in taken]
-    first, greedy = kept[0], _Greedy(session, kept[0])
-    cands = (kept[1:] + promising)[: session.options.max_combine]
-    cheap = [c for c in cands if not c.expensive]
-    while cheap and not greedy.stopped:
-        cheap = greedy.round(cheap)
-    for cand in (c for c in cands if c.expensive):
-        if greedy.stopped:
+    taken = {_key(t) for t in kept}
+    promising = [t for t in best_per_knob(session.trials, "no_gain") if _key(t) not in taken]
+    first, path = kept[0], _Path(session, kept[0])
+    sure_list = (kept[1:] + promising)[: session.options.max_combine]
+    sure = {id(t) for t in sure_list}
+    known = taken | {_key(t) for t in promising}
+    # tricks not faster alone: the best value of each other knob (every value of an expensive one)
+    retry = [t for t in best_per_knob(session.trials, ("slower", "no_gain")) if _key(t) not in known]
+    retry += [t for t in session.trials if t.expensive and len(t.settings) == 1 and t.status in ("slower", "no_gain")
+              and _key(t) not in known and t not in retry]
+    pool = [c for c in sure_list + retry if not c.expensive]
+    while pool and not path.stopped:
+        live = path.eligible(pool, sure)
+        if not live:
             break
-        greedy.round([cand])
-    session.combination, session.best = greedy.steps, greedy.confirm(first)
+        added, pool = path.stage(live)
+        if added is None:
+            break
+    expensive = [c for c in sure_list + retry if c.expensive]
+    for knob in dict.fromkeys(_key(c) for c in expensive):
+        if path.stopped:
+            break
+        group = path.eligible([c for c in expensive if _key(c) == knob], sure)
+        if group:
+            path.stage(group)
+    best = path.confirm(first)
+    session.combination, session.stages, session.best = path.steps, path.stages, best

@@ -11,8 +11,9 @@
    run cut short by the budget does not.
 3. **Verdicts** (:mod:`pitstop.tune.verdict`, :mod:`pitstop.tune.equivalence`): kept only
    when the interval lies above ``1 + margin`` and the loss trajectory is equivalent.
-4. **Greedy combination** (:mod:`pitstop.tune.combine`), then the result (a combination or
-   a single trick) re-measured against the baseline in fresh pairs until it decides
+4. **Stagewise path** (:mod:`pitstop.tune.combine`): the remaining tricks measured again on
+   top of each kept one until a stage adds nothing (the path, :mod:`pitstop.tune.stages`), then
+   the whole path re-measured against the untouched baseline in fresh pairs until it decides
    (:mod:`pitstop.tune.confirm`): the claim in the recipe is never the choosing pairs'.
 5. **Budget**: every run's timeout is capped by what is left of ``budget``; a run whose
    expected duration no longer fits is skipped and the result says so.
@@ -124,6 +125,7 @@ def _result(session: TuneSession, loads: list) -> TuneResult:
     return TuneResult(mode=session.backend.mode, target=session.backend.target, device=session.ctx.device,
                       settings=TuneSettings(session.options), context=session.ctx, baseline=base,
                       trials=session.trials + session.not_applicable, combination=session.combination, best=best,
+                      stages=session.stages,
                       best_recipe=best.recipe.to_dict() if best is not None else {}, snippet=snippet,
                       budget=BudgetUse(**session.budget.to_dict()), noise=noise, notes=notes, time=time,
                       script_warnings=script_warnings(runs))

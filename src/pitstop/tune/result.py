@@ -25,6 +25,8 @@ JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when u
                  "run_step_times": [median step seconds of each run],
                  "hardware": {"feature", "cpu", "missing", "slowdown", "text"} | null}],
      "combination": [{"added", "status", "reason", "speedup_vs_previous"}],
+     "stages": [{"stage", "trick", "knobs", "speedup_vs_previous" (vs the previous stage), "cumulative"
+                 (over the baseline: the product of the stages' ratios), "clock", "reason", "in_recipe"}],
      "best": {"knobs", "recipe" (Recipe.to_dict()), "recipe_changed", "speedup",
               "steps_per_s", "loss_check", "snippet", "framework": {"framework", "target", "kwargs",
               "code", "unsupported", "snippet"} | null (the detected framework's form), "measured"},
@@ -43,6 +45,7 @@ from pitstop.paired import Decision
 from pitstop.tune.equivalence import LossCheck
 from pitstop.tune.knob import Context, Setting
 from pitstop.tune.run import FAILED_STATUSES, OK, Run, RunStatus
+from pitstop.tune.stages import Stage
 from pitstop.tune.search_info import BudgetUse, ScriptWarnings, TimeSplit, TuneSettings
 from pitstop.tune.verdict import STATUSES, TrialStatus
 
@@ -199,6 +202,7 @@ class TuneResult:
     trials: list[Trial] = field(default_factory=list)
     combination: list[CombineStep] = field(default_factory=list)
     best: Trial | None = None
+    stages: list[Stage] = field(default_factory=list)   # the path: each trick on top of the last
     best_recipe: dict[str, Any] = field(default_factory=dict)     # Recipe.to_dict()
     snippet: str = ""
     sweep: SweepResult | None = None
@@ -282,6 +286,7 @@ class TuneResult:
             },
             "trials": [t.to_dict() for t in self.trials],
             "combination": [c.to_dict() for c in self.combination],
+            "stages": [s.to_dict() for s in self.stages],
             "best": {
                 "knobs": [s.to_dict() for s in best.settings] if best else [],
                 "recipe": recipe.to_dict(),

@@ -43,6 +43,7 @@ class Run:
     budget_cut: bool = False                      # its timeout was cut by the search's budget
     stderr_lines: list[str] = field(default_factory=list)  # what the script wrote to stderr
     compile: Any = None                           # CompileRecord: what dynamo reported (runs that compiled)
+    rank_losses: list[list[float | None]] = field(default_factory=list)  # torchrun jobs: every rank's losses
 
     @property
     def ok(self) -> bool:

@@ -16,6 +16,7 @@ not equivalent, or whose run failed leaves; the budget goes to the undecided one
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,7 @@ class TuneSession:
         self.not_applicable: list[Trial] = []
         self.combination: list[CombineStep] = []
         self.best: Trial | None = None
+        self.stages: list = []                 # pitstop.tune.stages.Stage: the path, stage by stage
         self.notes: list[str] = []
         self.passes = 0
         self.survey_s = 0.0
@@ -214,8 +216,17 @@ class TuneSession:
         return d is not None and d.status != "undecided"
 
     def _loss_check(self, trial: Trial) -> Any:
-        return check_losses([r.losses for r in self.baseline.ok_runs], [r.losses for r in trial.ok_runs],
-                            reduced_precision=trial.reduced_precision)
+        base, mine = self.baseline.ok_runs, trial.ok_runs
+        ranks = min((len(r.rank_losses) for r in base + mine), default=0)
+        if ranks < 2:
+            return check_losses([r.losses for r in base], [r.losses for r in mine],
+                                reduced_precision=trial.reduced_precision)
+        checks = [check_losses([r.rank_losses[k] for r in base], [r.rank_losses[k] for r in mine],
+                               reduced_precision=trial.reduced_precision) for k in range(ranks)]  # every rank's
+        k = next((k for k, c in enumerate(checks) if not c.passed), None)
+        if k is None:
+            k = max(range(ranks), key=lambda i: checks[i].deviation or 0.0)
+        return replace(checks[k], message=f"rank {k} of {ranks} (the worst): {checks[k].message}")
 
     def judge(self, trial: Trial, pairs: list[Pair], *, against: str = "the baseline") -> None:
         """Fill the trial's speed (vs the reference of ``pairs``), loss check, memory change

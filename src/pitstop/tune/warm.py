@@ -37,15 +37,22 @@ __all__ = ["WarmRunner", "serve"]
 
 def _wait(pid: int, timeout: float | None, result: str) -> tuple[int, bool]:
     """Wait for ``pid`` up to ``timeout`` plus the runner's grace (more while the child is
-    writing its report, as :mod:`pitstop.doctor.runner` does); then kill its process group.
+    writing its report, as :mod:`pitstop.doctor.runner` does); then kill its process group. A
+    child that wrote its whole report is stopped ``EXIT_GRACE_S`` later (the report stands).
     Returns (exit status as ``subprocess`` reports it, killed after the timeout)."""
-    from pitstop.doctor.runner import FINISH_GRACE_S, FINISHING_SUFFIX, GRACE_S
+    from pitstop.doctor.runner import EXIT_GRACE_S, FINISH_GRACE_S, FINISHING_SUFFIX, GRACE_S
 
     deadline = None if timeout is None else time.monotonic() + timeout + GRACE_S
-    delay, killed, extended = 0.005, False, False
+    delay, killed, extended, reported = 0.005, False, False, None
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
+            break
+        if reported is None and os.path.exists(result):
+            reported = time.monotonic()
+        if reported is not None and time.monotonic() - reported > EXIT_GRACE_S:
+            _killpg(pid)  # it wrote its whole report and did not exit: stopped, the report stands
+            _, status = os.waitpid(pid, 0)
             break
         if deadline is not None and time.monotonic() > deadline:
             if not extended and os.path.exists(result + FINISHING_SUFFIX) and not os.path.exists(result):
