@@ -234,11 +234,7 @@ class CompiledVsEagerProbe(Probe, tip="PIT601"):
 
 # --- knob face ---
 from pitstop.tune.knob import Applicability, Knob  # noqa: E402
-
-
-def _short(where):
-    path, _, line = (where or "?").rpartition(":")
-    return f"{path.rsplit('/', 1)[-1]}:{line}" if path else where or "?"
+from pitstop.units import short_where  # noqa: E402
 
 
 def compile_facts(records):
@@ -261,8 +257,8 @@ def compile_facts(records):
     parts = []
     if breaks:
         first = list(breaks.values())[:2]
-        said = ", ".join(f"{_short(b.where)} `{re.sub(r'[ ]+#.*$', '', b.source)}`" if b.source else
-                         f"{_short(b.where)}: {b.reason}" for b in first)
+        said = ", ".join(f"{short_where(b.where, '?')} `{re.sub(r'[ ]+#.*$', '', b.source)}`" if b.source else
+                         f"{short_where(b.where, '?')}: {b.reason}" for b in first)
         parts.append(f"{len(breaks)} graph break{'s' if len(breaks) > 1 else ''} ({said}"
                      + (", ..." if len(breaks) > 2 else "") + ")")
     if recompiles:
@@ -272,7 +268,7 @@ def compile_facts(records):
     veto = None
     if hits:
         h = next(iter(hits.values()))
-        veto = (f"`{h.function}` ({_short(h.where)}) hit dynamo's {h.limit_name} ({h.limit}) during the trial and "
+        veto = (f"`{h.function}` ({short_where(h.where, '?')}) hit dynamo's {h.limit_name} ({h.limit}) during the trial and "
                 "ran eagerly after it: compile is not kept")
         parts.append(f"hit the {h.limit_name}: eager after it")
     return ", ".join(parts), veto
