@@ -39,7 +39,7 @@ def _rank_main(args: argparse.Namespace) -> None:
     from torch.utils.data import DataLoader, TensorDataset
     from torch.utils.data.distributed import DistributedSampler
 
-    from pitstop.doctor.instrument import Instrumentation
+    from pitstop.doctor.record.instrument import Instrumentation
     from pitstop.stats import quantile, ratio_interval
 
     dist.init_process_group("gloo")

@@ -76,7 +76,7 @@ def _workload(name: str):
 
 
 def in_process(name: str, blocks: int, block: int) -> None:
-    from pitstop.doctor.instrument import Instrumentation
+    from pitstop.doctor.record.instrument import Instrumentation
 
     step = _workload(name)
     for _ in range(3):

@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 from pitstop.doctor import diagnose, run_script
-from pitstop.doctor.spec import RunSpec
+from pitstop.doctor.run.spec import RunSpec
 
 SPIN = "import time\nend = time.monotonic() + 900\nwhile time.monotonic() < end:\n    pass\n"
 

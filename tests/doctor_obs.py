@@ -1,6 +1,6 @@
 """A small factory of synthetic doctor :class:`~pitstop.doctor.Observations` for check tests.
 
-The helpers build the typed records of :mod:`pitstop.doctor.records` (``model()`` a
+The helpers build the typed records of :mod:`pitstop.doctor.analysis.records` (``model()`` a
 :class:`ModelRecord`, ``probe()`` a :class:`ProbeResult`, ...); ``observations()`` takes
 them, or any field in its JSON form (``memory={"peak": ...}``, as ``--format json``
 writes it), and reads the whole through ``Observations.from_dict``, the path the doctor's
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pitstop.doctor.check import Finding, Thresholds
-from pitstop.doctor.observations import Observations
-from pitstop.doctor.probe_records import ProbeResult
-from pitstop.doctor.records import LoaderRecord, ModelRecord, OptimizerRecord, Site
+from pitstop.doctor.analysis.check import Finding, Thresholds
+from pitstop.doctor.analysis.observations import Observations
+from pitstop.doctor.analysis.probe_records import ProbeResult
+from pitstop.doctor.analysis.records import LoaderRecord, ModelRecord, OptimizerRecord, Site
 from pitstop.jsoncodec import from_json, to_json
 
 __all__ = ["observations", "model", "optimizer", "loader", "site", "probe", "run_check", "findings_of"]

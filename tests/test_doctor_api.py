@@ -14,10 +14,10 @@ from torch.nn import functional as F
 
 import pitstop
 from pitstop.doctor import Observations, RunResult, RunSpec, Setup, Thresholds, diagnose, run_script
-from pitstop.doctor.check import Check
-from pitstop.doctor.probe import Probe
-from pitstop.doctor.records import Breakdown, StepTime
-from pitstop.doctor.spec import StepRecord
+from pitstop.doctor.analysis.check import Check
+from pitstop.doctor.analysis.probe import Probe
+from pitstop.doctor.analysis.records import Breakdown, StepTime
+from pitstop.doctor.run.spec import StepRecord
 from pitstop.catalog import implementations
 
 from conftest import FIXTURES
@@ -152,13 +152,14 @@ def _names_a_tip(source: str) -> list[str]:
 
 def test_probes_are_a_registered_face_the_mechanism_never_names():
     assert _names_a_tip('x = {"bf16": "PIT301"}') and _names_a_tip("from pitstop.tips import pit301_mixed_precision")
-    from pitstop.doctor.probes import probe_classes
+    from pitstop.doctor.record.probes import probe_classes
 
     by_tip = {c.tip: c for c in probe_classes()}
     assert {"PIT104", "PIT301", "PIT501"} <= set(by_tip)
     assert all(issubclass(c, Probe) and c.name and c.face == "D" for c in by_tip.values())
     src = Path(pitstop.__file__).parent / "doctor"
-    for mod in ("probe.py", "probes.py", "collect.py", "memory.py", "diagnosis.py"):
+    for mod in ("analysis/probe.py", "record/probes.py", "record/collect.py", "record/memory.py",
+                "analysis/diagnosis.py"):
         assert not _names_a_tip((src / mod).read_text(encoding="utf-8")), mod
     # a probe decides from the plain observations whether it applies, before touching torch
     obs = Observations(steps_observed=1, step_time=StepTime(mean=1.0, median=1.0), breakdown=Breakdown(other=1.0))
@@ -166,7 +167,7 @@ def test_probes_are_a_registered_face_the_mechanism_never_names():
 
 
 def test_probe_timing_pairs_rounds_in_abba_order():
-    from pitstop.doctor.probes import time_variants
+    from pitstop.doctor.record.probes import time_variants
 
     calls: list[str] = []
     t = time_variants({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, "cpu",
@@ -180,7 +181,7 @@ def test_probe_timing_stops_once_every_candidate_decided():
     rounds, long before the budget; a tie keeps measuring until the budget or max_reps."""
     import time
 
-    from pitstop.doctor.probes import time_variants
+    from pitstop.doctor.record.probes import time_variants
 
     def spin(s):
         end = time.thread_time() + s

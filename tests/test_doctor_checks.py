@@ -12,7 +12,7 @@ import pytest
 from doctor_obs import findings_of, loader, model, observations, optimizer, probe, run_check, site
 
 from pitstop import catalog
-from pitstop.doctor.check import Check, Thresholds
+from pitstop.doctor.analysis.check import Check, Thresholds
 
 catalog.load_all()
 CHECKS = {c.__name__: c for c in catalog.implementations("D") if issubclass(c, Check)}

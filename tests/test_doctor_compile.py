@@ -16,11 +16,11 @@ import textwrap
 import pytest
 
 from conftest import FIXTURES, run_cli
-from pitstop.doctor.check import Thresholds
-from pitstop.doctor.compile_records import CompileRecord, GraphBreak, LimitHit, Recompile
-from pitstop.doctor.compile_watch import parse_graph_break, parse_limit_hit, parse_recompile
-from pitstop.doctor.observations import Observations
-from pitstop.doctor.records import Site, StepTime
+from pitstop.doctor.analysis.check import Thresholds
+from pitstop.doctor.analysis.compile_records import CompileRecord, GraphBreak, LimitHit, Recompile
+from pitstop.doctor.record.compile_watch import parse_graph_break, parse_limit_hit, parse_recompile
+from pitstop.doctor.analysis.observations import Observations
+from pitstop.doctor.analysis.records import Site, StepTime
 
 SCRIPTS = FIXTURES / "compile"
 TORCH = "/venv/lib/python3.11/site-packages/torch/"
@@ -53,7 +53,7 @@ def test_a_break_is_the_users_innermost_line_with_dynamos_reason():
 
 def test_a_break_in_the_doctors_own_frame_is_not_the_users():
     text = BREAK_213.replace("    User code traceback:", "User code traceback:") + \
-        f'  File "{PITSTOP}doctor/syncs.py", line 37, in wrapper\n    return original(self, *args, **kwargs)\n'
+        f'  File "{PITSTOP}doctor/record/syncs.py", line 37, in wrapper\n    return original(self, *args, **kwargs)\n'
     assert parse_graph_break(text, TORCH) is None
 
 
@@ -71,7 +71,7 @@ def test_recompile_and_limit_messages():
            "    - 1/1: tensor 'ids' size mismatch at index 1. expected 9, actual 10\n"
            "    - 1/0: tensor 'ids' size mismatch at index 1. expected 8, actual 10")
     assert parse_recompile(msg) == ("forward", "/u/lm.py:21", "tensor 'ids' size mismatch at index 1. expected 9, actual 10")
-    assert parse_recompile(msg.replace("/u/lm.py", PITSTOP + "doctor/memory.py")) is None
+    assert parse_recompile(msg.replace("/u/lm.py", PITSTOP + "doctor/record/memory.py")) is None
     warn = ("torch._dynamo hit config.recompile_limit (8)\n   function: 'forward' (/u/lm.py:21)\n"
             "   last reason: 1/7: tensor 'ids' size mismatch at index 1. expected 15, actual 16\n")
     assert parse_limit_hit(warn) == LimitHit(function="forward", where="/u/lm.py:21", limit_name="recompile_limit",

@@ -19,9 +19,9 @@ import pytest
 
 from conftest import ROOT
 
-from pitstop.doctor.job import diagnose_job
-from pitstop.doctor.spec import RunSpec
-from pitstop.doctor.torchrun import run_job
+from pitstop.doctor.analysis.job import diagnose_job
+from pitstop.doctor.run.spec import RunSpec
+from pitstop.doctor.run.torchrun import run_job
 from pitstop.report.doctor_html import doctor_html
 from pitstop.report.doctor_terminal import render
 from pitstop.jsoncodec import dumps
@@ -46,13 +46,13 @@ def _codes(diag, code: str) -> list:
 
 
 def test_a_plain_run_reports_one_rank_of_one():
-    from pitstop.doctor.diagnosis import diagnose
-    from pitstop.doctor.spec import RunResult, StepRecord
+    from pitstop.doctor.analysis.diagnosis import diagnose
+    from pitstop.doctor.run.spec import RunResult, StepRecord
 
     steps = [StepRecord(index=i, kind="observed", wall=0.1, phases={"forward": 0.04}) for i in range(3)]
     obs = {"steps_observed": 3, "step_time": {"median": 0.1, "p90": 0.1, "mean": 0.1},
            "breakdown": {"forward": 0.04, "other": 0.06}, "batch_size": 8}
-    from pitstop.doctor.observations import Observations
+    from pitstop.doctor.analysis.observations import Observations
 
     result = RunResult(spec=RunSpec(script=TRAIN), status="stopped", steps=steps,
                        observations=Observations.from_dict(obs))

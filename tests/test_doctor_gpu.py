@@ -11,9 +11,9 @@ import pytest
 
 from doctor_obs import loader, observations, site
 from gpu_rows import H100, cuda_graph, device_sync, launch_bound, starved_input, tf32_convs
-from pitstop.doctor.diagnosis import diagnose
-from pitstop.doctor.observations import Observations
-from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
+from pitstop.doctor.analysis.diagnosis import diagnose
+from pitstop.doctor.analysis.observations import Observations
+from pitstop.doctor.run.spec import RunResult, RunSpec, StepRecord
 from pitstop.trace.evidence import gpu_findings, profiled_window, step_seconds
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
@@ -150,7 +150,7 @@ def test_recorded_resnet50_with_workers_drops_the_host_timers_data_wait():
 
 
 def test_the_doctor_never_counts_its_own_lines_as_the_scripts_sync_sites():
-    from pitstop.doctor import syncs
+    from pitstop.doctor.record import syncs
 
     assert syncs.own_site(f"{syncs.__file__}:45")  # a wrapper's line, seen by the sync-debug warnings
     assert not syncs.own_site("/home/user/train.py:12")
@@ -188,7 +188,7 @@ def test_the_report_has_a_gpu_section_in_text_html_and_json(tmp_path):
 
 
 def test_the_stack_sampler_stays_closed_while_paused_for_the_profiled_steps():
-    from pitstop.doctor.stacks import StackSampler
+    from pitstop.doctor.record.stacks import StackSampler
 
     s = StackSampler()
     s.paused = True
@@ -213,7 +213,7 @@ def test_recorded_h100_bf16_window_overrules_the_settings_and_host_timers():
 
 
 def test_merge_roles_one_finding_per_code(tmp_path):
-    from pitstop.doctor.check import Thresholds
+    from pitstop.doctor.analysis.check import Thresholds
     from pitstop.findings import Finding
     from pitstop.trace.evidence import merge
 
@@ -253,7 +253,7 @@ def test_live_cuda_doctor_reads_its_own_profiled_steps(tmp_path):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA device: the GPU evidence path is tested above on recorded and synthetic traces")
-    from pitstop.doctor.runner import run_script
+    from pitstop.doctor.run.runner import run_script
 
     script = tmp_path / "sync_loop.py"
     script.write_text(LIVE_SYNC)

@@ -174,7 +174,7 @@ def test_a_signal_while_the_child_is_starting_still_ends_the_whole_group(tmp_pat
 
 
 def test_gil_holding_hang_is_killed_after_a_short_grace_with_a_partial_report(tmp_path):
-    from pitstop.doctor.runner import GRACE_S
+    from pitstop.doctor.run.runner import GRACE_S
 
     assert GRACE_S <= 10
     proc, pids = _start(tmp_path, "gil", "--timeout", "20")
@@ -215,7 +215,7 @@ def test_child_does_not_import_the_working_directorys_modules(tmp_path):
 
 
 def test_timeouts_that_cannot_be_honoured_are_refused():
-    from pitstop.doctor.spec import RunSpec
+    from pitstop.doctor.run.spec import RunSpec
 
     for bad in (float("nan"), float("inf"), 1e10, 0, -1):
         with pytest.raises(ValueError, match="timeout"):

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 import pitstop
-from pitstop.doctor.diagnosis import diagnose
-from pitstop.doctor.observations import Observations
-from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
+from pitstop.doctor.analysis.diagnosis import diagnose
+from pitstop.doctor.analysis.observations import Observations
+from pitstop.doctor.run.spec import RunResult, RunSpec, StepRecord
 
 
 def _run(step, steps=3, warmup=1, probes=False):
@@ -263,8 +263,8 @@ def test_workers_knob_patch_lowers_worker_counts_and_drops_worker_only_options()
 
 
 def test_busy_machine_note():
-    from pitstop.doctor.cores import busy_note
-    from pitstop.doctor.records import CpuRecord
+    from pitstop.doctor.record.cores import busy_note
+    from pitstop.doctor.analysis.records import CpuRecord
 
     assert busy_note(CpuRecord(machine_cores=2, load_avg=6.0, own_threads=2)) is not None
     assert busy_note(CpuRecord(machine_cores=8, load_avg=2.0, own_threads=2)) is None
@@ -280,8 +280,8 @@ def test_html_text_has_no_raw_backticks_or_exponents():
 
 
 def test_probe_row_explains_the_lower_bound_rule():
-    from pitstop.doctor.probe_records import ProbeResult, Speedup
-    from pitstop.doctor.probe import gate_note
+    from pitstop.doctor.analysis.probe_records import ProbeResult, Speedup
+    from pitstop.doctor.analysis.probe import gate_note
 
     def probe(low: float) -> ProbeResult:
         return ProbeResult(candidate="bfloat16", speedups={"bfloat16": Speedup(ratio=1.54, low=low, high=2.1)},
@@ -294,7 +294,7 @@ def test_probe_row_explains_the_lower_bound_rule():
 
 @pytest.mark.slow  # torch.compile's first import takes seconds
 def test_wrappers_are_looked_through_for_model_structure():
-    from pitstop.doctor.wrappers import sequential_conv_bias_bn, unwrap, wrapper_chain
+    from pitstop.doctor.record.wrappers import sequential_conv_bias_bn, unwrap, wrapper_chain
 
     net = nn.Sequential(nn.Conv2d(3, 4, 3, bias=True), nn.BatchNorm2d(4), nn.ReLU(),
                         nn.Conv2d(4, 4, 3, bias=False), nn.BatchNorm2d(4))
@@ -308,7 +308,7 @@ def test_wrappers_are_looked_through_for_model_structure():
 def test_manual_updates_end_steps_in_light_mode_too():
     """tune's A/B trials run the light instrumentation: no forward hooks, the parameter
     to watch comes from the loss's graph."""
-    from pitstop.doctor.instrument import Instrumentation
+    from pitstop.doctor.record.instrument import Instrumentation
 
     model = nn.Linear(8, 2)
     inst = Instrumentation(3, 1, mode="light", stop=False).install()
@@ -324,7 +324,7 @@ def test_manual_updates_end_steps_in_light_mode_too():
 
 
 def test_primary_input_of_positional_keyword_and_nested_batches():
-    from pitstop.doctor.batch import batch_info, primary_input
+    from pitstop.doctor.record.batch import batch_info, primary_input
 
     x, ids = torch.randn(3, 5), torch.randint(0, 9, (4, 7))
     assert primary_input((x,), {})[0] == "argument 0"
@@ -385,7 +385,7 @@ def test_a_probe_run_decides_quiet_or_busy_once_and_says_it_once(monkeypatch, lo
     machine is quiet' and 'the machine is busy' (the load is planted, not measured)."""
     import json
 
-    from pitstop.doctor import probes
+    from pitstop.doctor.record import probes
     from pitstop.jsoncodec import to_json
 
     monkeypatch.setattr(probes, "contention", lambda variants: load)

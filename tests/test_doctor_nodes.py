@@ -148,8 +148,8 @@ def test_merge_refuses_what_is_not_a_node_report(tmp_path):
 
 
 def test_merged_nodes_name_the_missing_one():
-    from pitstop.doctor.nodes import NodeReport, merge_nodes
-    from pitstop.doctor.spec import RunResult, RunSpec
+    from pitstop.doctor.run.nodes import NodeReport, merge_nodes
+    from pitstop.doctor.run.spec import RunResult, RunSpec
 
     spec = RunSpec(script=TRAIN, nproc_per_node=2)
     part = NodeReport(node_rank=0, nnodes=3, host="a", status="stopped", message="", rank_numbers=(1, 0),

@@ -7,16 +7,16 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from pitstop.doctor.boundaries import ManualUpdates
-from pitstop.doctor.closures import wrap_closure
-from pitstop.doctor.loaders import LoaderObserver
-from pitstop.doctor.memory import MemoryRecorder
-from pitstop.doctor.passes import Passes
-from pitstop.doctor.patching import Patches
-from pitstop.doctor.profiled import ProfiledStep
-from pitstop.doctor.steps import StepLog, plan_of
-from pitstop.doctor import syncs
-from pitstop.doctor.syncs import SyncRecorder
+from pitstop.doctor.record.boundaries import ManualUpdates
+from pitstop.doctor.record.closures import wrap_closure
+from pitstop.doctor.record.loaders import LoaderObserver
+from pitstop.doctor.record.memory import MemoryRecorder
+from pitstop.doctor.record.passes import Passes
+from pitstop.doctor.record.patching import Patches
+from pitstop.doctor.record.profiled import ProfiledStep
+from pitstop.doctor.record.steps import StepLog, plan_of
+from pitstop.doctor.record import syncs
+from pitstop.doctor.record.syncs import SyncRecorder
 
 
 def _log(steps: int = 2, warmup: int = 1, full: bool = False) -> StepLog:
@@ -209,7 +209,7 @@ def test_profiled_step_counts_flops_of_its_step_only():
 def test_instrumentation_routes_each_step_to_its_recorders():
     from torch.utils.data import DataLoader, TensorDataset
 
-    from pitstop.doctor.instrument import Instrumentation
+    from pitstop.doctor.record.instrument import Instrumentation
 
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     opt = torch.optim.SGD(model.parameters(), lr=0.1)

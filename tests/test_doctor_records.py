@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from doctor_obs import model, observations, optimizer, probe, site
-from pitstop.doctor.observations import Observations
-from pitstop.doctor.probe_records import ProbeResult, Speedup
-from pitstop.doctor.records import ModelRecord, OddSize
+from pitstop.doctor.analysis.observations import Observations
+from pitstop.doctor.analysis.probe_records import ProbeResult, Speedup
+from pitstop.doctor.analysis.records import ModelRecord, OddSize
 from pitstop.jsoncodec import from_json, to_json
 from pitstop.tune.context import context_from_observations
 

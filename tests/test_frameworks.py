@@ -15,11 +15,11 @@ import torch
 from torch import nn
 
 from conftest import ROOT
-from pitstop.doctor.check import Finding, Thresholds, in_framework_terms
-from pitstop.doctor.frameworks import FrameworkInfo, detect, unwrap
-from pitstop.doctor.observations import Observations
-from pitstop.doctor.probe_records import ProbeResult
-from pitstop.doctor.records import FrameworkRecord, StepTime
+from pitstop.doctor.analysis.check import Finding, Thresholds, in_framework_terms
+from pitstop.doctor.record.frameworks import FrameworkInfo, detect, unwrap
+from pitstop.doctor.analysis.observations import Observations
+from pitstop.doctor.analysis.probe_records import ProbeResult
+from pitstop.doctor.analysis.records import FrameworkRecord, StepTime
 from pitstop.jsoncodec import from_json
 from pitstop.engine.export import export, read_back
 from pitstop.engine.recipe import Recipe
@@ -88,8 +88,8 @@ class _Tiny(nn.Module):
 
 def test_doctor_names_the_users_module_under_fabric_and_what_wraps_it():
     import pitstop
-    from pitstop.doctor import wrappers
-    from pitstop.doctor.frameworks import wrapper_chain
+    from pitstop.doctor.record import wrappers
+    from pitstop.doctor.record.frameworks import wrapper_chain
 
     L = pytest.importorskip("lightning")
     fabric = L.Fabric(accelerator="cpu", devices=1)
@@ -253,7 +253,7 @@ def test_a_failed_patch_is_the_knobs_failure():
     finally:
         patch.reset()
 
-    from pitstop.doctor.spec import SetupFailed
+    from pitstop.doctor.run.spec import SetupFailed
 
     assert issubclass(patch.KnobApplyError, SetupFailed)  # the child reports it as a typed status
 
@@ -286,7 +286,7 @@ def test_compile_trial_draws_dropout_like_eager():
 
 
 def test_importing_pitstop_imports_no_framework():
-    code = ("import sys, pitstop, pitstop.integrations, pitstop.doctor.frameworks, pitstop.engine.export; "
+    code = ("import sys, pitstop, pitstop.integrations, pitstop.doctor.record.frameworks, pitstop.engine.export; "
             "bad = [m for m in ('lightning', 'transformers', 'accelerate', 'pytorch_lightning') if m in sys.modules]; "
             "assert not bad, bad")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
@@ -323,7 +323,7 @@ def test_sync_sites_walk_past_framework_frames_to_the_users_line():
     L = pytest.importorskip("lightning")
     import os
 
-    from pitstop.doctor.patching import user_site
+    from pitstop.doctor.record.patching import user_site
 
     fake = os.path.join(os.path.dirname(L.__file__), "pitstop_test_fake.py")  # a path inside the package
     namespace: dict = {}

@@ -7,10 +7,10 @@ import io
 
 import pytest
 
-from pitstop.doctor.diagnosis import Diagnosis
-from pitstop.doctor.dist_records import JobRecord, RankDist
-from pitstop.doctor.observations import Observations
-from pitstop.doctor.spec import RunResult, RunSpec, StepRecord
+from pitstop.doctor.analysis.diagnosis import Diagnosis
+from pitstop.doctor.analysis.dist_records import JobRecord, RankDist
+from pitstop.doctor.analysis.observations import Observations
+from pitstop.doctor.run.spec import RunResult, RunSpec, StepRecord
 from pitstop.engine.recipe import Recipe
 from pitstop.paired import Decision, Measure
 from pitstop.ranks import RankView, StepStats

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from conftest import FIXTURES, run_cli
-from pitstop.doctor.compile_records import CompileRecord, GraphBreak, LimitHit, Recompile
+from pitstop.doctor.analysis.compile_records import CompileRecord, GraphBreak, LimitHit, Recompile
 from pitstop.tips.pit601_compile import CompileKnob, compile_facts
 from pitstop.tune.explanation import explain_trial
 from pitstop.tune.knob import Setting

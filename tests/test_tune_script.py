@@ -12,7 +12,7 @@ from pitstop.engine.recipe import Recipe
 from conftest import FIXTURES
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("pitstop.doctor.runner", reason="script mode runs on pitstop doctor's child-process runner")
+pytest.importorskip("pitstop.doctor.run.runner", reason="script mode runs on pitstop doctor's child-process runner")
 
 TUNE = FIXTURES / "tune"
 sys.path.insert(0, str(TUNE))
@@ -231,8 +231,8 @@ def test_cli_bad_input_is_exit_2_and_a_broken_script_exit_3(cli, tmp_path):
 def test_a_knob_that_cannot_change_the_model_is_a_setup_error_reported_by_the_child():
     """The child reports a knob's failed patch as a typed status (``setup_error``, the knob's
     message), not as the script's error for the tuner to find in the traceback text."""
-    from pitstop.doctor.runner import run_script
-    from pitstop.doctor.spec import RunSpec, Setup
+    from pitstop.doctor.run.runner import run_script
+    from pitstop.doctor.run.spec import RunSpec, Setup
     from pitstop.tune.child import TARGET, setup_kwargs
     from pitstop.tune.knob import Context
     from pitstop.tune.script import run_from_result

@@ -11,7 +11,7 @@ import pytest
 from conftest import FIXTURES
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("pitstop.doctor.runner", reason="script mode runs on pitstop doctor's child-process runner")
+pytest.importorskip("pitstop.doctor.run.runner", reason="script mode runs on pitstop doctor's child-process runner")
 
 TUNE = FIXTURES / "tune"
 sys.path.insert(0, str(TUNE))
@@ -47,7 +47,7 @@ def test_the_path_holds_both_tricks_and_the_second_only_pays_on_top_of_the_first
 def test_a_run_whose_script_does_not_exit_is_stopped_and_keeps_its_measurement(warm):
     import time
 
-    from pitstop.doctor.runner import EXIT_GRACE_S
+    from pitstop.doctor.run.runner import EXIT_GRACE_S
     from pitstop.tune.script import ScriptBackend
 
     backend = ScriptBackend(str(TUNE / "lingering_train.py"), warm=warm, threads=1)

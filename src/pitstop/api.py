@@ -17,7 +17,7 @@ calls of ``step_fn`` (no child process, no script). Use it when you own the loop
 the training script itself under ``pitstop doctor train.py`` (the engine steps a torch
 optimizer, so the global step hooks see it). Every ``optimizer.step()`` counts as a step.
 
-This module joins the mechanism (:mod:`pitstop.doctor.session`) to its renderer
+This module joins the mechanism (:mod:`pitstop.doctor.record.session`) to its renderer
 (:class:`~pitstop.report.doctor_report.DoctorReport`); the mechanism never imports ``report/``.
 """
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pitstop.doctor.session import run_step_fn
+from pitstop.doctor.record.session import run_step_fn
 from pitstop.report.doctor_report import DoctorReport
 
 __all__ = ["doctor", "DoctorReport"]

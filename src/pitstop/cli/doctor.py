@@ -84,9 +84,9 @@ class DoctorCommand(Command):
         split_at_double_dash(parser)
 
     def run(self, args: argparse.Namespace) -> int:
-        from pitstop.doctor.diagnosis import diagnose
-        from pitstop.doctor.runner import ScriptNotFoundError, ScriptSyntaxError, run_script
-        from pitstop.doctor.spec import MAX_TIMEOUT, RunSpec
+        from pitstop.doctor.analysis.diagnosis import diagnose
+        from pitstop.doctor.run.runner import ScriptNotFoundError, ScriptSyntaxError, run_script
+        from pitstop.doctor.run.spec import MAX_TIMEOUT, RunSpec
         from pitstop.examples import DEFAULT_SCRIPT
 
         if args.module and args.script:
@@ -116,8 +116,8 @@ class DoctorCommand(Command):
 
                 return run_multinode(spec, args)
             if spec.nproc_per_node is not None:
-                from pitstop.doctor.job import diagnose_job
-                from pitstop.doctor.torchrun import run_job
+                from pitstop.doctor.analysis.job import diagnose_job
+                from pitstop.doctor.run.torchrun import run_job
 
                 diag = diagnose_job(run_job(spec))
             else:

@@ -28,8 +28,8 @@ def write_job_report(path: Path, diag, nodes, missing) -> None:
 
 def run_multinode(spec, args: argparse.Namespace) -> int:
     from pitstop.atomic import write_atomic
-    from pitstop.doctor.job import diagnose_job
-    from pitstop.doctor.nodes import run_nodes
+    from pitstop.doctor.analysis.job import diagnose_job
+    from pitstop.doctor.run.nodes import run_nodes
     from pitstop.jsoncodec import dumps
     from pitstop.report.doctor_nodes import print_nodes
     from pitstop.report.doctor_terminal import render

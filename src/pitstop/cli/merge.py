@@ -26,8 +26,8 @@ class MergeCommand(Command):
         parser.add_argument("--job-report", type=Path, metavar="PATH", help="also write the job report (JSON)")
 
     def run(self, args: argparse.Namespace) -> int:
-        from pitstop.doctor.job import diagnose_job
-        from pitstop.doctor.nodes import NodeError, merge_nodes, read_node_report
+        from pitstop.doctor.analysis.job import diagnose_job
+        from pitstop.doctor.run.nodes import NodeError, merge_nodes, read_node_report
         from pitstop.jsoncodec import dumps
         from pitstop.report.doctor_nodes import node_lines
         from pitstop.report.doctor_terminal import render

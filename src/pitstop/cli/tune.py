@@ -69,7 +69,7 @@ class TuneCommand(Command):
         for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1), ("max_pairs", 1)):
             if getattr(args, name) < low:
                 raise CliError(f"--{name} must be >= {low}, got {getattr(args, name)}")
-        from pitstop.doctor.spec import MAX_TIMEOUT
+        from pitstop.doctor.run.spec import MAX_TIMEOUT
 
         check_number("--budget", args.budget, low=0, low_open=True)
         check_number("--timeout", args.timeout, low=0, high=MAX_TIMEOUT, low_open=True)

@@ -4,7 +4,7 @@ Layout (each module small; this package imports nothing heavy until a name is us
 
 - ``spec``: :class:`RunSpec`, :class:`Setup`, :class:`RunResult`, :class:`StepRecord` (torch-free)
 - ``runner``: :func:`run_script` -- the parent side (torch-free)
-- ``child``: the bootstrap run as ``python -m pitstop.doctor.child``
+- ``child``: the bootstrap run as ``python -m pitstop.doctor.run.child``
 - ``instrument``, ``syncs``, ``memory``, ``profiled``, ``probes``, ``collect``: measurements
 - ``observations``: :class:`Observations`, the plain data the checks read (torch-free)
 - ``check``: :class:`Check` (base of every tip's doctor face), :class:`Finding`, :class:`Thresholds`
@@ -50,7 +50,7 @@ Runner API (what ``pitstop tune`` builds on)
   profiled step), so A/B trials are not slowed by the instrumentation; the compile watch
   (``torch.compile`` / ``Module.compile`` wrapped to arm it, nothing else until the script
   compiles) is installed in both modes, and ``result.compile`` is what dynamo reported
-  (:class:`~pitstop.doctor.compile_records.CompileRecord`, ``None`` when nothing compiled).
+  (:class:`~pitstop.doctor.analysis.compile_records.CompileRecord`, ``None`` when nothing compiled).
 - (e) :class:`RunResult` is a dataclass; ``to_dict()`` / ``from_dict()`` round-trip JSON.
   ``status`` is one of ``stopped`` (normal: the doctor stopped the script after the planned
   steps), ``finished``, ``exited`` (``exit_code``), ``error`` (``traceback``), ``timeout``,
@@ -65,25 +65,25 @@ from __future__ import annotations
 from pitstop._lazy import lazy_exports, make_callable
 
 _LAZY = {
-    "RunSpec": "pitstop.doctor.spec",
-    "Setup": "pitstop.doctor.spec",
-    "RunResult": "pitstop.doctor.spec",
-    "StepRecord": "pitstop.doctor.spec",
-    "run_script": "pitstop.doctor.runner",
-    "check_target": "pitstop.doctor.runner",
-    "ScriptNotFoundError": "pitstop.doctor.runner",
-    "ScriptSyntaxError": "pitstop.doctor.runner",
-    "Observations": "pitstop.doctor.observations",
-    "Check": "pitstop.doctor.check",
-    "Finding": "pitstop.doctor.check",
-    "Thresholds": "pitstop.doctor.check",
-    "Probe": "pitstop.doctor.probe",
-    "ProbeSkip": "pitstop.doctor.probe",
-    "Diagnosis": "pitstop.doctor.diagnosis",
-    "diagnose": "pitstop.doctor.diagnosis",
-    "EXIT_CODES": "pitstop.doctor.diagnosis",
+    "RunSpec": "pitstop.doctor.run.spec",
+    "Setup": "pitstop.doctor.run.spec",
+    "RunResult": "pitstop.doctor.run.spec",
+    "StepRecord": "pitstop.doctor.run.spec",
+    "run_script": "pitstop.doctor.run.runner",
+    "check_target": "pitstop.doctor.run.runner",
+    "ScriptNotFoundError": "pitstop.doctor.run.runner",
+    "ScriptSyntaxError": "pitstop.doctor.run.runner",
+    "Observations": "pitstop.doctor.analysis.observations",
+    "Check": "pitstop.doctor.analysis.check",
+    "Finding": "pitstop.doctor.analysis.check",
+    "Thresholds": "pitstop.doctor.analysis.check",
+    "Probe": "pitstop.doctor.analysis.probe",
+    "ProbeSkip": "pitstop.doctor.analysis.probe",
+    "Diagnosis": "pitstop.doctor.analysis.diagnosis",
+    "diagnose": "pitstop.doctor.analysis.diagnosis",
+    "EXIT_CODES": "pitstop.doctor.analysis.diagnosis",
     "DoctorReport": "pitstop.api",
-    "DoctorSession": "pitstop.doctor.session",
+    "DoctorSession": "pitstop.doctor.record.session",
 }
 
 __all__ = ["doctor", *_LAZY]

@@ -10,7 +10,7 @@ __all__ = ["DoctorWindow"]
 
 
 class DoctorWindow:
-    """Starts :class:`pitstop.doctor.session.DoctorSession` at optimizer step ``start_step``
+    """Starts :class:`pitstop.doctor.record.session.DoctorSession` at optimizer step ``start_step``
     (counted by the framework), finishes it after ``warmup + steps`` (+1 profiled) steps,
     prints the report (``print_report``) and writes it to ``save`` (``.json`` or ``.html``)."""
 
@@ -28,7 +28,7 @@ class DoctorWindow:
 
     def maybe_start(self, global_step: int) -> None:
         if self.session is None and self.report is None and global_step >= self.start_step:
-            from pitstop.doctor.session import DoctorSession
+            from pitstop.doctor.record.session import DoctorSession
 
             self.session = DoctorSession(self.target, self.steps, self.warmup, probes=self.probes)
             self.session.start()

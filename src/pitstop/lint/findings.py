@@ -114,7 +114,7 @@ class FileError:
 
 
 #: Deprecated alias of :class:`LintFinding`, its name before it was set apart from the doctor's
-#: ``pitstop.doctor.check.Finding``; kept so ``pitstop.lint.Finding`` still imports.
+#: ``pitstop.doctor.analysis.check.Finding``; kept so ``pitstop.lint.Finding`` still imports.
 Finding = LintFinding
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import html
 
-from pitstop.doctor.diagnosis import Diagnosis
-from pitstop.doctor.observations import PHASES
+from pitstop.doctor.analysis.diagnosis import Diagnosis
+from pitstop.doctor.analysis.observations import PHASES
 from pitstop.report.doctor_probes import speedup_cell, unavailable_text
 from pitstop.report.doctor_ranks import rank_rows
 from pitstop.report.doctor_terminal import (compile_lines, framework_line, gpu_rows, impact_label, shows_framework,

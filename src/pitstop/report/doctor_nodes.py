@@ -1,6 +1,6 @@
 """The nodes of a multi-node ``pitstop doctor`` job in the terminal: which node ran which ranks,
 how each ended, which sent nothing, and where the job report is. Renders the typed
-:class:`~pitstop.doctor.nodes.NodesOutcome` (or the node statuses of ``pitstop merge``);
+:class:`~pitstop.doctor.run.nodes.NodesOutcome` (or the node statuses of ``pitstop merge``);
 decides nothing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
-from pitstop.doctor.nodes import NodeStatus, NodesOutcome
+from pitstop.doctor.run.nodes import NodeStatus, NodesOutcome
 from pitstop.ranks import rank_ranges
 
 __all__ = ["node_lines", "print_nodes"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pitstop.doctor.probe_records import ProbeResult
+from pitstop.doctor.analysis.probe_records import ProbeResult
 
 __all__ = ["speedup_cell", "probe_line", "unavailable_text"]
 

@@ -7,7 +7,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from pitstop.doctor.diagnosis import Diagnosis
+from pitstop.doctor.analysis.diagnosis import Diagnosis
 from pitstop.ranks import spread
 from pitstop.report.terminal import fmt_bytes, fmt_seconds
 

@@ -1,4 +1,4 @@
-"""``DoctorReport``: a doctor :class:`~pitstop.doctor.diagnosis.Diagnosis` with rendering shortcuts.
+"""``DoctorReport``: a doctor :class:`~pitstop.doctor.analysis.diagnosis.Diagnosis` with rendering shortcuts.
 
 ``report.print()`` is the terminal report (:mod:`pitstop.report.doctor_terminal`),
 ``report.html(path)`` the offline page (:mod:`pitstop.report.doctor_html`); everything else
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pitstop.doctor.diagnosis import Diagnosis
+from pitstop.doctor.analysis.diagnosis import Diagnosis
 
 __all__ = ["DoctorReport"]
 

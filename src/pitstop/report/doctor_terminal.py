@@ -1,4 +1,4 @@
-"""Terminal rendering of a doctor :class:`~pitstop.doctor.diagnosis.Diagnosis` (rich)."""
+"""Terminal rendering of a doctor :class:`~pitstop.doctor.analysis.diagnosis.Diagnosis` (rich)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import IO
 from rich.table import Table
 from rich.text import Text
 
-from pitstop.doctor.check import Finding
-from pitstop.doctor.diagnosis import Diagnosis, PrecisionSeen, Throughput
-from pitstop.doctor.observations import PHASES, Observations
-from pitstop.doctor.records import FrameworkRecord, MemoryRecord
+from pitstop.doctor.analysis.check import Finding
+from pitstop.doctor.analysis.diagnosis import Diagnosis, PrecisionSeen, Throughput
+from pitstop.doctor.analysis.observations import PHASES, Observations
+from pitstop.doctor.analysis.records import FrameworkRecord, MemoryRecord
 from pitstop.report.doctor_probes import probe_line
 from pitstop.report.doctor_ranks import render_ranks
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar

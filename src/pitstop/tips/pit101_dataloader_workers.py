@@ -163,8 +163,8 @@ class LoaderWorkersBench(Benchmark, tip="PIT101"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, ms, pct  # noqa: E402
-from pitstop.doctor.records import CpuRecord  # noqa: E402
+from pitstop.doctor.analysis.check import Check, ms, pct  # noqa: E402
+from pitstop.doctor.analysis.records import CpuRecord  # noqa: E402
 
 
 class DataWaitCheck(Check, tip="PIT101"):

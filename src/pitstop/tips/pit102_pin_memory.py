@@ -108,8 +108,8 @@ class PinMemoryRule(LintRule, tip="PIT102"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, ms  # noqa: E402
-from pitstop.doctor.records import H2D  # noqa: E402
+from pitstop.doctor.analysis.check import Check, ms  # noqa: E402
+from pitstop.doctor.analysis.records import H2D  # noqa: E402
 
 
 class PinMemoryCheck(Check, tip="PIT102"):

@@ -208,8 +208,8 @@ def _comprehension_source(ancestors, root):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, ms  # noqa: E402
-from pitstop.doctor.records import H2D  # noqa: E402
+from pitstop.doctor.analysis.check import Check, ms  # noqa: E402
+from pitstop.doctor.analysis.records import H2D  # noqa: E402
 
 
 class NonBlockingCheck(Check, tip="PIT103"):

@@ -157,7 +157,7 @@ class ChannelsLastBench(Benchmark, tip="PIT104"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.doctor.analysis.check import Check, pct  # noqa: E402
 
 
 class ChannelsLastCheck(Check, tip="PIT104"):
@@ -246,7 +246,7 @@ class ChannelsLastKnob(Knob, tip="PIT104"):
             x = x.to(memory_format=torch.channels_last)   # every 4-D input batch
         """
 # --- doctor probe face ---
-from pitstop.doctor.probe import ESTIMATE_NOTE, Probe, gain_text, probe_gain  # noqa: E402
+from pitstop.doctor.analysis.probe import ESTIMATE_NOTE, Probe, gain_text, probe_gain  # noqa: E402
 
 
 class ChannelsLastProbe(Probe, tip="PIT104"):

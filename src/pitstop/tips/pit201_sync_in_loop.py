@@ -155,7 +155,7 @@ class SyncInLoopRule(LintRule, tip="PIT201"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.doctor.analysis.check import Check, pct  # noqa: E402
 
 
 class SyncInLoopCheck(Check, tip="PIT201"):

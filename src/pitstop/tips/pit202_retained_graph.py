@@ -139,8 +139,8 @@ class RetainedGraphRule(LintRule, tip="PIT202"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, mib  # noqa: E402
-from pitstop.doctor.records import GraphRecord  # noqa: E402
+from pitstop.doctor.analysis.check import Check, mib  # noqa: E402
+from pitstop.doctor.analysis.records import GraphRecord  # noqa: E402
 
 
 class RetainedGraphCheck(Check, tip="PIT202"):

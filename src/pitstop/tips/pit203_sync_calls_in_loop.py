@@ -108,7 +108,7 @@ class SyncCallsInLoopRule(LintRule, tip="PIT203"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, ms  # noqa: E402
+from pitstop.doctor.analysis.check import Check, ms  # noqa: E402
 
 
 class SyncCallsCheck(Check, tip="PIT203"):

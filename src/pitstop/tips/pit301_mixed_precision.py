@@ -187,7 +187,7 @@ class MixedPrecisionBench(Benchmark, tip="PIT301"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.doctor.analysis.check import Check, pct  # noqa: E402
 
 
 class MixedPrecisionCheck(Check, tip="PIT301"):
@@ -326,7 +326,7 @@ class AutocastKnob(Knob, tip="PIT301"):
             scaler.update()
         """
 # --- doctor probe face ---
-from pitstop.doctor.probe import ESTIMATE_NOTE, Probe, gain_text, probe_gain  # noqa: E402
+from pitstop.doctor.analysis.probe import ESTIMATE_NOTE, Probe, gain_text, probe_gain  # noqa: E402
 
 
 class PrecisionProbe(Probe, tip="PIT301"):

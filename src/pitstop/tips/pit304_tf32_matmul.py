@@ -71,7 +71,7 @@ class Tf32Matmul(Tip):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class TF32Check(Check, tip="PIT304"):

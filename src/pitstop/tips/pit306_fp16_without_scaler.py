@@ -144,7 +144,7 @@ class Fp16WithoutScalerRule(LintRule, tip="PIT306"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class Fp16WithoutScalerCheck(Check, tip="PIT306"):

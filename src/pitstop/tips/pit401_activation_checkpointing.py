@@ -82,8 +82,8 @@ class ActivationCheckpointing(Tip):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, mib, pct  # noqa: E402
-from pitstop.doctor.records import MemoryRecord  # noqa: E402
+from pitstop.doctor.analysis.check import Check, mib, pct  # noqa: E402
+from pitstop.doctor.analysis.records import MemoryRecord  # noqa: E402
 
 
 class ActivationMemoryCheck(Check, tip="PIT401"):

@@ -138,8 +138,8 @@ class OptimizerStateBench(Benchmark, tip="PIT402"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, mib, pct  # noqa: E402
-from pitstop.doctor.records import MemoryRecord, OptimizerRecord  # noqa: E402
+from pitstop.doctor.analysis.check import Check, mib, pct  # noqa: E402
+from pitstop.doctor.analysis.records import MemoryRecord, OptimizerRecord  # noqa: E402
 
 
 #: The rule of thumb: optimizer state bytes per parameter byte, by class name, and the

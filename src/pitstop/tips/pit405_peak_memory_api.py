@@ -104,8 +104,8 @@ class PeakMemoryApiRule(LintRule, tip="PIT405"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, mib, pct  # noqa: E402
-from pitstop.doctor.records import MemoryRecord  # noqa: E402
+from pitstop.doctor.analysis.check import Check, mib, pct  # noqa: E402
+from pitstop.doctor.analysis.records import MemoryRecord  # noqa: E402
 
 
 class PeakMemoryCheck(Check, tip="PIT405"):

@@ -199,7 +199,7 @@ class FusedOptimizerBench(Benchmark, tip="PIT501"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.doctor.analysis.check import Check, pct  # noqa: E402
 
 
 class FusedOptimizerCheck(Check, tip="PIT501"):
@@ -299,8 +299,8 @@ class OptimizerImplKnob(Knob, tip="PIT501"):
 
 
 # --- doctor probe face ---
-from pitstop.doctor.probe import ESTIMATE_NOTE, Probe, ProbeSkip, gain_text, probe_gain  # noqa: E402
-from pitstop.doctor.probe_records import ProbeResult  # noqa: E402
+from pitstop.doctor.analysis.probe import ESTIMATE_NOTE, Probe, ProbeSkip, gain_text, probe_gain  # noqa: E402
+from pitstop.doctor.analysis.probe_records import ProbeResult  # noqa: E402
 
 
 class OptimizerModeProbe(Probe, tip="PIT501"):

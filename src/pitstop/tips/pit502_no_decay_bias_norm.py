@@ -125,7 +125,7 @@ def _all_parameters(ctx, expr) -> bool:
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class DecayOnBiasNormCheck(Check, tip="PIT502"):

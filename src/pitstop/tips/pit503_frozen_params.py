@@ -76,7 +76,7 @@ class FrozenParams(Tip):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class FrozenParamsCheck(Check, tip="PIT503"):

@@ -149,7 +149,7 @@ class CompileBench(Benchmark, tip="PIT601"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class CompileCheck(Check, tip="PIT601"):
@@ -196,7 +196,7 @@ class CompileCheck(Check, tip="PIT601"):
 
 
 # --- doctor probe face ---
-from pitstop.doctor.probe import Probe, ProbeSkip  # noqa: E402
+from pitstop.doctor.analysis.probe import Probe, ProbeSkip  # noqa: E402
 
 
 class CompiledVsEagerProbe(Probe, tip="PIT601"):

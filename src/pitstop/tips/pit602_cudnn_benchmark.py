@@ -68,7 +68,7 @@ class CudnnBenchmark(Tip):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class CudnnBenchmarkCheck(Check, tip="PIT602"):

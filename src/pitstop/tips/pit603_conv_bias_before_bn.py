@@ -154,7 +154,7 @@ def _self_attr(node):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class ConvBiasBeforeBNCheck(Check, tip="PIT603"):

@@ -179,8 +179,8 @@ class MultipleOf8Bench(Benchmark, tip="PIT604"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
-from pitstop.doctor.records import OddSize  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
+from pitstop.doctor.analysis.records import OddSize  # noqa: E402
 
 
 class MultipleOf8Check(Check, tip="PIT604"):

@@ -191,7 +191,7 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.doctor.analysis.check import Check, pct  # noqa: E402
 
 
 class InferenceModeCheck(Check, tip="PIT605"):

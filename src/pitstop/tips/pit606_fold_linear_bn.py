@@ -174,7 +174,7 @@ class FoldBench(Benchmark, tip="PIT606"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class AdjacentLinearCheck(Check, tip="PIT606"):

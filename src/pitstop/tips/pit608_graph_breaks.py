@@ -82,7 +82,7 @@ class GraphBreaks(Tip):
 # --- doctor face ---
 import re  # noqa: E402
 
-from pitstop.doctor.check import SEVERITIES, Check, ms, pct, severity_for, short_where  # noqa: E402
+from pitstop.doctor.analysis.check import SEVERITIES, Check, ms, pct, severity_for, short_where  # noqa: E402
 
 
 def _fix_for(reason: str, source: str | None) -> str:

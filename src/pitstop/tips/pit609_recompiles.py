@@ -74,7 +74,7 @@ class Recompiles(Tip):
 # --- doctor face ---
 import re  # noqa: E402
 
-from pitstop.doctor.check import Check, pct, short_where  # noqa: E402
+from pitstop.doctor.analysis.check import Check, pct, short_where  # noqa: E402
 
 _INDEX = re.compile(r"size mismatch at index (\d+)")
 

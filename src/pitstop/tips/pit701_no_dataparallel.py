@@ -119,7 +119,7 @@ class DataParallelRule(LintRule, tip="PIT701"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class DataParallelCheck(Check, tip="PIT701"):

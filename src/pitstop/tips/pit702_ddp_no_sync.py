@@ -113,7 +113,7 @@ class DdpNoSyncRule(LintRule, tip="PIT702"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, ms, pct  # noqa: E402
+from pitstop.doctor.analysis.check import Check, ms, pct  # noqa: E402
 
 
 def _kib(nbytes: float) -> str:

@@ -138,7 +138,7 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class DistributedSamplerCheck(Check, tip="PIT703"):

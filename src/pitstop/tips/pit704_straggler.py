@@ -76,7 +76,7 @@ class StragglerTip(Tip):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, pct  # noqa: E402
+from pitstop.doctor.analysis.check import Check, pct  # noqa: E402
 from pitstop.ranks import rank_ranges  # noqa: E402
 
 

@@ -156,7 +156,7 @@ def _eval_context(call):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class EvalModeCheck(Check, tip="PIT803"):

@@ -106,7 +106,7 @@ def _exclusive(a, b):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check  # noqa: E402
+from pitstop.doctor.analysis.check import Check  # noqa: E402
 
 
 class DeterministicBenchmarkCheck(Check, tip="PIT902"):

@@ -94,8 +94,8 @@ class Profile(Tip):
 
 
 # --- doctor face ---
-from pitstop.doctor.check import Check, pct  # noqa: E402
-from pitstop.doctor.records import Flops  # noqa: E402
+from pitstop.doctor.analysis.check import Check, pct  # noqa: E402
+from pitstop.doctor.analysis.records import Flops  # noqa: E402
 
 
 class ProfileCheck(Check, tip="PIT905"):

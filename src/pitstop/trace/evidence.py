@@ -1,11 +1,11 @@
 """The doctor's GPU evidence: its profiled window analysed by :mod:`pitstop.trace` (torch-free).
 
-On CUDA the doctor runs a few steps under ``torch.profiler`` (``doctor/profiled.py``) and
+On CUDA the doctor runs a few steps under ``torch.profiler`` (``doctor/record/profiled.py``) and
 writes a Kineto trace with ``ProfilerStep#N`` marks. :func:`profiled_window` analyses that
 file with the one trace analysis (:func:`pitstop.trace.analyze.analyze_file`) into the
 :class:`~pitstop.trace.result.RankResult` the doctor keeps in ``Observations.gpu``;
 :func:`gpu_findings` runs the tips' trace checks (face T) on it; :func:`merge` joins them with
-the doctor checks' findings, one finding per code (:attr:`pitstop.doctor.check.Check.gpu_role`
+the doctor checks' findings, one finding per code (:attr:`pitstop.doctor.analysis.check.Check.gpu_role`
 says who decides). Tests hand a recorded or synthetic trace file to :func:`profiled_window`:
 the seam between a live CUDA run and the CPU test suite.
 """
@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from pitstop.doctor.check import Finding, Thresholds, severity_for
+from pitstop.doctor.analysis.check import Finding, Thresholds, severity_for
 from pitstop.trace.result import IdleSplit, NamedTime, RankResult, TraceFinding
 
 __all__ = ["profiled_window", "gpu_findings", "merge", "as_finding", "step_seconds", "GPU_PREFIX", "GpuSummary",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pitstop.doctor.observations import Observations
+from pitstop.doctor.analysis.observations import Observations
 from pitstop.machine import machine_load, usable_cores
 from pitstop.tune.knob import Context
 

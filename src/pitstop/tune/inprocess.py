@@ -30,8 +30,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, RandomSampler
 
-from pitstop.doctor.clocks import StepClocks
-from pitstop.doctor.batch import first_tensor
+from pitstop.doctor.record.clocks import StepClocks
+from pitstop.doctor.record.batch import first_tensor
 from pitstop.engine.data import adapt_loader, batch_size_of
 from pitstop.machine import usable_cores
 from pitstop.engine.distributed import DistInfo

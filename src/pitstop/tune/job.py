@@ -1,7 +1,7 @@
 """Script mode for torchrun jobs: ``pitstop tune --nproc-per-node N SCRIPT`` (torch-free).
 
 Every run (the survey, each trial's, each baseline's) is a whole job launched by the doctor's
-torchrun launcher (:func:`pitstop.doctor.torchrun.run_job`): ``N`` ranks under
+torchrun launcher (:func:`pitstop.doctor.run.torchrun.run_job`): ``N`` ranks under
 ``torch.distributed.run``, each rank the doctor's child with the trial's knobs applied before
 the script, stopped after ``warmup + steps`` optimizer steps; nothing is left running after it
 (the launcher kills the agent's group and every rank's group, DataLoader workers included).
@@ -34,7 +34,7 @@ __all__ = ["JobBackend", "run_from_job"]
 
 
 def run_from_job(job: Any, steps: int) -> Run:
-    """One :class:`Run` of a whole job (:class:`pitstop.doctor.torchrun.JobResult`): see the
+    """One :class:`Run` of a whole job (:class:`pitstop.doctor.run.torchrun.JobResult`): see the
     module docs."""
     ranks = [run_from_result(r, steps) for r in job.results]
     if not ranks:
@@ -81,8 +81,8 @@ class JobBackend(ScriptBackend):
         self.target += f" (torchrun, {nproc_per_node} ranks)"
 
     def _job(self, **fields: Any) -> Any:
-        from pitstop.doctor import spec
-        from pitstop.doctor.torchrun import run_job
+        from pitstop.doctor.run import spec
+        from pitstop.doctor.run.torchrun import run_job
 
         rs = spec.RunSpec(**self._spec, nproc_per_node=self.nproc_per_node, stdout="devnull", probes=False,
                           **fields)

@@ -163,7 +163,7 @@ class Knob(Face, face="K"):
         return self.name if value is True else f"{self.name}={value}"
 
     def phases(self, value: Any, ctx: Context) -> tuple[str, ...]:
-        """The step phases (:data:`pitstop.doctor.observations.PHASES`) that ``value`` can
+        """The step phases (:data:`pitstop.doctor.analysis.observations.PHASES`) that ``value`` can
         make faster, when it can touch nothing else; empty: any part of the step. The tuner
         does not measure a value whose phases are too small a share of the step to reach
         the bar even if they vanished (Amdahl)."""
@@ -202,7 +202,7 @@ class Knob(Face, face="K"):
     def explain(self, value: Any, records: list[Any], trial: Any) -> Any:
         """What the trial's runs showed beyond their speed, as a
         :class:`pitstop.tune.explanation.Explanation` (None: nothing to add). ``records``: the
-        runs' :class:`pitstop.doctor.compile_records.CompileRecord` (runs that compiled
+        runs' :class:`pitstop.doctor.analysis.compile_records.CompileRecord` (runs that compiled
         anything); ``trial``: the judged :class:`pitstop.tune.result.Trial` (status, speed)."""
         return None
 

@@ -31,8 +31,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from pitstop.doctor.frameworks import unwrap
-from pitstop.doctor.spec import SetupFailed
+from pitstop.doctor.record.frameworks import unwrap
+from pitstop.doctor.run.spec import SetupFailed
 
 __all__ = ["on_model", "wrap_forward", "patch_init", "to_float", "map_tensors", "reset", "KnobApplyError"]
 

@@ -92,7 +92,7 @@ def parse_bytes(value: int | float | str) -> int:
 def default_cap(device: str) -> tuple[int | None, str]:
     """The limit used when the user gives none: CUDA total memory, or half the available RAM."""
     if device == "cuda":
-        from pitstop.doctor.memory import capacity_bytes  # the one CUDA total-memory lookup
+        from pitstop.doctor.record.memory import capacity_bytes  # the one CUDA total-memory lookup
 
         return capacity_bytes("cuda"), "CUDA device memory"
     ram = available_ram()

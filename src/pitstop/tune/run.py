@@ -20,7 +20,7 @@ FAILED_STATUSES: tuple[RunStatus, ...] = tuple(s for s in get_args(RunStatus) if
 @dataclass
 class Run:
     """One run of one configuration. Per observed step: wall seconds (``step_times``) and,
-    where the system has the clocks (:mod:`pitstop.doctor.clocks`), CPU seconds of the
+    where the system has the clocks (:mod:`pitstop.doctor.record.clocks`), CPU seconds of the
     process and its workers (``cpu_times``), run-queue delay (``run_delays``), main-thread
     active seconds (``actives``) and CUDA event seconds (``gpu_times``)."""
 

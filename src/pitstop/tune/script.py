@@ -34,7 +34,7 @@ class TuneInputError(ValueError):
 
 
 def _doctor():
-    from pitstop.doctor import runner, spec
+    from pitstop.doctor.run import runner, spec
 
     return runner, spec
 

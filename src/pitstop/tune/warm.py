@@ -5,8 +5,8 @@ run. The worker (``python -m pitstop.tune.warm``, started once per search) impor
 and the doctor's child bootstrap, then serves requests on its stdin: for each run it forks;
 the fork child starts its own session (so a timeout kills it *and* its DataLoader workers),
 sends its stdout to ``/dev/null`` unless the spec says otherwise and its stderr to a file,
-and runs :func:`pitstop.doctor.child.run_in_process` -- the same bootstrap as a fresh
-``python -m pitstop.doctor.child`` process: same seeding, instrumentation, setups, ``runpy``
+and runs :func:`pitstop.doctor.run.child.run_in_process` -- the same bootstrap as a fresh
+``python -m pitstop.doctor.run.child`` process: same seeding, instrumentation, setups, ``runpy``
 of the user's script. The worker waits for it with the run's timeout plus the runner's
 grace, kills its process group on overrun, and answers with the exit status.
 
@@ -37,10 +37,10 @@ __all__ = ["WarmRunner", "serve"]
 
 def _wait(pid: int, timeout: float | None, result: str) -> tuple[int, bool]:
     """Wait for ``pid`` up to ``timeout`` plus the runner's grace (more while the child is
-    writing its report, as :mod:`pitstop.doctor.runner` does); then kill its process group. A
+    writing its report, as :mod:`pitstop.doctor.run.runner` does); then kill its process group. A
     child that wrote its whole report is stopped ``EXIT_GRACE_S`` later (the report stands).
     Returns (exit status as ``subprocess`` reports it, killed after the timeout)."""
-    from pitstop.doctor.runner import EXIT_GRACE_S, FINISH_GRACE_S, FINISHING_SUFFIX, GRACE_S
+    from pitstop.doctor.run.runner import EXIT_GRACE_S, FINISH_GRACE_S, FINISHING_SUFFIX, GRACE_S
 
     deadline = None if timeout is None else time.monotonic() + timeout + GRACE_S
     delay, killed, extended, reported = 0.005, False, False, None
@@ -94,8 +94,8 @@ def _child(request: dict[str, Any], channel: int, guard: tuple[int, int]) -> Non
         os.close(null)
         sys.stdin = open(os.devnull)  # noqa: SIM115 - lives as long as this process
         signal.signal(signal.SIGINT, signal.SIG_DFL)
-        from pitstop.doctor.child import run_in_process
-        from pitstop.doctor.spec import RunSpec
+        from pitstop.doctor.run.child import run_in_process
+        from pitstop.doctor.run.spec import RunSpec
 
         with open(request["spec"], encoding="utf-8") as f:
             spec = RunSpec.from_dict(json.load(f))
@@ -176,10 +176,10 @@ def serve(parent: int | None = None) -> int:
     os.close(null)
     import torch  # noqa: F401 - the point of the worker: imported once, before any fork
 
-    import pitstop.doctor.child  # noqa: F401
-    import pitstop.doctor.collect  # noqa: F401
+    import pitstop.doctor.run.child  # noqa: F401
+    import pitstop.doctor.record.collect  # noqa: F401
     import pitstop.helpers.seed  # noqa: F401
-    import pitstop.doctor.instrument  # noqa: F401
+    import pitstop.doctor.record.instrument  # noqa: F401
     import pitstop.tune.child  # noqa: F401
     import pitstop.tune.patch  # noqa: F401
 
@@ -209,8 +209,8 @@ def serve(parent: int | None = None) -> int:
 
 
 class WarmRunner:
-    """Client side: runs a :class:`pitstop.doctor.spec.RunSpec` in the warm worker, with the
-    same contract as :func:`pitstop.doctor.runner.run_script` (a :class:`RunResult`, never
+    """Client side: runs a :class:`pitstop.doctor.run.spec.RunSpec` in the warm worker, with the
+    same contract as :func:`pitstop.doctor.run.runner.run_script` (a :class:`RunResult`, never
     raising for the script's own failures). ``stderr_lines`` of the last run: what the
     script wrote to stderr."""
 
@@ -252,7 +252,7 @@ class WarmRunner:
             return self._run(spec)
 
     def _run(self, spec: Any) -> Any:
-        from pitstop.doctor.spec import RunResult, RunSpec
+        from pitstop.doctor.run.spec import RunResult, RunSpec
 
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
@@ -329,8 +329,8 @@ class WarmRunner:
 
 def _partial(spec: Any, result: str, elapsed: float) -> Any:
     """A ``timeout`` result from the child's last progress snapshot (the steps done)."""
-    from pitstop.doctor.runner import PARTIAL_SUFFIX
-    from pitstop.doctor.spec import RunResult, StepRecord
+    from pitstop.doctor.run.runner import PARTIAL_SUFFIX
+    from pitstop.doctor.run.spec import RunResult, StepRecord
 
     steps = []
     try:

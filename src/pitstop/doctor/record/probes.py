@@ -1,0 +1,395 @@
+"""Running the registered probes (face D, :class:`~pitstop.doctor.analysis.probe.Probe`) in the child.
+
+The mechanism knows no tip: it asks the catalog for every :class:`Probe`, lets each one
+say from the plain observations whether it applies, and runs it with a
+:class:`ProbeContext`: copies of the user's model (the first one that trained) and of the
+last training batch it saw, the live optimizers (to read, never to step), and the timing
+helper :meth:`ProbeContext.compare`.
+
+What a probe measures, and what it does not: it times *compute only* -- a forward and
+backward (or one ``optimizer.step()``) of copies, on up to the batch's samples, with the
+script stopped, so no DataLoader worker competes for the cores and nothing else of the
+step runs. Its speed-up is an *estimate* of what the real loop gains; ``pitstop tune``
+measures the real loop.
+
+How it times (:func:`time_variants`): two warm-up calls per variant (oneDNN's bf16 kernels
+need several calls before they reach speed), then timed *rounds*, each running every
+variant once, in alternating order (ABBA), at least ``min_reps`` rounds and until every
+candidate's interval decided or about ``budget_s`` seconds passed. Each call records wall
+time, CPU time and the run-queue delay (:mod:`pitstop.doctor.record.clocks`; CUDA event time on a
+GPU). :meth:`ProbeContext.compare` uses the same paired core as ``pitstop tune``
+(:mod:`pitstop.paired`): one pair per round (a burst of load hits both variants of a
+round), the clock the observed load does not distort, a 90% interval over pairs. Checks
+gate on the interval's lower bound, not on a fastest-of-n.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pitstop.doctor.analysis.observations import Observations
+from pitstop.doctor.analysis.probe_records import ProbeResult, Speedup
+from pitstop.doctor.analysis.probe import Probe, ProbeSkip
+from pitstop.stats import median
+
+__all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "contention", "probe_measure",
+           "MAX_PROBE_BYTES", "PROBE_SAMPLES", "CONFIDENCE"]
+
+#: parameters larger than this are not deep-copied for a probe (memory), in bytes.
+MAX_PROBE_BYTES = 512 * 2**20
+#: the fewest samples of the last batch a model probe runs on; more (up to the whole
+#: batch) when one forward+backward of them stays cheap (see :meth:`ProbeContext.batch`).
+PROBE_SAMPLES = 16
+#: confidence of the speed-up intervals (two-sided; the lower bound is a 95% one-sided bound).
+CONFIDENCE = 0.90
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_variants(variants: dict[str, Callable[[], Any]], device: str, budget_s: float = 1.0,
+                  min_reps: int = 8, max_reps: int = 60, warmup: int = 2, baseline: str | None = None,
+                  margin: float = 0.05, measure: Any = None) -> dict[str, list[Any]]:
+    """One :class:`pitstop.paired.Sample` per variant per round (wall, CPU time, run-queue
+    delay; CUDA event time on a GPU); rounds alternate the order (ABBA), so ``result[name][i]``
+    of every name pair up. With ``baseline`` given, rounds stop early -- after ``min_reps`` --
+    once every candidate's paired interval decided (:func:`pitstop.paired.decide`, on
+    ``measure`` when given)."""
+    from pitstop.doctor.record.clocks import StepClocks
+    from pitstop.paired import Pair, Sample, decide
+
+    names = list(variants)
+    for _ in range(warmup):
+        for fn in variants.values():
+            fn()
+    _sync(device)
+    clocks = StepClocks()
+    cuda = device == "cuda"
+    samples: dict[str, list[Sample]] = {k: [] for k in names}
+    start = time.perf_counter()
+    reps = 0
+    while reps < max_reps and (reps < min_reps or time.perf_counter() - start < budget_s):
+        for name in (names if reps % 2 == 0 else names[::-1]):
+            if cuda:
+                ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                ev0.record()
+            clocks.mark()
+            t0, c0 = time.perf_counter(), time.process_time()
+            variants[name]()
+            if cuda:
+                ev1.record()
+            _sync(device)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            lap = clocks.lap()
+            samples[name].append(Sample(wall=wall, cpu=cpu + lap.get("cpu_children", 0.0),
+                                        run_delay=lap.get("run_delay"), active=lap.get("main_active"),
+                                        gpu=ev0.elapsed_time(ev1) / 1e3 if cuda else None))
+        reps += 1
+        if baseline is not None and reps >= min_reps and all(
+                (d := decide([Pair(b, c) for b, c in zip(samples[baseline], samples[k])], margin=margin,
+                              measure=measure)) is not None
+                and d.status != "undecided" for k in names if k != baseline):
+            break
+    return samples
+
+
+def contention(variants: dict[str, Callable[[], Any]]) -> float | None:
+    """One call of each variant: how long this process's threads waited for cores (run-queue
+    delay) per CPU second; None where the system has no such clocks."""
+    from pitstop.doctor.record.clocks import StepClocks
+
+    clocks = StepClocks()
+    if not clocks.available:
+        return None
+    clocks.mark()
+    c0 = time.process_time()
+    for fn in variants.values():
+        fn()
+    lap = clocks.lap()
+    cpu = time.process_time() - c0
+    return (lap.get("run_delay") or 0.0) / cpu if cpu > 0 else None
+
+
+def probe_measure(load: float | None, threads: int) -> Any:
+    """The one decision about the machine's load for a probe run, said once: wall time when
+    it is quiet; when busy (threads waited for cores more than
+    :data:`pitstop.paired.CONTENTION` of their CPU time) one thread, on CPU time. None (the
+    paired core chooses) where the system has no run-queue clocks."""
+    from pitstop.paired import CONTENTION, Measure
+
+    if load is None:
+        return None
+    if load < CONTENTION:
+        return Measure("wall", f"wall time: the machine is quiet (threads waited {load:.0%} of their CPU time for a "
+                               "core)", load)
+    how = f"timed with one thread instead of {threads}" if threads > 1 else "timed"
+    return Measure("cpu", f"CPU time: the machine is busy (threads waited {load:.0%} of their CPU time for a core): "
+                          f"{how}, on CPU time, which other processes distort least", load)
+
+
+def _unavailable(variants: dict[str, Callable[[], Any]], baseline: str) -> dict[str, str]:
+    """Candidates whose first call raises a ``RuntimeError`` (an operator with no kernel for
+    this dtype or layout on this device, e.g. oneDNN's bf16 LSTM on a CPU without native bf16):
+    name -> the error's first line. The baseline is called too, and its errors propagate."""
+    out = {}
+    for name, fn in variants.items():
+        if name == baseline:
+            fn()
+            continue
+        try:
+            fn()
+        except RuntimeError as exc:
+            first = (str(exc).strip().splitlines() or [""])[0].strip()
+            out[name] = f"{type(exc).__name__}: {first[:200]}"
+    return out
+
+
+def _scalar(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out.float().mean()
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        for o in out:
+            if isinstance(o, torch.Tensor) and o.is_floating_point():
+                return o.float().mean()
+    raise ProbeSkip(f"cannot reduce a model output of type {type(out).__name__} to a scalar")
+
+
+def _nbytes(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class ProbeBatch(tuple):
+    """The positional arguments of a probe's model call, with its keyword ones in ``kwargs``."""
+
+    kwargs: dict[str, Any]
+
+    def __new__(cls, args, kwargs=None):
+        self = super().__new__(cls, args)
+        self.kwargs = dict(kwargs or {})
+        return self
+
+
+class _EagerCall(torch.nn.Module):
+    """A ``model.compile()``'d module called past its compiled path (``_call_impl``)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module._call_impl(*args, **kwargs)
+
+
+class ProbeContext:
+    """What a probe may use (in the child, after the script was stopped).
+
+    ``obs`` are the plain observations gathered so far (probes excluded); ``optimizers``
+    the live optimizers in the order of ``obs.optimizers`` (read them, never step them).
+    """
+
+    def __init__(self, obs: Observations, *, model: torch.nn.Module | None, args: tuple | None,
+                 compiled: bool, optimizers: list, budget_s: float = 1.0, kwargs: dict | None = None,
+                 batch_dim: int = 0, wrapped: torch.nn.Module | None = None) -> None:
+        self.obs, self.device, self.budget_s = obs, obs.device, budget_s
+        self._wrapped = wrapped
+        self.optimizers = optimizers
+        #: the most parameter bytes a probe copies (:data:`MAX_PROBE_BYTES`).
+        self.max_bytes = MAX_PROBE_BYTES
+        self._model, self._args, self._compiled = model, args, compiled
+        self._kwargs, self._dim = dict(kwargs or {}), batch_dim
+        self._n: int | None = None
+
+    # -- inputs ----------------------------------------------------------------------
+    def model_copy(self, memory_format: torch.memory_format | None = None) -> torch.nn.Module:
+        """A deep copy of the trained model in training mode (optionally converted)."""
+        if self._model is None:
+            raise ProbeSkip("no model with parameters ran a training forward")
+        if self._compiled:
+            raise ProbeSkip("the model is torch.compile'd; probing it would mean compiling copies")
+        if _nbytes(self._model.parameters()) > self.max_bytes:
+            raise ProbeSkip("model too large to copy for a probe")
+        m = copy.deepcopy(self._model).train()
+        return m.to(memory_format=memory_format) if memory_format is not None else m
+
+    def compiled_pair(self) -> tuple[torch.nn.Module, torch.nn.Module]:
+        """The live compiled model as the script called it and the same module run eagerly (no
+        copies: compiling a copy would take as long as the script's own compile). Time them
+        under :meth:`no_recompile`; the batch must be the one they trained on (:meth:`batch`
+        with ``whole=True``)."""
+        w = self._wrapped
+        if not self._compiled or w is None or self._model is None:
+            raise ProbeSkip("the model is not torch.compile'd")
+        if getattr(w, "_compiled_call_impl", None) is not None:  # model.compile(): the module itself
+            return w, _EagerCall(w)
+        return w, self._model
+
+    @staticmethod
+    def no_recompile() -> Any:
+        """A context in which a call that would recompile raises instead
+        (``torch.compiler.set_stance("fail_on_recompile")``, torch >= 2.6)."""
+        stance = getattr(torch.compiler, "set_stance", None)
+        if stance is None:
+            raise ProbeSkip("torch < 2.6 has no torch.compiler.set_stance to time without recompiling")
+        return stance("fail_on_recompile")
+
+    def batch_size(self) -> int | None:
+        first = self._first()
+        return None if first is None else int(first.shape[self._dim])
+
+    def _first(self) -> torch.Tensor | None:
+        from pitstop.doctor.record.batch import primary_input
+
+        found = primary_input(tuple(self._args or ()), self._kwargs)
+        return found[1] if found is not None and found[1].dim() > self._dim else None
+
+    def samples(self) -> int:
+        """How many samples of the last batch the model probes use: the whole batch when one
+        forward+backward of it (measured in the observed steps) fits ``budget_s / 20`` (so
+        that warm-up and the rounds fit the budget), else fewer, never below ``PROBE_SAMPLES``."""
+        if self._n is None:
+            b = self.batch_size() or 0
+            per_call = self.obs.seconds("forward") + self.obs.seconds("backward")
+            if b and per_call > 0:
+                fit = int(b * (self.budget_s / 20) / per_call)
+                self._n = max(min(b, PROBE_SAMPLES), min(b, fit))
+            else:
+                self._n = min(b, PROBE_SAMPLES) if b else 0
+        return self._n
+
+    def batch(self, memory_format: torch.memory_format | None = None, whole: bool = False) -> tuple:
+        """The first :meth:`samples` samples (along the batch dimension the doctor inferred)
+        of every tensor argument of the last training forward, positional or keyword, that
+        shares the batch size (the first positional one optionally converted)."""
+        first = self._first()
+        if first is None:
+            raise ProbeSkip("no training forward with a tensor batch was captured")
+        d = self._dim
+        b = first.shape[d]
+        n = b if whole else self.samples()
+
+        def cut(a):
+            if isinstance(a, torch.Tensor) and a.dim() > d and a.shape[d] == b:
+                return a.narrow(d, 0, n)
+            return a
+        args = tuple(cut(a) for a in self._args or ())
+        kwargs = {k: cut(v) for k, v in self._kwargs.items()}
+        if memory_format is not None:
+            if not args or not isinstance(args[0], torch.Tensor) or args[0].dim() != 4:
+                raise ProbeSkip("the model's first input is not a 4-D image batch")
+            args = (args[0].contiguous(memory_format=memory_format), *args[1:])
+        return ProbeBatch(args, kwargs)
+
+    def fwd_bwd(self, model: torch.nn.Module, args: tuple, autocast: torch.dtype | None = None) -> Callable[[], None]:
+        """One forward and backward of ``model`` (under autocast of ``autocast`` dtype if given)."""
+        device = self.device
+        kwargs = getattr(args, "kwargs", {})
+
+        def run() -> None:
+            model.zero_grad(set_to_none=True)
+            if autocast is None:
+                out = model(*args, **kwargs)
+            else:
+                with torch.autocast(device, dtype=autocast):
+                    out = model(*args, **kwargs)
+            _scalar(out).backward()
+        return run
+
+    def describe(self, model: torch.nn.Module, args: tuple) -> str:
+        shapes = ", ".join(["x".join(map(str, a.shape)) for a in args if isinstance(a, torch.Tensor)]
+                           + [f"{k}={'x'.join(map(str, v.shape))}" for k, v in getattr(args, "kwargs", {}).items()
+                              if isinstance(v, torch.Tensor)])
+        b = self.batch_size()
+        of = f" ({self.samples()} of the batch's {b} samples)" if b and self.samples() < b else ""
+        return f"forward+backward of {type(model).__name__} on {shapes}{of} from the last training batch"
+
+    # -- timing -----------------------------------------------------------------------
+    def compare(self, *, what: str, baseline: str, variants: dict[str, Callable[[], Any]],
+                keep_threads: bool = False, **extra: Any) -> ProbeResult:
+        """Time ``variants`` (:func:`time_variants`) and compare every candidate with
+        ``baseline``. Returns the standard probe result:
+
+        ``what``, ``baseline``, ``seconds`` (median per variant), ``runs`` (rounds),
+        ``speedups`` (candidate -> ``ratio``, ``low``, ``high``: median(baseline) /
+        median(candidate) with its interval), ``candidate`` (the one with the highest
+        lower bound), its ``speedup`` and ``interval`` [low, high], ``confidence``,
+        ``compute_only`` (True: see the module docs), plus ``extra``. A candidate whose first
+        call raises ``RuntimeError`` is ``unavailable`` (with the error's first line) and not
+        timed; with no candidate left the result has only ``unavailable``. Whether the machine
+        is busy is decided once, before timing, and said once, in ``measure_why``. ``keep_threads``: never
+        drop to one thread on a busy machine (compiled code would recompile).
+        """
+        from pitstop.paired import Pair, decide
+
+        if baseline not in variants or len(variants) < 2:
+            raise ValueError("compare needs the baseline and at least one candidate")
+        dtype = extra.pop("dtype", None)
+        unavailable = _unavailable(variants, baseline) or None
+        if unavailable:
+            variants = {k: v for k, v in variants.items() if k not in unavailable}
+            if len(variants) < 2:  # nothing to time: what cannot run here is the result
+                return ProbeResult(what=what, baseline=baseline, compute_only=True, dtype=dtype,
+                                   unavailable=unavailable, extra=extra)
+        threads = torch.get_num_threads()
+        load = contention(variants) if self.device == "cpu" else None
+        measure = probe_measure(load, threads)
+        single = measure is not None and measure.name == "cpu" and threads > 1 and not keep_threads
+        if single:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
+            torch.set_num_threads(1)
+        try:
+            t = time_variants(variants, self.device, self.budget_s, baseline=baseline, measure=measure)
+        finally:
+            torch.set_num_threads(threads)
+        speedups: dict[str, Speedup] = {}
+        for name, xs in t.items():
+            if name != baseline:
+                d = decide([Pair(b, c) for b, c in zip(t[baseline], xs)], confidence=CONFIDENCE, measure=measure)
+                speedups[name] = Speedup(ratio=d.ratio, low=d.low, high=d.high, decided=d.status != "undecided",
+                                         measure=d.measure.name, measure_why=d.measure.why)
+        best = max(speedups, key=lambda k: (speedups[k].low, speedups[k].ratio))
+        top = speedups[best]
+        seconds = {k: median([x.wall for x in v]) for k, v in t.items()}
+        return ProbeResult(what=what, baseline=baseline, seconds=seconds,
+                           measure=top.measure, measure_why=top.measure_why, runs=len(t[baseline]),
+                           speedups=speedups, candidate=best, speedup=top.ratio, interval=(top.low, top.high),
+                           confidence=CONFIDENCE, compute_only=True, dtype=dtype, unavailable=unavailable,
+                           extra=extra)
+
+
+def probe_classes() -> list[type[Probe]]:
+    from pitstop import catalog
+
+    return sorted((c for c in catalog.implementations("D") if issubclass(c, Probe)), key=lambda c: (c.tip, c.name))
+
+
+def run_probes(obs: Observations, *, model: torch.nn.Module | None, args: tuple | None, compiled: bool,
+               optimizers: list, budget_s: float = 1.0, kwargs: dict | None = None,
+               batch_dim: int = 0, wrapped: torch.nn.Module | None = None) -> dict[str, ProbeResult]:
+    """Run every registered probe; each result (or ``skipped`` / ``error``) by its key."""
+    ctx = ProbeContext(obs, model=model, args=args, compiled=compiled, optimizers=optimizers, budget_s=budget_s,
+                       kwargs=kwargs, batch_dim=batch_dim, wrapped=wrapped)
+    out: dict[str, ProbeResult] = {}
+    devices = [torch.cuda.current_device()] if obs.device == "cuda" and torch.cuda.is_initialized() else []
+    for cls in probe_classes():
+        probe = cls()
+        reason = probe.skip_reason(obs)
+        if reason:
+            out[probe.name] = ProbeResult.skip(reason)
+            continue
+        try:
+            with torch.random.fork_rng(devices=devices):  # the script's RNG state is left as it was
+                for key, result in probe.run(ctx):
+                    out[key] = result
+        except ProbeSkip as exc:
+            out.setdefault(probe.name, ProbeResult.skip(str(exc)))
+        except Exception as exc:  # a broken probe is reported (diagnose lists it as an error)
+            out[probe.name] = ProbeResult.crashed(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
+    return out
