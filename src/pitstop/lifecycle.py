@@ -20,6 +20,8 @@
   no pid has to be recorded: a signal that arrives while the child is still starting, or under
   load, still ends the whole group.
 - :func:`pid_alive`: whether a pid names a live process on this host.
+- :func:`temporary_directory`: a ``TemporaryDirectory`` that a SIGTERM/SIGHUP arriving while it
+  is being made cannot leave behind (they are held until the ``with`` block owns it).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 
 __all__ = ["exit_on_signals", "die_with_parent", "kill_group", "pid_alive", "TERMINATING_SIGNALS", "guard_pipe",
-           "guard_group"]
+           "guard_group", "temporary_directory"]
 
 #: the signals that normally end a process and that pitstop turns into a clean exit
 TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -61,6 +64,27 @@ def exit_on_signals() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def temporary_directory(prefix: str) -> Iterator[str]:
+    """``with tempfile.TemporaryDirectory(prefix=prefix) as name``, with SIGTERM/SIGHUP (and
+    SIGINT) blocked while the directory is made and until the block owns it: under
+    :func:`exit_on_signals` one landing between ``mkdir`` and the ``with`` raised ``SystemExit``
+    where nothing would remove the directory. A signal held meanwhile is delivered on entry."""
+    sigs = {signal.SIGINT, *TERMINATING_SIGNALS}
+    held = hasattr(signal, "pthread_sigmask")
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if held else None
+    try:
+        tmp = tempfile.TemporaryDirectory(prefix=prefix)
+        with tmp as name:
+            if held:
+                signal.pthread_sigmask(signal.SIG_SETMASK, old)
+                held = False
+            yield name
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def pid_alive(pid: int) -> bool:

@@ -1,5 +1,6 @@
 """``lifecycle.kill_group`` kills its own child's group and what left it, and nothing that is not
-its own: a pid that names an unrelated process (as after pid reuse) is left alone (issue 32)."""
+its own: a pid that names an unrelated process (as after pid reuse) is left alone; a signal that
+lands while ``temporary_directory`` makes its directory leaves nothing behind (issue 32)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from pitstop.lifecycle import kill_group
+from pitstop import lifecycle
+from pitstop.lifecycle import exit_on_signals, kill_group, temporary_directory
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -145,3 +148,22 @@ def test_leaves_alone_the_group_of_a_child_already_reaped(tmp_path):
     finally:
         _cleanup(pids, out)
         assert _gone(pids[1:])
+
+
+def test_a_signal_landing_while_the_temporary_directory_is_made_leaves_nothing_behind(tmp_path, monkeypatch):
+    """SIGTERM sent the instant the directory exists (as ``pitstop doctor`` may get it while
+    starting): ``SystemExit`` comes once the directory is owned, and it is removed."""
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("the test runner handles SIGTERM itself")
+    real = tempfile.TemporaryDirectory
+
+    def landing(prefix):
+        made = real(prefix=prefix, dir=tmp_path)
+        os.kill(os.getpid(), signal.SIGTERM)  # unheld, the handler would raise right here
+        return made
+
+    monkeypatch.setattr(lifecycle.tempfile, "TemporaryDirectory", landing)
+    with pytest.raises(SystemExit) as stopped, exit_on_signals(), temporary_directory("pitstop-test-"):
+        sum(range(1000))
+    assert stopped.value.code == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == [], "the directory was left behind"
