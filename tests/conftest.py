@@ -87,14 +87,18 @@ def cli():
 # process running, or changes the environment, the working directory or a signal handler, fails
 # (teardown error) and the change is undone, so the next test of that worker starts clean.
 
-#: signals whose handlers a test must restore
+#: signals whose handlers a test must restore (not SIGCHLD: torch's DataLoader sets its handler
+#: once per process, chaining the previous one, by design)
 _SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2",
-                                              "SIGCHLD", "SIGALRM") if hasattr(signal, n))
+                                              "SIGALRM") if hasattr(signal, n))
 #: helpers that live as long as the process that started them, by design (not a test's leak)
 _LONG_LIVED = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "torch._inductor.compile_worker")
 _LEAK_GRACE_S = 5.0
 #: set by pytest itself for each phase of each test
 _PYTEST_ENV = ("PYTEST_CURRENT_TEST",)
+#: set once per process by a library, for the rest of the process, by design (torch.compile's
+#: inductor shares its cache folder with its compile workers through the environment)
+_LIBRARY_ENV_PREFIXES = ("TORCHINDUCTOR_", "_TORCHINDUCTOR_")
 
 _DEFAULT_SIGNALS_BOOT = ("import os, signal, sys\n"
                          "for name in ('SIGHUP', 'SIGTERM', 'SIGINT', 'SIGQUIT'):\n"
@@ -205,7 +209,7 @@ def _turn(folder: Path | None, alone: bool):
 
 
 def _environ() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in _PYTEST_ENV}
+    return {k: v for k, v in os.environ.items() if k not in _PYTEST_ENV and not k.startswith(_LIBRARY_ENV_PREFIXES)}
 
 
 @pytest.fixture(autouse=True)
