@@ -96,9 +96,10 @@ _LONG_LIVED = ("multiprocessing.resource_tracker", "multiprocessing.forkserver",
 _LEAK_GRACE_S = 5.0
 #: set by pytest itself for each phase of each test
 _PYTEST_ENV = ("PYTEST_CURRENT_TEST",)
-#: set once per process by a library, for the rest of the process, by design (torch.compile's
-#: inductor shares its cache folder with its compile workers through the environment)
-_LIBRARY_ENV_PREFIXES = ("TORCHINDUCTOR_", "_TORCHINDUCTOR_")
+#: set once per process by a library, for the rest of the process, by design: torch.compile's
+#: inductor shares its cache folder with its compile workers through the environment, and
+#: ``import lightning`` sets two variables (lightning/fabric/__init__.py)
+_LIBRARY_ENV_PREFIXES = ("TORCHINDUCTOR_", "_TORCHINDUCTOR_", "PYTORCH_NVML_BASED_CUDA_CHECK", "USE_LIBUV")
 
 _DEFAULT_SIGNALS_BOOT = ("import os, signal, sys\n"
                          "for name in ('SIGHUP', 'SIGTERM', 'SIGINT', 'SIGQUIT'):\n"
