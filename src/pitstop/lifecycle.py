@@ -21,7 +21,7 @@
   load, still ends the whole group.
 - :func:`pid_alive`: whether a pid names a live process on this host.
 - :func:`temporary_directory`: a ``TemporaryDirectory`` that a SIGTERM/SIGHUP arriving while it
-  is being made cannot leave behind (they are held until the ``with`` block owns it).
+  is being made cannot leave behind (their handlers run once the ``with`` block owns it).
 """
 
 from __future__ import annotations
@@ -68,23 +68,32 @@ def exit_on_signals() -> Iterator[None]:
 
 @contextlib.contextmanager
 def temporary_directory(prefix: str) -> Iterator[str]:
-    """``with tempfile.TemporaryDirectory(prefix=prefix) as name``, with SIGTERM/SIGHUP (and
-    SIGINT) blocked while the directory is made and until the block owns it: under
-    :func:`exit_on_signals` one landing between ``mkdir`` and the ``with`` raised ``SystemExit``
-    where nothing would remove the directory. A signal held meanwhile is delivered on entry."""
-    sigs = {signal.SIGINT, *TERMINATING_SIGNALS}
-    held = hasattr(signal, "pthread_sigmask")
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs) if held else None
+    """``with tempfile.TemporaryDirectory(prefix=prefix) as name``, safe from a signal that lands
+    while the directory is made: under :func:`exit_on_signals` SIGTERM/SIGHUP raise
+    ``SystemExit`` at any bytecode, and one raised between ``mkdir`` and the ``with`` left the
+    directory behind. Meanwhile (main thread) the Python handlers of SIGINT/SIGTERM/SIGHUP only
+    note the signal; the block, once it owns the directory, restores them and runs the noted ones
+    (the directory is then removed as the exception leaves). Not a signal mask: a process-wide
+    signal may be taken by any thread that does not block it, and Python runs its handler in the
+    main thread whichever thread took it."""
+    noted: list[int] = []
+    saved: dict[int, object] = {}
     try:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, *TERMINATING_SIGNALS):
+                if callable(signal.getsignal(sig)):
+                    saved[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
         tmp = tempfile.TemporaryDirectory(prefix=prefix)
-        with tmp as name:
-            if held:
-                signal.pthread_sigmask(signal.SIG_SETMASK, old)
-                held = False
-            yield name
-    finally:
-        if held:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    except BaseException:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        raise
+    with tmp as name:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for signum in noted:
+            saved[signum](signum, None)
+        yield name
 
 
 def pid_alive(pid: int) -> bool:
