@@ -1,11 +1,16 @@
-"""Shared test fixtures: paths, a CLI runner, and the TIPS.md spec snapshot."""
+"""Shared test fixtures: paths, a CLI runner, the TIPS.md spec snapshot, and the isolation every
+test runs under (the suite runs in parallel: ``python -m pytest -n auto``, see ``isolation``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,3 +65,190 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 300, env: dict
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# -- isolation: each test owns the conditions it assumes ------------------------------------
+#
+# The suite runs under pytest-xdist (``-n auto``): tests of one worker run one after another in
+# one process, two workers side by side. A test that needs something sets it up and restores it:
+#
+# - environment variables: ``monkeypatch.setenv`` (or pass ``env=`` to the subprocess);
+# - working directory: ``monkeypatch.chdir`` / ``cwd=`` of the subprocess;
+# - temporary files: ``tmp_path`` (unique per test and per worker), never a fixed name in /tmp;
+# - a TCP port: the ``free_port`` fixture (never a fixed port: the other worker may hold it);
+# - signal handlers: restore what ``signal.signal`` returned, in ``finally``;
+# - a subprocess it will signal: start it through ``default_signals(argv)``, so SIGHUP/SIGTERM/
+#   SIGINT/SIGQUIT are at their default action whatever the suite inherited (``nohup`` ignores
+#   SIGHUP, a shell's ``&`` ignores SIGINT), and wait for (or kill) every process it started;
+# - a test that must have the machine to itself (it cannot share the cores or a global resource
+#   with another test): ``@pytest.mark.serial``: no other test runs on any worker meanwhile.
+#
+# ``isolation`` (autouse) checks the first five after every test: a test that leaves a child
+# process running, or changes the environment, the working directory or a signal handler, fails
+# (teardown error) and the change is undone, so the next test of that worker starts clean.
+
+#: signals whose handlers a test must restore (not SIGCHLD: torch's DataLoader sets its handler
+#: once per process, chaining the previous one, by design)
+_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT", "SIGUSR1", "SIGUSR2",
+                                              "SIGALRM") if hasattr(signal, n))
+#: helpers that live as long as the process that started them, by design (not a test's leak)
+_LONG_LIVED = ("multiprocessing.resource_tracker", "multiprocessing.forkserver", "torch._inductor.compile_worker")
+_LEAK_GRACE_S = 5.0
+#: set by pytest itself for each phase of each test
+_PYTEST_ENV = ("PYTEST_CURRENT_TEST",)
+#: set once per process by a library, for the rest of the process, by design: torch.compile's
+#: inductor shares its cache folder with its compile workers through the environment, and
+#: ``import lightning`` sets two variables (lightning/fabric/__init__.py)
+_LIBRARY_ENV_PREFIXES = ("TORCHINDUCTOR_", "_TORCHINDUCTOR_", "PYTORCH_NVML_BASED_CUDA_CHECK", "USE_LIBUV")
+
+_DEFAULT_SIGNALS_BOOT = ("import os, signal, sys\n"
+                         "for name in ('SIGHUP', 'SIGTERM', 'SIGINT', 'SIGQUIT'):\n"
+                         "    if hasattr(signal, name):\n"
+                         "        signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
+                         "os.execv(sys.argv[1], sys.argv[1:])\n")
+
+
+def default_signals(argv: list[str]) -> list[str]:
+    """``argv`` started with SIGHUP, SIGTERM, SIGINT and SIGQUIT at their default action (a
+    tiny Python that resets them and ``exec``s ``argv``: same pid, no ``preexec_fn``), whatever
+    this process inherited: under ``nohup`` SIGHUP arrives ignored, and an ignored signal stays
+    ignored across ``exec``."""
+    return [sys.executable, "-c", _DEFAULT_SIGNALS_BOOT, *argv]
+
+
+def find_free_port() -> int:
+    """A TCP port on the loopback address that nothing listens on now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A free loopback TCP port for this test (never a fixed one: another worker may hold it)."""
+    return find_free_port()
+
+
+def _children(pid: int) -> list[int]:
+    """The live (non-zombie) processes below ``pid`` (Linux ``/proc``; empty elsewhere)."""
+    out, todo, seen = [], [pid], {pid}
+    while todo:
+        p = todo.pop()
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children", encoding="ascii") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for k in kids:
+                if k not in seen:
+                    seen.add(k)
+                    todo.append(k)
+                    out.append(k)
+    return [p for p in out if _state(p) not in ("Z", "X", "")]
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return data[data.rindex(b")") + 2:][:1].decode()
+    except (OSError, ValueError):
+        return ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _leaked_children(before: set[int]) -> dict[int, str]:
+    """Processes below this one that were not there before the test and are still alive after a
+    short grace (a process being killed needs a moment), with their command lines."""
+    deadline = time.monotonic() + _LEAK_GRACE_S
+    while True:
+        new = {p: _cmdline(p) for p in _children(os.getpid()) if p not in before}
+        new = {p: c for p, c in new.items() if not any(k in c for k in _LONG_LIVED)}
+        if not new or time.monotonic() > deadline:
+            return new
+        time.sleep(0.1)
+
+
+def _serial_lock_dir(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """The folder every xdist worker of this run shares (None when not under xdist)."""
+    if not hasattr(config, "workerinput"):
+        return None
+    return tmp_path_factory.getbasetemp().parent
+
+
+@contextlib.contextmanager
+def _turn(folder: Path | None, alone: bool):
+    """Readers-writer lock across xdist workers: a normal test holds it shared, a ``serial`` one
+    exclusively; a turnstile lets a waiting serial test in before the next normal ones."""
+    if folder is None:
+        yield
+        return
+    import fcntl
+
+    with open(folder / "serial.turnstile", "a") as gate, open(folder / "serial.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _environ() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in _PYTEST_ENV and not k.startswith(_LIBRARY_ENV_PREFIXES)}
+
+
+@pytest.fixture(autouse=True)
+def isolation(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Fail a test that leaks a child process, an environment change, a working directory or a
+    signal handler (and undo the leak); run ``serial`` tests alone across xdist workers."""
+    alone = request.node.get_closest_marker("serial") is not None
+    with _turn(_serial_lock_dir(request.config, tmp_path_factory), alone):
+        env, cwd = _environ(), os.getcwd()
+        handlers = {sig: signal.getsignal(sig) for sig in _SIGNALS}
+        before = set(_children(os.getpid()))
+        yield
+        problems = []
+        leaked = _leaked_children(before)
+        for pid in leaked:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)  # read from /proc a moment ago as our descendant
+        if leaked:
+            problems.append("left child processes running (killed now): "
+                            + "; ".join(f"{p}: {c[:200]}" for p, c in leaked.items()))
+        now = _environ()
+        if now != env:
+            changed = sorted(k for k in set(env) | set(now) if env.get(k) != now.get(k))
+            for k in changed:
+                if k in env:
+                    os.environ[k] = env[k]
+                else:
+                    del os.environ[k]
+            problems.append(f"changed environment variables (restored now): {', '.join(changed)}")
+        if os.getcwd() != cwd:
+            problems.append(f"changed the working directory to {os.getcwd()} (restored now)")
+            os.chdir(cwd)
+        moved = [sig for sig, h in handlers.items() if signal.getsignal(sig) != h]
+        for sig in moved:
+            signal.signal(sig, handlers[sig])
+        if moved:
+            problems.append("changed signal handlers (restored now): "
+                            + ", ".join(signal.Signals(s).name for s in moved))
+        if problems:
+            pytest.fail(f"{request.node.nodeid} does not clean up after itself: " + " | ".join(problems),
+                        pytrace=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, default_signals
 
 from pitstop.doctor.analysis.job import diagnose_job
 from pitstop.doctor.run.spec import RunSpec
@@ -212,9 +212,9 @@ def _steps_done(doctor_pid: int) -> list[int]:
 def test_sigterm_to_the_doctor_ends_every_rank_and_writes_a_partial_report(tmp_path):
     mark = f"pitstop-ddp-test-{uuid.uuid4().hex}"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PITSTOP_TEST_MARK": mark}
-    proc = subprocess.Popen([sys.executable, "-m", "pitstop", "doctor", "--nproc-per-node", "2", "--steps", "100000",
-                             "--format", "json", TRAIN, "--", "--sampler", "--set-epoch", "--workers", "1",
-                             "--slow-rank", "1"],
+    proc = subprocess.Popen(default_signals([sys.executable, "-m", "pitstop", "doctor", "--nproc-per-node", "2",
+                                             "--steps", "100000", "--format", "json", TRAIN, "--", "--sampler",
+                                             "--set-epoch", "--workers", "1", "--slow-rank", "1"]),
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
     try:
         deadline = time.monotonic() + 180

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, default_signals
 
 pytestmark = pytest.mark.slow
 
@@ -76,16 +76,34 @@ def _doctor_dirs(parent: int) -> list[Path]:
     return list(Path(tempfile.gettempdir()).glob(f"pitstop-doctor-{parent}-*"))
 
 
-def _start(tmp_path: Path, mode: str = "sleep", *extra: str, command: str = "doctor") -> tuple[subprocess.Popen, Path]:
+# starts its argv with SIGHUP ignored, as ``nohup`` does
+_NOHUP = ("import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+          "os.execv(sys.argv[1], sys.argv[1:])")
+
+
+def _start(tmp_path: Path, mode: str = "sleep", *extra: str, command: str = "doctor",
+           sighup: str = "default") -> tuple[subprocess.Popen, Path]:
+    """Start ``pitstop COMMAND`` on SCRIPT with the signals it is sent at their default action
+    (the suite itself may run under ``nohup``), or with SIGHUP ignored (``sighup="ignored"``)."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT, encoding="utf-8")
     pids = tmp_path / "pids"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     own = ("--no-probes", "--format", "json") if command == "doctor" else ("--progress", "off")
-    proc = subprocess.Popen([sys.executable, "-m", "pitstop", command, str(script), "--steps", "2", "--warmup", "1",
-                             *own, *extra, "--", str(pids), mode],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = [sys.executable, "-m", "pitstop", command, str(script), "--steps", "2", "--warmup", "1", *own, *extra,
+            "--", str(pids), mode]
+    # SIGTERM and SIGINT at their default action in both cases
+    argv = default_signals(argv) if sighup == "default" else [*default_signals([sys.executable, "-c", _NOHUP]), *argv]
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return proc, pids
+
+
+def _ignored(pid: int, sig: int) -> bool:
+    """Whether process ``pid`` ignores ``sig`` (the SigIgn mask of /proc/PID/status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    raise AssertionError(f"no SigIgn in /proc/{pid}/status")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
@@ -108,6 +126,38 @@ def test_signal_to_doctor_or_tune_kills_the_child_group_and_removes_its_temp_dir
     assert "Traceback" not in err
     assert _wait_dead(child_pids) == [], "the script or its worker outlived pitstop doctor"
     assert _doctor_dirs(proc.pid) == [], "the run's temporary directory was left behind"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_an_inherited_ignored_sighup_stays_ignored_and_sigterm_still_ends_the_run(tmp_path):
+    """Under ``nohup`` SIGHUP arrives ignored: pitstop keeps it so (the doctor and the script
+    it runs go on), and a later SIGTERM still ends the whole run cleanly."""
+    proc, pids = _start(tmp_path, "sleep", "--timeout", "300", sighup="ignored")
+    try:
+        _wait_file(pids)
+        child_pids = [int(p) for p in pids.read_text().split()]
+        assert _ignored(proc.pid, signal.SIGHUP) and _ignored(child_pids[0], signal.SIGHUP)
+        proc.send_signal(signal.SIGHUP)  # discarded on sending: it may not end anything
+        assert proc.poll() is None and all(_alive(p) for p in child_pids)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, err  # not 128 + SIGHUP: the SIGHUP did nothing
+    assert _wait_dead(child_pids) == [], "the script or its worker outlived pitstop doctor"
+    assert _doctor_dirs(proc.pid) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_default_signals_helper_undoes_an_inherited_ignored_sighup(tmp_path):
+    """What the tests above rely on: ``default_signals`` starts its command with SIGHUP at the
+    default action even when the parent ignores it."""
+    probe = "import os, signal; print(signal.getsignal(signal.SIGHUP) == signal.SIG_IGN)"
+    ignored = subprocess.run([sys.executable, "-c", _NOHUP, sys.executable, "-c", probe],
+                             capture_output=True, text=True, timeout=60)
+    reset = subprocess.run([sys.executable, "-c", _NOHUP, *default_signals([sys.executable, "-c", probe])],
+                           capture_output=True, text=True, timeout=60)
+    assert (ignored.stdout.strip(), reset.stdout.strip()) == ("True", "False"), ignored.stderr + reset.stderr
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")

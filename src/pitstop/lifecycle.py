@@ -7,7 +7,8 @@
 - :func:`die_with_parent`: called first thing in a child process; the child is killed when the
   process that started it dies, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``; elsewhere a daemon
   thread polling the parent's pid).
-- :func:`kill_group`: SIGKILL a child's whole process group (its DataLoader workers too).
+- :func:`kill_group`: SIGKILL a child's whole process group (its DataLoader workers too), never
+  a process it has not verified to be its own (a reused pid is left alone).
 - :func:`guard_pipe` / :func:`guard_group`: the whole group dies with the parent, however the
   parent ends. ``die_with_parent`` kills the child alone (SIGKILL runs no cleanup), so what the
   script started (DataLoader workers, a ``subprocess``) would be reparented to init and live on.
@@ -19,6 +20,8 @@
   no pid has to be recorded: a signal that arrives while the child is still starting, or under
   load, still ends the whole group.
 - :func:`pid_alive`: whether a pid names a live process on this host.
+- :func:`temporary_directory`: a ``TemporaryDirectory`` that a SIGTERM/SIGHUP arriving while it
+  is being made cannot leave behind (their handlers run once the ``with`` block owns it).
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ import contextlib
 import os
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 
 __all__ = ["exit_on_signals", "die_with_parent", "kill_group", "pid_alive", "TERMINATING_SIGNALS", "guard_pipe",
-           "guard_group"]
+           "guard_group", "temporary_directory"]
 
 #: the signals that normally end a process and that pitstop turns into a clean exit
 TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -62,6 +66,36 @@ def exit_on_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+@contextlib.contextmanager
+def temporary_directory(prefix: str) -> Iterator[str]:
+    """``with tempfile.TemporaryDirectory(prefix=prefix) as name``, safe from a signal that lands
+    while the directory is made: under :func:`exit_on_signals` SIGTERM/SIGHUP raise
+    ``SystemExit`` at any bytecode, and one raised between ``mkdir`` and the ``with`` left the
+    directory behind. Meanwhile (main thread) the Python handlers of SIGINT/SIGTERM/SIGHUP only
+    note the signal; the block, once it owns the directory, restores them and runs the noted ones
+    (the directory is then removed as the exception leaves). Not a signal mask: a process-wide
+    signal may be taken by any thread that does not block it, and Python runs its handler in the
+    main thread whichever thread took it."""
+    noted: list[int] = []
+    saved: dict[int, object] = {}
+    try:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, *TERMINATING_SIGNALS):
+                if callable(signal.getsignal(sig)):
+                    saved[sig] = signal.signal(sig, lambda signum, frame: noted.append(signum))
+        tmp = tempfile.TemporaryDirectory(prefix=prefix)
+    except BaseException:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        raise
+    with tmp as name:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        for signum in noted:
+            saved[signum](signum, None)
+        yield name
+
+
 def pid_alive(pid: int) -> bool:
     """True when ``pid`` is a live process on this host (or one we may not signal)."""
     if pid <= 0:
@@ -79,64 +113,122 @@ def pid_alive(pid: int) -> bool:
 
 def kill_group(pid: int) -> None:
     """SIGKILL the process group led by ``pid`` (a child started with ``start_new_session``),
-    and the descendants of its members that left the group (a worker that called ``setsid``)."""
-    _kill_tree(pid)
+    and the descendants of its members that left the group (a worker that called ``setsid``).
+
+    Only processes verified to be this process's own at that moment are signalled, so a ``pid``
+    that was reused after its process ended never takes an unrelated process down: the whole
+    group at once (``killpg``) only while ``pid`` is this process's unreaped child (it pins the
+    group id: no other group can get it until we reap it); otherwise (Linux) each process found
+    in ``/proc`` is checked to be in the group of a member that descends from this process, or
+    below such a member, then pinned by a pidfd (or its start time) and signalled through it.
+    A group none of whose members descends from us any more (its leader reaped, the rest
+    orphaned) is left to its :func:`guard_group` sentinel."""
+    if pid > 1:
+        _kill_tree(pid, own=False)
 
 
-def _kill_tree(pgid: int) -> None:
-    """SIGKILL the descendants of group ``pgid``'s members that are not in it, then the group
-    (in that order: the group's own sentinel is a member, and killed they would be reparented)."""
-    members = _members(pgid)
-    for p in _descendants(members or [pgid]):
-        if p not in members and p != pgid and p != os.getpid():
-            try:
-                os.kill(p, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, OSError):
-                pass
+class _Stat:
+    """The fields of ``/proc/PID/stat`` that identify a process and place it in the tree."""
+
+    __slots__ = ("state", "ppid", "pgrp", "start")
+
+    def __init__(self, state: str, ppid: int, pgrp: int, start: int) -> None:
+        self.state, self.ppid, self.pgrp, self.start = state, ppid, pgrp, start
+
+
+def _stat(pid: int) -> _Stat | None:
     try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        pass
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        fields = data[data.rindex(b")") + 2:].split()  # state ppid pgrp session ... (starttime: 20th)
+        return _Stat(fields[0].decode(), int(fields[1]), int(fields[2]), int(fields[19]))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
-def _members(pgid: int) -> list[int]:
-    """Processes of process group ``pgid`` (Linux ``/proc``; empty elsewhere)."""
-    out = []
+def _table() -> dict[int, _Stat]:
+    """Every process of this host by pid (Linux ``/proc``; empty elsewhere)."""
     try:
         names = [n for n in os.listdir("/proc") if n.isdigit()]
     except OSError:
-        return out
+        return {}
+    table = {}
     for name in names:
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                data = f.read()
-            if int(data[data.rindex(b")") + 2:].split()[2]) == pgid:  # state ppid pgrp ...
-                out.append(int(name))
-        except (OSError, ValueError, IndexError):
-            pass
-    return out
+        st = _stat(int(name))
+        if st is not None:
+            table[int(name)] = st
+    return table
 
 
-def _descendants(roots: list[int]) -> list[int]:
-    """``roots`` and every process below them (``/proc/<pid>/task/<tid>/children``)."""
-    seen: set[int] = set()
-    todo = list(roots)
-    while todo:
-        pid = todo.pop()
-        if pid in seen:
-            continue
+def _below(pid: int, roots: set[int], table: dict[int, _Stat]) -> bool:
+    """Whether ``pid``'s chain of parents in ``table`` reaches one of ``roots``."""
+    seen = set()
+    while pid in table and pid not in seen:
         seen.add(pid)
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
-                    todo.extend(int(x) for x in f.read().split())
-            except (OSError, ValueError):
-                pass
-    return sorted(seen)
+        pid = table[pid].ppid
+        if pid in roots:
+            return True
+    return False
+
+
+def _unreaped_child(pid: int) -> bool:
+    """``pid`` is this process's child, alive or a zombie (asked without reaping it)."""
+    try:
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except (ChildProcessError, OSError, AttributeError, ValueError):
+        return False
+    return True
+
+
+def _targets(pgid: int, own: bool, table: dict[int, _Stat]) -> list[int]:
+    """The live processes of group ``pgid`` and below its members, when the group is ours:
+    this process is a member (``own``), or one of its members descends from this process."""
+    me = os.getpid()
+    members = {p for p, st in table.items() if st.pgrp == pgid}
+    if not own and not any(_below(m, {me}, table) for m in members):
+        return []
+    return [p for p, st in table.items()
+            if p != me and st.state not in "ZX" and (p in members or _below(p, members, table))]
+
+
+def _kill_verified(pid: int, seen: _Stat) -> None:
+    """SIGKILL ``pid`` if it is still the process ``seen`` in the table (same start time):
+    through a pidfd where the kernel has them (then no reuse of the pid can redirect it)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (AttributeError, OSError):  # no pidfds: the start time, read just before the kill
+        now = _stat(pid)
+        if now is not None and now.start == seen.start:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        return
+    try:
+        now = _stat(pid)
+        if now is not None and now.start == seen.start:
+            signal.pidfd_send_signal(fd, 0)  # alive after the read: the read was of the pinned process
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _kill_tree(pgid: int, *, own: bool) -> None:
+    """SIGKILL group ``pgid``'s members and what they started outside it (``own``: this process
+    is itself a member, so the group is ours and this process dies last, with the group)."""
+    pinned = own or _unreaped_child(pgid)
+    for _ in range(3):  # a member may fork while we look: look again
+        table = _table()
+        targets = _targets(pgid, own or pinned, table)
+        if not targets:
+            break
+        for p in targets:
+            _kill_verified(p, table[p])
+    if pinned:  # the group id is ours until we reap `pgid` (or, `own`, while this process lives)
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 def _watch_parent(parent: int, interval: float) -> None:
@@ -208,6 +300,6 @@ def _sentinel(fd: int) -> None:
         pass
     finally:
         try:
-            _kill_tree(os.getpgrp())  # the group, and what left it (setsid) below its members
+            _kill_tree(os.getpgrp(), own=True)  # the group, and what left it (setsid) below its members
         finally:
             os._exit(0)

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from pitstop.doctor.run.spec import RunResult, RunSpec, StepRecord
-from pitstop.lifecycle import exit_on_signals, guard_pipe, kill_group, pid_alive
+from pitstop.lifecycle import exit_on_signals, guard_pipe, kill_group, pid_alive, temporary_directory
 
 __all__ = ["run_script", "GRACE_S", "FINISH_GRACE_S", "EXIT_GRACE_S", "ScriptNotFoundError", "ScriptSyntaxError", "check_target",
            "child_command", "child_env", "PARTIAL_SUFFIX", "FINISHING_SUFFIX"]
@@ -176,7 +176,7 @@ def run_script(spec: RunSpec, *, check: bool = True) -> RunResult:
     if check:
         check_target(spec)
     _remove_stale_tmpdirs()
-    with exit_on_signals(), tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid()}-") as tmp:
+    with exit_on_signals(), temporary_directory(f"{_TMP_PREFIX}{os.getpid()}-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         if spec.script is not None and spec.cwd is None:
             spec = RunSpec.from_dict({**spec.to_dict(), "script": str(Path(spec.script).resolve())})

@@ -29,7 +29,6 @@ import json
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +36,7 @@ from pathlib import Path
 from pitstop.doctor.run.rank import pid_path, result_path
 from pitstop.doctor.run.runner import EXIT_GRACE_S, FINISH_GRACE_S, FINISHING_SUFFIX, PARTIAL_SUFFIX, check_target, child_env
 from pitstop.doctor.run.spec import RunResult, RunSpec, StepRecord
-from pitstop.lifecycle import exit_on_signals, kill_group
+from pitstop.lifecycle import exit_on_signals, kill_group, temporary_directory
 
 __all__ = ["JobResult", "run_job", "agent_command", "STOP_GRACE_S", "JOB_GRACE_S"]
 
@@ -166,7 +165,7 @@ def run_job(spec: RunSpec, *, check: bool = True) -> JobResult:
         spec = RunSpec.from_dict({**spec.to_dict(), "script": str(Path(spec.script).resolve())})
     spec = RunSpec.from_dict({**spec.to_dict(), "probes": False})  # probes would run collectives on one rank
     job = JobResult(spec=spec)
-    with exit_on_signals(), tempfile.TemporaryDirectory(prefix=f"{_TMP_PREFIX}{os.getpid()}-") as tmp:
+    with exit_on_signals(), temporary_directory(f"{_TMP_PREFIX}{os.getpid()}-") as tmp:
         directory = Path(tmp)
         spec_path = directory / "spec.json"
         spec_path.write_text(json.dumps(spec.to_dict()), encoding="utf-8")
