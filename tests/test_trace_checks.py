@@ -153,6 +153,21 @@ def test_unexplained_host_idle(tmp_path):
     codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=3_000))
     assert "PIT905" in codes
     assert report.ranks[0].idle.host == pytest.approx(0.7, abs=0.01)
+    f = next(f for f in report.findings if f.code == "PIT905")
+    assert f.summary and f.impact == pytest.approx(0.7, abs=0.01)
+    assert f.severity == "medium"  # a summary alone: at most medium, whatever its share
+
+
+def test_the_host_idle_summary_never_outranks_a_cause(tmp_path):
+    """PIT905 says how much is lost, not what to change: beside a cause (here the launch-bound
+    PIT601) it is low and ranked last, although its share is the larger."""
+    _, report = _codes(tmp_path, training(kernel=BF16, kernel_us=1_000, short_kernels=150, step_us=8_000))
+    order = [f.code for f in report.findings]
+    found = {f.code: f for f in report.findings}
+    assert {"PIT601", "PIT905"} <= set(found)
+    assert found["PIT905"].impact > found["PIT601"].impact
+    assert found["PIT905"].severity == "low"
+    assert all(order.index(f.code) < order.index("PIT905") for f in report.findings if not f.summary)
 
 
 def test_few_kernels_are_not_launch_bound(tmp_path):

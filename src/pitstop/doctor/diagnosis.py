@@ -19,6 +19,7 @@ from pitstop.doctor.spec import RunResult
 from pitstop.doctor.rankviews import rank_view
 from pitstop.jsoncodec import to_json
 from pitstop.ranks import RankView
+from pitstop.severity import settle
 from pitstop.trace.evidence import GpuSummary, gpu_findings, gpu_summary, merge, profiled_window
 
 __all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
@@ -310,5 +311,5 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
     for name, p in sorted(obs.probes.items()):
         if p.error is not None:  # a crashed probe is as loud as a crashed check
             diag.errors.append(f"probe {name}: {p.error}")
-    diag.findings.sort(key=Finding.sort_key)
+    diag.findings = settle(diag.findings)  # the one severity rule: summaries below causes
     return diag

@@ -49,6 +49,9 @@ class TraceCheck(Face, face="T"):
 
     #: what the check looks at (docs and ``pitstop explain --where``).
     looks_at: ClassVar[str] = ""
+    #: True for a check whose findings summarise lost time without naming a change (PIT905):
+    #: they never outrank a cause (:func:`pitstop.severity.settle`)
+    summary: ClassVar[bool] = False
 
     def check(self, rank: RankResult, th: TraceThresholds) -> Iterable[TraceFinding]:
         return ()
@@ -60,4 +63,5 @@ class TraceCheck(Face, face="T"):
                 impact: float | None, severity: str | None = None) -> TraceFinding:
         return TraceFinding(code=self.tip, title=title, severity=severity or severity_of(impact, th),
                             impact_share=impact, evidence=evidence,
-                            fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)", rank=rank.rank if rank is not None else None)
+                            fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)", rank=rank.rank if rank is not None else None,
+                            summary=self.summary)

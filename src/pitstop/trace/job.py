@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pitstop.ranks import RankView, StepStats, analyze_stragglers, spread
 from pitstop.catalog import implementations
-from pitstop.severity import rank_key
+from pitstop.severity import settle
 from pitstop.trace.analyze import analyze_file
 from pitstop.trace.check import JobView
 from pitstop.trace.load import TRACE_SUFFIXES, TraceError
@@ -88,8 +88,8 @@ def run_checks(ranks: tuple[RankResult, ...], job: JobView, th: TraceThresholds)
         for r in ranks:
             found += list(check.check(r, th))
         found += list(check.check_job(job, th))
-    return tuple(sorted(found, key=lambda f: (*rank_key(f.severity, f.impact, f.code),
-                                             -1 if f.rank is None else f.rank)))
+    # ranked by the one rule (pitstop.severity.settle), a job-wide finding before its ranks' ones
+    return tuple(settle(sorted(found, key=lambda f: -1 if f.rank is None else f.rank)))
 
 
 def report_of(ranks: tuple[RankResult, ...], th: TraceThresholds = TraceThresholds()) -> TraceReport:
