@@ -73,6 +73,11 @@ class Check(Face, face="D"):
         """The fix for ``finding`` in ``framework``'s terms, or None (plain PyTorch only)."""
         return self.framework_fixes.get(framework)
 
+    def role(self, obs: Observations) -> str:
+        """:attr:`gpu_role` for this run (a check whose live measurement may be missing, such as
+        a probe that did not run, lets the trace decide without it)."""
+        return self.gpu_role
+
     def skip_reason(self, obs: Observations) -> str | None:
         if self.requires == "cuda" and not obs.on_cuda:
             return f"needs a CUDA device (this run trained on {obs.device})"
