@@ -55,9 +55,10 @@ class IdleSplit:
     """GPU idle time in the window by what the host did meanwhile (shares of the window).
 
     ``input``: inside a DataLoader ``__next__``; ``sync``: from the moment the host blocked in
-    a sync call until it launched the next work; ``launch``: inside kernel-launch runtime
-    calls, or in gaps shorter than the launch threshold between back-to-back kernels;
-    ``host``: the rest (Python and operator code on the host, or no host event at all).
+    a sync call until it launched the next work; ``launch``: while the host was on its way to
+    the next GPU work (inside launch runtime calls or a PyTorch operator that launched GPU work,
+    or a gap shorter than the launch threshold between back-to-back kernels); ``host``: the rest
+    (Python between operators, operators that launch nothing, or no host event at all).
     """
 
     input: float
