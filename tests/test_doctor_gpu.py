@@ -352,3 +352,27 @@ def test_recorded_h100_resnet_good_pit601_is_the_launch_idle_of_the_gpu_section(
     assert split.input + split.sync + split.launch + split.host == pytest.approx(d.gpu.idle)
     assert d.gpu.busy < 0.15 and split.launch > 0.5 > split.host  # most of the idle is the launch path
     assert "reduce-overhead" in f.fix
+
+
+def test_the_profiled_window_is_analysed_its_cost_noted_and_its_own_file_removed(tmp_path):
+    """What the child does with its profiled steps on CUDA (doctor/collect.py), on the recorded
+    H100 gpt_sync window: Observations.gpu, a note with the window's cost and how much slower
+    its steps ran than the observed ones, and the doctor's own trace removed once read."""
+    import shutil
+    from types import SimpleNamespace
+
+    from pitstop.doctor import collect
+    from pitstop.stats import StepTime
+
+    own = tmp_path / "pitstop-gpu-own"
+    own.mkdir()
+    path = shutil.copy(H100_RUN / "gpt_sync.json.gz", own / "pitstop_trace.json.gz")
+    traced = [SimpleNamespace(kind="traced", wall=w) for w in (0.027, 0.026, 0.026)]
+    inst = SimpleNamespace(trace_path=str(path), records=traced,
+                           profiled=SimpleNamespace(own_trace=True, trace_path=str(path)))
+    o = Observations(device="cuda", step_time=StepTime.of([0.013, 0.013, 0.013]))
+    collect._gpu_evidence(inst, o)
+    assert o.gpu is not None and o.gpu.gpu.busy == pytest.approx(_trace_report("gpt_sync").ranks[0].gpu.busy)
+    note = next(n for n in o.notes if n.startswith("GPU evidence"))
+    assert "3 profiled steps" in note and "0.08 s" in note and "2.0x the observed step" in note
+    assert not own.exists() and inst.profiled.trace_path is None
