@@ -2,8 +2,7 @@
 
 Time and memory findings take their severity from the share of the step (or of peak memory)
 a fix saves: at least ``high_share`` is high, at least ``medium_share`` medium, else low
-(the doctor's :class:`~pitstop.doctor.check.Thresholds` and the trace's
-:class:`~pitstop.trace.thresholds.TraceThresholds` both carry the two cut-offs). Findings are
+(the two cut-offs of the one :class:`~pitstop.thresholds.Thresholds`). Findings are
 ranked by severity, then causes before summaries, then by that share, then by code.
 
 A *summary* finding (``Finding.summary``: PIT905's "low model FLOP utilisation" / "the GPU waits

@@ -16,7 +16,7 @@ from pitstop.trace.names import LAUNCH_CALLS, SYNC_CALLS, is_dataloader
 from pitstop.trace.result import IdleSplit
 from pitstop.trace.scope import Scope
 from pitstop.trace.spans import Spans
-from pitstop.trace.thresholds import TraceThresholds
+from pitstop.thresholds import Thresholds
 
 __all__ = ["idle_split", "idle_spans", "dataloader_spans", "sync_drain_spans", "dispatch_spans"]
 
@@ -72,7 +72,7 @@ def dispatch_spans(scope: Scope) -> Spans:
     return Spans.of(ops.start[hit], ops.end[hit])
 
 
-def idle_split(scope: Scope, th: TraceThresholds) -> IdleSplit | None:
+def idle_split(scope: Scope, th: Thresholds) -> IdleSplit | None:
     if not len(scope.timeline.gpu):
         return None
     win = scope.window.total

@@ -19,7 +19,7 @@ from pitstop.trace.jobtypes import JobSummary
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
            "Launches", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
-           "TraceFinding", "TraceReport", "SCHEMA_VERSION"]
+           "TraceReport", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -225,10 +225,6 @@ class RankResult:
         return record_to_json(self)
 
 
-#: ``pitstop trace``'s findings are the one runtime finding type (:class:`pitstop.findings.Finding`):
-#: ``impact`` (its ``impact_share``) is the share of the step a fix could save (None: the trace
-#: cannot size it), ``rank`` None for a job-wide finding.
-TraceFinding = Finding
 
 
 @dataclass(frozen=True)
@@ -238,7 +234,10 @@ class TraceReport:
     steps; None when the files are not one job's ranks); ``job``: the job view (several ranks)."""
 
     ranks: tuple[RankResult, ...]
-    findings: tuple[TraceFinding, ...]
+    #: the one runtime finding type (:class:`pitstop.findings.Finding`): ``impact`` (its
+    #: ``impact_share``) is the share of the step a fix could save (None: the trace cannot size
+    #: it), ``rank`` None for a job-wide finding
+    findings: tuple[Finding, ...]
     stragglers: tuple[int, ...]
     step_spread: float | None = None
     notes: tuple[str, ...] = field(default=())
