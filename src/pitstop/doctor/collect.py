@@ -22,7 +22,7 @@ from pitstop.doctor import memory as mem
 from pitstop.doctor.compile_records import CompileRecord
 from pitstop.doctor.instrument import Instrumentation
 from pitstop.doctor.observations import Observations
-from pitstop.gpu import peak_for
+from pitstop.gpu import cuda_device, peak_for
 from pitstop.doctor.probe_records import ProbeResult
 from pitstop.doctor.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, ForwardCounts,
                                     Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,
@@ -204,8 +204,8 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
                      scaler_calls=inst.scaler_calls, notes=list(inst.notes),
                      distributed=inst.dist.record() if inst.dist is not None else None)
     if device == "cuda":
-        o.device_name = torch.cuda.get_device_name()
-        o.capability = list(torch.cuda.get_device_capability())
+        gpu = cuda_device()
+        o.device_name, o.capability = gpu.name, list(gpu.capability)
     else:
         from pitstop.machine import onednn_cap
 
