@@ -340,6 +340,10 @@ def test_recorded_h100_loops_get_the_traces_answer(loop, top, absent):
             assert f.severity == "low" and all(codes.index(c.code) < codes.index(f.code) for c in d.findings
                                                if not c.summary and c.impact_kind == "time")
     assert d.gpu.busy == pytest.approx(report.ranks[0].gpu.busy)
+    from pitstop.findings import Finding
+
+    back = [Finding.from_dict(x) for x in d.to_dict()["findings"]]  # a node report read back by pitstop merge
+    assert [(f.code, f.summary) for f in back] == [(f.code, f.summary) for f in d.findings]
 
 
 def test_recorded_h100_resnet_good_pit601_is_the_launch_idle_of_the_gpu_section():

@@ -60,6 +60,7 @@ class Finding:
             "fix": self.fix,
             "explain": self.explain,
             "where": list(self.where),
+            "summary": self.summary,
         }
 
     def trace_dict(self) -> dict[str, Any]:
@@ -75,4 +76,4 @@ class Finding:
                                "impact_seconds": imp.get("seconds_per_step"), "impact_bytes": imp.get("bytes")}
                               if isinstance(imp, dict) else {"impact_share": imp})
         return cls(code=d["code"], title=d["title"], evidence=d["evidence"], fix=d["fix"], severity=d["severity"],
-                   where=tuple(d.get("where", ())), rank=d.get("rank"), **kw)
+                   where=tuple(d.get("where", ())), rank=d.get("rank"), summary=bool(d.get("summary", False)), **kw)
