@@ -19,7 +19,8 @@ _LAZY = {
     "trace_files": "pitstop.trace.job", "trace": "pitstop.trace.job",
     "load_timeline": "pitstop.trace.load", "TraceError": "pitstop.trace.load",
     "RankResult": "pitstop.trace.result", "TraceReport": "pitstop.trace.result",
-    "Finding": "pitstop.findings", "Thresholds": "pitstop.thresholds", "TraceCheck": "pitstop.trace.check", "JobView": "pitstop.trace.check",
+    "Finding": "pitstop.findings", "Thresholds": "pitstop.thresholds",
+    "TraceCheck": "pitstop.trace.check", "JobView": "pitstop.trace.check",
 }
 
 __all__ = sorted(_LAZY)

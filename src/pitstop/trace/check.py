@@ -63,6 +63,6 @@ class TraceCheck(Face, face="T"):
     def finding(self, th: Thresholds, rank: RankResult | None, *, title: str, evidence: str, fix: str,
                 impact: float | None, severity: str | None = None) -> Finding:
         return Finding(code=self.tip, title=title, severity=severity or severity_of(impact, th),
-                            impact_share=impact, evidence=evidence,
-                            fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)", rank=rank.rank if rank is not None else None,
-                            summary=self.summary)
+                       impact_share=impact, evidence=evidence,
+                       fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)",
+                       rank=rank.rank if rank is not None else None, summary=self.summary)
