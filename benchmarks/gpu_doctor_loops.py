@@ -10,13 +10,18 @@ the issue's table:
   pinned memory, fused AdamW), small images: many short kernels;
 - ``ddp``: the ResNet under DDP over NCCL, one rank.
 
-For each loop the script runs ``pitstop doctor`` (JSON and HTML) and, on a separate run of the
-same loop under ``torch.profiler`` (``--profile``), ``pitstop trace``; it prints per loop the
-doctor's top finding, PIT203's impact against the GPU wait after syncs that ``pitstop trace``
-measured, whether a launch-bound finding (PIT601) is present, that PIT304 is absent, that no
-sync site lies inside pitstop, and GPU busy by the doctor and by the trace (they must agree
-within 2 points). Everything goes to ``--out``. Each loop runs in subprocesses with timeouts;
-one failing loop does not stop the others. Without CUDA: one "skipped" line per loop, exit 0.
+For each loop the script runs ``pitstop doctor --trace DIR`` (JSON and HTML; ``--trace`` keeps the
+doctor's own profiled steps) and ``pitstop trace`` on that same trace, and checks per loop what
+the issue expects: ``starved`` -> PIT101 first; ``gpt_sync`` -> PIT301 first (fp32 GEMM kernels on
+a tensor-core GPU), PIT203's impact equal to the GPU wait after syncs that ``pitstop trace``
+measures on the same trace, no PIT101; ``resnet_good`` -> PIT601 (launch-bound); no PIT304 where
+cuDNN's convolutions already run TF32 (``starved``, ``resnet_good``, ``ddp``; the fp32 matmuls of
+``gpt_sync`` run without TF32 under torch's defaults, so PIT304 is right there); a summary
+(PIT905) never first; no sync site inside pitstop; GPU busy of the doctor and of ``pitstop trace``
+on the same run within 2 points. ``--separate-profile`` also profiles each loop in a run of its
+own and prints that trace's GPU busy, labelled (extra information: another run, other steps).
+Everything goes to ``--out``. Each loop runs in subprocesses with timeouts; one failing loop does
+not stop the others. Without CUDA: one "skipped" line per loop, exit 0.
 
     python benchmarks/gpu_doctor_loops.py --out /tmp/gpu_loops [--probes] [--loops starved ddp]
 """
@@ -213,9 +218,10 @@ dist.destroy_process_group()
 ''',
 }
 
-#: what the issue expects of each loop: (top finding code or None, PIT203 expected, PIT601 expected)
-EXPECT = {"starved": ("PIT101", False, False), "gpt_sync": (None, True, False),
-          "resnet_good": (None, False, True), "ddp": (None, False, False)}
+#: what the issue expects of each loop: (first finding or None, PIT203 expected, PIT601 expected,
+#: PIT304 forbidden: cuDNN convolutions already in TF32)
+EXPECT = {"starved": ("PIT101", False, False, True), "gpt_sync": ("PIT301", True, False, False),
+          "resnet_good": (None, False, True, True), "ddp": (None, False, False, True)}
 
 
 def _run(cmd: list[str], timeout: float, log: Path) -> tuple[int, str]:
@@ -231,7 +237,8 @@ def _run(cmd: list[str], timeout: float, log: Path) -> tuple[int, str]:
 
 def _doctor(script: Path, out: Path, args) -> dict:
     cmd = [sys.executable, "-m", "pitstop", "doctor", str(script), "--steps", str(args.steps), "--warmup", "3",
-           "--timeout", str(args.timeout - 10), "--format", "json", "--html", str(out / "doctor.html")]
+           "--timeout", str(args.timeout - 10), "--format", "json", "--html", str(out / "doctor.html"),
+           "--trace", str(out / "doctor_trace")]
     if not args.probes:
         cmd.append("--no-probes")
     if script.stem == "ddp":
@@ -241,46 +248,70 @@ def _doctor(script: Path, out: Path, args) -> dict:
     return json.loads(stdout) if stdout.strip() else {"error": f"pitstop doctor exited {rc}"}
 
 
-def _trace(script: Path, out: Path, args) -> dict:
-    folder = out / "profile"
-    rc, _ = _run([sys.executable, str(script), "--profile", str(folder)], args.timeout, out / "profile.log")
-    if not (folder / "trace.json").is_file():
-        return {"error": f"the profiled run exited {rc} without a trace"}
-    rc, stdout = _run([sys.executable, "-m", "pitstop", "trace", str(folder / "trace.json"), "--format", "json"],
-                      args.timeout, out / "trace.log")
-    (out / "trace.json").write_text(stdout)
+def _trace(trace: Path, out: Path, args, label: str) -> dict:
+    """``pitstop trace`` of one trace file, its JSON kept as ``out/<label>.json``."""
+    if not trace.is_file():
+        return {"error": f"no trace at {trace}"}
+    rc, stdout = _run([sys.executable, "-m", "pitstop", "trace", str(trace), "--format", "json"],
+                      args.timeout, out / f"{label}.log")
+    (out / f"{label}.json").write_text(stdout)
     return json.loads(stdout) if stdout.strip() else {"error": f"pitstop trace exited {rc}"}
 
 
-def _facts(name: str, doc: dict, tr: dict) -> dict:
+def _doctors_trace(doc: dict, out: Path) -> Path:
+    """The doctor's own profiled steps, kept by ``--trace DIR`` (its JSON names the file)."""
+    return Path(doc.get("trace") or out / "doctor_trace" / "pitstop_trace.json")
+
+
+def _separate(script: Path, out: Path, args) -> dict:
+    """Extra information: the loop profiled in a run of its own (other steps, no doctor)."""
+    folder = out / "profile"
+    rc, _ = _run([sys.executable, str(script), "--profile", str(folder)], args.timeout, out / "profile.log")
+    if not (folder / "trace.json").is_file():
+        return {"error": f"the separately profiled run exited {rc} without a trace"}
+    return _trace(folder / "trace.json", out, args, "trace_separate")
+
+
+def _busy(tr: dict | None) -> float | None:
+    rank = ((tr or {}).get("ranks") or [{}])[0]
+    return (rank.get("gpu") or {}).get("busy")
+
+
+def _facts(name: str, doc: dict, tr: dict, separate: dict | None) -> dict:
     findings = doc.get("findings", [])
     codes = [f["code"] for f in findings]
     top = findings[0] if findings else None
     obs = doc.get("observations", {})
     sites = [s.get("where", "") for s in doc.get("syncs", []) + obs.get("cuda_calls", [])]
-    busy_doc = (doc.get("gpu") or {}).get("busy")
+    busy_doc, busy_tr = (doc.get("gpu") or {}).get("busy"), _busy(tr)
     rank = (tr.get("ranks") or [{}])[0]
-    busy_tr = (rank.get("gpu") or {}).get("busy")
-    step_tr = (rank.get("step_time") or {}).get("median")
+    window, steps = (rank.get("window") or {}).get("seconds"), rank.get("steps")
+    step_tr = window / steps if window and steps else None  # the shares' denominator: the window per step
     d203 = next((f["impact"] for f in findings if f["code"] == "PIT203"), None)
     t203 = next((f["impact"] for f in tr.get("findings", []) if f["code"] == "PIT203"), None)
-    want_top, want_203, want_601 = EXPECT[name]
+    want_top, want_203, want_601, no_304 = EXPECT[name]
+    same_203 = (d203 is not None and t203 is not None and d203.get("share") is not None
+                and abs(d203["share"] - t203) <= 1e-6)
     checks = {
         "top finding": want_top is None or (top is not None and top["code"] == want_top),
+        "no summary first": top is None or top["code"] != "PIT905",
         "no PIT101 without an input pipeline": name != "gpt_sync" or "PIT101" not in codes,
-        "PIT203 present": not want_203 or "PIT203" in codes,
+        "PIT203 = the trace's wait after syncs": not want_203 or same_203,
         "launch-bound PIT601": not want_601 or "PIT601" in codes,
-        "PIT304 absent": "PIT304" not in codes,
+        "no PIT304 on TF32 convolutions": not no_304 or "PIT304" not in codes,
         "no sync site inside pitstop": not any("/pitstop/" in s for s in sites),
-        "GPU busy within 2 points": busy_doc is not None and busy_tr is not None and abs(busy_doc - busy_tr) <= 0.02,
+        "GPU busy within 2 points (same run)": (busy_doc is not None and busy_tr is not None
+                                                and abs(busy_doc - busy_tr) <= 0.02),
     }
     return {
         "loop": name, "device": doc.get("device", {}).get("name"), "codes": codes,
         "top": f"{top['code']} {top['severity']} {top['title']}" if top else None,
         "pit203_doctor": d203, "pit203_trace": {"share": t203, "seconds_per_step": t203 * step_tr if t203 and step_tr else None},
-        "gpu_busy_doctor": busy_doc, "gpu_busy_trace": busy_tr, "sync_sites": sites, "checks": checks,
+        "gpu_busy_doctor": busy_doc, "gpu_busy_trace": busy_tr, "gpu_busy_separate_run": _busy(separate),
+        "trace_findings": [f["code"] for f in tr.get("findings", [])],
+        "sync_sites": sites, "checks": checks,
         "window_cost": next((n for n in doc.get("notes", []) if "profiled steps" in n), None),
-        "errors": [e for e in (doc.get("error"), tr.get("error")) if e],
+        "errors": [e for e in (doc.get("error"), tr.get("error"), (separate or {}).get("error")) if e],
     }
 
 
@@ -291,12 +322,16 @@ def _pct(x: float | None) -> str:
 def _print(f: dict) -> None:
     d203, t203 = f["pit203_doctor"] or {}, f["pit203_trace"]
     print(f"== {f['loop']} on {f['device']}" + (f"  ERRORS: {'; '.join(f['errors'])}" if f["errors"] else ""))
-    print(f"   doctor's top finding: {f['top']}")
+    print(f"   doctor's findings: {' '.join(f['codes'])}  (first: {f['top']})")
+    print(f"   pitstop trace of the doctor's own trace: {' '.join(f['trace_findings'])}")
     print(f"   PIT203 impact: doctor {_pct(d203.get('share'))} ({d203.get('seconds_per_step')} s/step) vs "
-          f"pitstop trace's GPU wait after syncs {_pct(t203['share'])} ({t203['seconds_per_step']} s/step)")
-    print(f"   launch-bound (PIT601) present: {'PIT601' in f['codes']};  PIT304 absent: {'PIT304' not in f['codes']};  "
+          f"pitstop trace's GPU wait after syncs {_pct(t203['share'])} ({t203['seconds_per_step']} s/step), same trace")
+    print(f"   launch-bound (PIT601) present: {'PIT601' in f['codes']};  PIT304 present: {'PIT304' in f['codes']};  "
           f"sync sites: {f['sync_sites'] or 'none'}")
-    print(f"   GPU busy: doctor {_pct(f['gpu_busy_doctor'])}, pitstop trace {_pct(f['gpu_busy_trace'])}")
+    extra = (f";  extra, a separately profiled run: {_pct(f['gpu_busy_separate_run'])}"
+             if f.get("gpu_busy_separate_run") is not None else "")
+    print(f"   GPU busy: doctor {_pct(f['gpu_busy_doctor'])}, pitstop trace of the same run {_pct(f['gpu_busy_trace'])}"
+          + extra)
     print(f"   profiled window's cost: {f['window_cost']}")
     print("   " + ", ".join(f"{k}: {'ok' if v else 'FAIL'}" for k, v in f["checks"].items()))
 
@@ -308,6 +343,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=6, help="doctor's observed steps (default 6)")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds per subprocess (default 60)")
     ap.add_argument("--probes", action="store_true", help="let the doctor run its hardware probes (slower)")
+    ap.add_argument("--separate-profile", action="store_true",
+                    help="also profile each loop in a run of its own (extra information; slower)")
     args = ap.parse_args()
     import torch
 
@@ -323,7 +360,9 @@ def main() -> int:
         script = out / f"{name}.py"
         script.write_text(textwrap.dedent(COMMON) + textwrap.dedent(LOOPS[name]))
         try:
-            facts = _facts(name, _doctor(script, out, args), _trace(script, out, args))
+            doc = _doctor(script, out, args)
+            tr = _trace(_doctors_trace(doc, out), out, args, "trace")
+            facts = _facts(name, doc, tr, _separate(script, out, args) if args.separate_profile else None)
         except Exception as exc:  # one broken loop must not hide the others
             facts = {"loop": name, "errors": [f"{type(exc).__name__}: {exc}"], "checks": {}}
             print(f"== {name}: failed: {facts['errors'][0]}")

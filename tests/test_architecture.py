@@ -171,3 +171,12 @@ def test_every_name_in___all___is_defined():
             continue
         bad += [f"{path.relative_to(SRC)}: {n}" for n in listed if n not in defined]
     assert not bad, "\n".join(bad)
+
+
+def test_device_facts_are_read_in_one_place():
+    """torch's CUDA device properties are read by pitstop.gpu.cuda_device only (issue 27: device
+    facts were read in three places)."""
+    readers = ("get_device_properties", "get_device_name", "get_device_capability")
+    found = [f"{path.relative_to(SRC).as_posix()}: {name}" for mod, path in MODULES.items() if mod != "pitstop.gpu"
+             for name in readers if f"cuda.{name}(" in path.read_text(encoding="utf-8")]
+    assert not found, "read them through pitstop.gpu.cuda_device:\n" + "\n".join(found)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from doctor_obs import loader, observations, site
+from doctor_obs import loader, model, observations, probe, site
 from gpu_rows import H100, cuda_graph, device_sync, launch_bound, starved_input, tf32_convs
 from pitstop.doctor.analysis.diagnosis import diagnose
 from pitstop.doctor.analysis.observations import Observations
@@ -262,3 +262,121 @@ def test_live_cuda_doctor_reads_its_own_profiled_steps(tmp_path):
     assert "PIT203" in _codes(d) and "PIT101" not in _codes(d)
     assert not any("/pitstop/doctor/" in s.where for s in d.observations.syncs + d.observations.cuda_calls)
     assert d.result.trace_path is None  # the doctor's own trace file is removed once read
+
+
+# -- issue 27's four loops, recorded on an NVIDIA H100 80GB HBM3 (torch 2.11.0+cu130) by
+# benchmarks/gpu_doctor_loops.py: each profiled window injected as the doctor's own (README there)
+H100_RUN = Path(__file__).resolve().parent / "fixtures" / "gpu_h100"
+GPT = "gpt_sync.py"
+
+
+def _trace_report(loop: str):
+    from pitstop.trace import trace
+
+    return trace([H100_RUN / f"{loop}.json.gz"])
+
+
+def _gpt_obs(**fields) -> Observations:
+    """What the live doctor recorded on the gpt_sync loop (fp32 GPT, synchronize + empty_cache
+    every step, batches made on the GPU, no DataLoader), --no-probes."""
+    sync = site("cuda.synchronize", every=5, seconds=0.0088, where=f"{GPT}:91")
+    calls = [sync, site("cuda.empty_cache", every=5, where=f"{GPT}:92")]
+    return _cuda_obs(models=[model("GPT", params=27_435_008)], breakdown={"host": 0.0038},
+                     kernels={"matmul": {"float32": 81}}, syncs=[sync], cuda_calls=calls,
+                     flops={"per_step": 612032839680, "achieved_per_s": 2.65e13, "peak_per_s": 6.7e13, "mfu": 0.395,
+                            "peak_source": "H100 dense float32 peak (NVIDIA datasheet)"}, **fields)
+
+
+def test_recorded_h100_gpt_sync_is_pit301_first_in_pitstop_trace_and_in_the_doctor():
+    report = _trace_report("gpt_sync")
+    assert report.findings[0].code == "PIT301"  # fp32 sgemm kernels (sm80_xmma_gemm_f32f32, cutlass simt sgemm)
+    d = _diagnose(_gpt_obs(), H100_RUN / "gpt_sync.json.gz")
+    assert d.findings[0].code == "PIT301" and "PIT101" not in _codes(d)
+    trace301 = next(f for f in report.findings if f.code == "PIT301")
+    assert _one(d, "PIT301").impact_share == pytest.approx(trace301.impact)
+    # fp32 matmuls under default settings run without TF32: PIT304 is right here
+    assert "PIT304" in _codes(d)
+    # a summary (PIT905, low MFU) never outranks a cause
+    assert all(f.severity == "low" for f in d.findings if f.summary)
+
+
+def test_recorded_h100_gpt_sync_pit203_impact_is_the_traces_wait_after_syncs():
+    report = _trace_report("gpt_sync")
+    d = _diagnose(_gpt_obs(), H100_RUN / "gpt_sync.json.gz")
+    f, t = _one(d, "PIT203"), next(f for f in report.findings if f.code == "PIT203")
+    rank = report.ranks[0]
+    assert f.impact_share == t.impact == pytest.approx(rank.idle.sync)  # one device sync kind per step
+    assert f.impact_seconds == pytest.approx(t.impact * rank.window.seconds / rank.steps)
+    assert f"{GPT}:91" in f.where
+
+
+def test_recorded_h100_pit301_with_a_probe_the_probe_decides():
+    trace = H100_RUN / "gpt_sync.json.gz"
+    flat = _diagnose(_gpt_obs(probes={"precision": probe("fp32", "bfloat16", 1.02)}), trace)
+    assert "PIT301" not in _codes(flat)  # measured: no gain above the bar, whatever the kernels
+    fast = _diagnose(_gpt_obs(probes={"precision": probe("fp32", "bfloat16", 1.6)}), trace)
+    f = _one(fast, "PIT301")
+    assert "probe" in f.evidence and "GPU (profiled steps)" in f.evidence
+    assert f.impact_share != pytest.approx(next(t.impact for t in _trace_report("gpt_sync").findings
+                                                if t.code == "PIT301"))
+
+
+@pytest.mark.parametrize("loop, top, absent", [
+    ("starved", "PIT101", {"PIT304", "PIT905"}),  # cuDNN convs run TF32
+    ("resnet_good", "PIT601", {"PIT304", "PIT101"}),  # bf16, 8 workers: launch-bound
+    ("ddp", "PIT601", {"PIT304", "PIT101"}),  # fp32 convs in TF32 kernels
+])
+def test_recorded_h100_loops_get_the_traces_answer(loop, top, absent):
+    report = _trace_report(loop)
+    assert report.findings[0].code == top
+    obs = _cuda_obs(models=[model(conv2d=20)], kernels={"matmul": {"float32": 1}, "conv": {"float32": 20}},
+                    loaders=[loader(num_workers=0 if loop == "starved" else 8)],
+                    breakdown={"data": 0.1 if loop == "starved" else 0.0005})
+    d = _diagnose(obs, H100_RUN / f"{loop}.json.gz")
+    assert d.findings[0].code == top and not absent & set(_codes(d))
+    codes = _codes(d)
+    for f in d.findings:  # PIT905 (the GPU waits for host code) comes low, after every cause
+        if f.summary:
+            assert f.severity == "low" and all(codes.index(c.code) < codes.index(f.code) for c in d.findings
+                                               if not c.summary and c.impact_kind == "time")
+    assert d.gpu.busy == pytest.approx(report.ranks[0].gpu.busy)
+    from pitstop.findings import Finding
+
+    back = [Finding.from_dict(x) for x in d.to_dict()["findings"]]  # a node report read back by pitstop merge
+    assert [(f.code, f.summary) for f in back] == [(f.code, f.summary) for f in d.findings]
+
+
+def test_recorded_h100_resnet_good_pit601_is_the_launch_idle_of_the_gpu_section():
+    """The well-written ResNet on the H100 (GPU busy 11%): the GPU idles between short kernels
+    while the host dispatches them (gaps of 20-500 us under the profiler); PIT601's impact is
+    that idle, the number the GPU section prints as 'launch'."""
+    d = _diagnose(_cuda_obs(loaders=[loader(num_workers=8)]), H100_RUN / "resnet_good.json.gz")
+    f, split = _one(d, "PIT601"), d.gpu.idle_by_cause
+    assert f.impact_share == pytest.approx(split.launch)
+    assert split.input + split.sync + split.launch + split.host == pytest.approx(d.gpu.idle)
+    assert d.gpu.busy < 0.15 and split.launch > 0.5 > split.host  # most of the idle is the launch path
+    assert "reduce-overhead" in f.fix
+
+
+def test_the_profiled_window_is_analysed_its_cost_noted_and_its_own_file_removed(tmp_path):
+    """What the child does with its profiled steps on CUDA (doctor/collect.py), on the recorded
+    H100 gpt_sync window: Observations.gpu, a note with the window's cost and how much slower
+    its steps ran than the observed ones, and the doctor's own trace removed once read."""
+    import shutil
+    from types import SimpleNamespace
+
+    from pitstop.doctor import collect
+    from pitstop.stats import StepTime
+
+    own = tmp_path / "pitstop-gpu-own"
+    own.mkdir()
+    path = shutil.copy(H100_RUN / "gpt_sync.json.gz", own / "pitstop_trace.json.gz")
+    traced = [SimpleNamespace(kind="traced", wall=w) for w in (0.027, 0.026, 0.026)]
+    inst = SimpleNamespace(trace_path=str(path), records=traced,
+                           profiled=SimpleNamespace(own_trace=True, trace_path=str(path)))
+    o = Observations(device="cuda", step_time=StepTime.of([0.013, 0.013, 0.013]))
+    collect._gpu_evidence(inst, o)
+    assert o.gpu is not None and o.gpu.gpu.busy == pytest.approx(_trace_report("gpt_sync").ranks[0].gpu.busy)
+    note = next(n for n in o.notes if n.startswith("GPU evidence"))
+    assert "3 profiled steps" in note and "0.08 s" in note and "2.0x the observed step" in note
+    assert not own.exists() and inst.profiled.trace_path is None

@@ -153,9 +153,66 @@ def test_unexplained_host_idle(tmp_path):
     codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=3_000))
     assert "PIT905" in codes
     assert report.ranks[0].idle.host == pytest.approx(0.7, abs=0.01)
+    f = next(f for f in report.findings if f.code == "PIT905")
+    assert f.summary and f.impact == pytest.approx(0.7, abs=0.01)
+    assert f.severity == "medium"  # a summary alone: at most medium, whatever its share
+
+
+def test_the_host_idle_summary_never_outranks_a_cause(tmp_path):
+    """PIT905 says how much is lost, not what to change: beside a cause (here the launch-bound
+    PIT601) it is low and ranked last, although its share is the larger."""
+    _, report = _codes(tmp_path, training(kernel=BF16, kernel_us=1_000, short_kernels=150, step_us=8_000))
+    order = [f.code for f in report.findings]
+    found = {f.code: f for f in report.findings}
+    assert {"PIT601", "PIT905"} <= set(found)
+    assert found["PIT905"].impact > found["PIT601"].impact
+    assert found["PIT905"].severity == "low"
+    assert all(order.index(f.code) < order.index("PIT905") for f in report.findings if not f.summary)
 
 
 def test_few_kernels_are_not_launch_bound(tmp_path):
     codes, report = _codes(tmp_path, training(kernel=BF16, kernel_us=500, short_kernels=10, step_us=2_000))
     assert report.ranks[0].launches.short_kernels > 0.9 and report.ranks[0].idle.launch >= 0.05
     assert not codes & {"PIT601", "PIT607"}
+
+
+def _dispatch_bound(launching: bool, steps: int = 4) -> "Synth":
+    """300 operators per step, each 40 us of host time on the thread; ``launching``: each ends
+    by launching a 5-us kernel (eager dispatch: the GPU waits ~35 us per operator, longer than
+    the launch-gap bar), else they are CPU tensor work and one GPU kernel closes the step."""
+    from trace_synth import Synth
+
+    s = Synth()
+    for k in range(steps):
+        t0 = 1_000_000 + k * 13_000
+        s.step(k + 1, t0, 13_000)
+        t = t0 + 10
+        for _ in range(300):
+            ext = s.op("aten::add" if launching else "aten::mul", t, 40)
+            if launching:
+                s.gpu("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>()",
+                      t + 38, 5, launch_ts=t + 34, ext=ext)
+            t += 42
+        if not launching:
+            ext = s.op("aten::mm", t, 20)
+            s.gpu("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64", t + 10, 300, ext=ext)
+    return s
+
+
+def test_launch_idle_counts_the_operator_dispatch_before_each_launch(tmp_path):
+    """A launch-bound eager step: the GPU idles ~35 us before each kernel while the host
+    dispatches the operator that launches it; those gaps are longer than the launch-gap bar,
+    and are still launch idle (CUDA graphs remove them), so PIT601 sizes them, not 'host'."""
+    _, report = _codes(tmp_path, _dispatch_bound(True))
+    r = report.ranks[0]
+    assert r.gpu.busy < 0.15 and r.idle.launch > 0.8 and r.idle.host < 0.1
+    assert r.idle.input + r.idle.sync + r.idle.launch + r.idle.host == pytest.approx(r.gpu.idle)
+    f = next(f for f in report.findings if f.code == "PIT601")
+    assert f.impact == pytest.approx(r.idle.launch) and f.severity == "high"
+
+
+def test_operators_that_launch_nothing_are_host_time_not_launch(tmp_path):
+    _, report = _codes(tmp_path, _dispatch_bound(False), "cpu_ops.json")
+    r = report.ranks[0]
+    assert r.idle.host > 0.9 and r.idle.launch < 0.01
+    assert "PIT601" not in {f.code for f in report.findings}

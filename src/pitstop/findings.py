@@ -33,6 +33,9 @@ class Finding:
     where: tuple[str, ...] = ()
     #: the rank a ``pitstop trace`` finding is about (None: one process, or the whole job)
     rank: int | None = None
+    #: a summary of lost time that names no change to make (PIT905): ranked after the causes,
+    #: never above ``medium`` (:func:`pitstop.severity.settle`)
+    summary: bool = False
 
     @property
     def impact(self) -> float | None:
@@ -44,7 +47,7 @@ class Finding:
         return f"pitstop explain {self.code}"
 
     def sort_key(self) -> tuple:
-        return rank_key(self.severity, self.impact_share, self.code)
+        return rank_key(self.severity, self.impact_share, self.code, self.summary)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -57,6 +60,7 @@ class Finding:
             "fix": self.fix,
             "explain": self.explain,
             "where": list(self.where),
+            "summary": self.summary,
         }
 
     def trace_dict(self) -> dict[str, Any]:
@@ -72,4 +76,4 @@ class Finding:
                                "impact_seconds": imp.get("seconds_per_step"), "impact_bytes": imp.get("bytes")}
                               if isinstance(imp, dict) else {"impact_share": imp})
         return cls(code=d["code"], title=d["title"], evidence=d["evidence"], fix=d["fix"], severity=d["severity"],
-                   where=tuple(d.get("where", ())), rank=d.get("rank"), **kw)
+                   where=tuple(d.get("where", ())), rank=d.get("rank"), summary=bool(d.get("summary", False)), **kw)

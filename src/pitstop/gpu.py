@@ -1,10 +1,40 @@
-"""GPU facts, in one place (torch-free): which architectures run fp32 matmuls as TF32, which
-have tensor/matrix cores, and the dense peak FLOP/s of known GPUs by dtype. The doctor (MFU,
-PIT304), ``pitstop trace`` (kernel precision) and tune read them here."""
+"""GPU facts, in one place (torch-free to import): the live device's facts (:func:`cuda_device`,
+the one reader of ``torch.cuda``'s device properties), which architectures run fp32 matmuls as
+TF32, which have tensor/matrix cores, and the dense peak FLOP/s of known GPUs by dtype. The
+doctor (device, capacity, MFU, PIT304), ``pitstop trace`` (kernel precision), tune and bench read
+them here."""
 
 from __future__ import annotations
 
-__all__ = ["PEAK_FLOPS", "peak_for", "tf32_capable", "tensor_cores"]
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PEAK_FLOPS", "peak_for", "tf32_capable", "tensor_cores", "CudaDevice", "cuda_device"]
+
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """One CUDA (or ROCm) device as torch sees it: name, compute capability, memory, how many."""
+
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+    count: int
+
+    @property
+    def capability(self) -> tuple[int, int]:
+        return (self.major, self.minor)
+
+
+def cuda_device(device: Any = None) -> CudaDevice:
+    """The facts of ``device`` (a torch device or index; None: the current one); needs CUDA."""
+    import torch
+
+    index = torch.cuda.current_device() if device is None else device
+    props = torch.cuda.get_device_properties(index)
+    return CudaDevice(name=props.name, major=props.major, minor=props.minor, total_memory=int(props.total_memory),
+                      count=torch.cuda.device_count())
 
 #: Dense peak FLOP/s per GPU family (NVIDIA datasheets; SXM parts where two exist), by the dtype
 #: the matmuls ran in. MFU is reported only for GPUs in this table.

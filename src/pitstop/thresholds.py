@@ -11,7 +11,7 @@ __all__ = ["Thresholds"]
 @dataclass(frozen=True)
 class Thresholds:
     """Every number the doctor's and the trace's checks compare against (the one thresholds
-    type: ``pitstop.trace.thresholds.TraceThresholds`` is this class), documented in the
+    type, also of ``pitstop trace`` and the doctor's GPU evidence), documented in the
     README and docs/trace.md. The stragglers have two bars, by what measures them: the live
     doctor's host timers (``straggler_lag``/``straggler_rel``, loaded-machine noise) and a
     trace's GPU timestamps (``straggler_lag_s``/``straggler_rel_lag``).

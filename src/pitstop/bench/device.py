@@ -68,11 +68,9 @@ def device_info(device: str, threads: int) -> dict[str, Any]:
         "gpu": None,
     }
     if device == "cuda":
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        info["gpu"] = {
-            "name": props.name,
-            "capability": f"{props.major}.{props.minor}",
-            "memory_bytes": props.total_memory,
-            "count": torch.cuda.device_count(),
-        }
+        from pitstop.gpu import cuda_device
+
+        gpu = cuda_device()
+        info["gpu"] = {"name": gpu.name, "capability": f"{gpu.major}.{gpu.minor}", "memory_bytes": gpu.total_memory,
+                       "count": gpu.count}
     return info

@@ -145,6 +145,8 @@ class CreateOnDeviceBench(Benchmark, tip="PIT106"):
     def run(self, ctx):
         import torch
 
+        from pitstop.gpu import cuda_device
+
         n = ctx.size(tiny=1 << 16, quick=1 << 20, full=1 << 24)
         variants = {
             "torch.rand(n).cuda()": lambda: torch.rand(n).cuda(),
@@ -155,7 +157,7 @@ class CreateOnDeviceBench(Benchmark, tip="PIT106"):
         measured = ctx.time(variants)
         return Outcome(
             workload=f"{n:,} float32 values ({4 * n / 2**20:.0f} MiB) created per call on "
-                     f"{torch.cuda.get_device_name()}; the Timer synchronizes the GPU around each block",
+                     f"{cuda_device().name}; the Timer synchronizes the GPU around each block",
             measurements=measured,
             comparisons=[Comparison("torch.zeros(n).to('cuda')", "torch.zeros(n, device='cuda')",
                                     "torch.zeros then .to('cuda') vs device='cuda'")],

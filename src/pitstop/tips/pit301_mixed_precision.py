@@ -204,6 +204,11 @@ class MixedPrecisionCheck(Check, tip="PIT301"):
         return template and template.format(lightning="16-mixed" if fp16 else "bf16-mixed",
                                             hf="fp16" if fp16 else "bf16", accelerate="fp16" if fp16 else "bf16")
 
+    def role(self, obs):
+        # the probe's measured ratio decides when it ran; without it (--no-probes, a probe that
+        # failed) the profiled window's fp32 GEMM/conv kernels decide (trace face, Fp32MathTrace)
+        return "live" if probe_gain(obs.probe(PrecisionProbe.key())) is not None else "both"
+
     def check(self, obs, th):
         probe = obs.probe(PrecisionProbe.key())
         g = probe_gain(probe)

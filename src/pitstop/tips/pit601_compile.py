@@ -393,6 +393,6 @@ class LaunchBoundTrace(TraceCheck, tip="PIT601"):
             th, rank, title="launch-bound: many short kernels", impact=idle.launch,
             evidence=(f"{la.kernels_per_step:.0f} kernels per step, {pct(la.short_kernels)} shorter than "
                       f"{la.short_threshold_us:.0f} us (median {la.median_kernel_us:.1f} us); the GPU idled "
-                      f"{pct(idle.launch)} of the step between launches"),
+                      f"{pct(idle.launch)} of the step while the host dispatched and launched them"),
             fix="replay the step as CUDA graphs: torch.compile(model, mode=\"reduce-overhead\") (it also fuses "
                 "kernels), or torch.cuda.graphs by hand; or larger batches")

@@ -102,6 +102,8 @@ class ProfileCheck(Check, tip="PIT905"):
     looks_at = "step time not explained by data/host/forward/backward/optimizer/eval; GPU utilisation (MFU)"
     #: on a GPU the profiled steps explain the step: the trace's unexplained idle decides
     gpu_role = "trace"
+    #: lost time without a change to make: below every cause (pitstop.severity.settle)
+    summary = True
 
     def check(self, obs, th):
         other = obs.share("other")
@@ -132,6 +134,7 @@ from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
 
 class UnexplainedIdleTrace(TraceCheck, tip="PIT905"):
     looks_at = "GPU idle while the host ran its own code (no DataLoader, sync or launch to blame)"
+    summary = True
 
     def check(self, rank, th):
         if rank.idle is None or rank.idle.host < th.unexplained_idle:

@@ -18,8 +18,9 @@ _LAZY = {
     "analyze_paths": "pitstop.trace.job", "report_of": "pitstop.trace.job", "rank_view": "pitstop.trace.job",
     "trace_files": "pitstop.trace.job", "trace": "pitstop.trace.job",
     "load_timeline": "pitstop.trace.load", "TraceError": "pitstop.trace.load",
-    "RankResult": "pitstop.trace.result", "TraceFinding": "pitstop.trace.result", "TraceReport": "pitstop.trace.result",
-    "TraceThresholds": "pitstop.trace.thresholds", "TraceCheck": "pitstop.trace.check", "JobView": "pitstop.trace.check",
+    "RankResult": "pitstop.trace.result", "TraceReport": "pitstop.trace.result",
+    "Finding": "pitstop.findings", "Thresholds": "pitstop.thresholds",
+    "TraceCheck": "pitstop.trace.check", "JobView": "pitstop.trace.check",
 }
 
 __all__ = sorted(_LAZY)

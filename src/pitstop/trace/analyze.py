@@ -16,7 +16,7 @@ from pitstop.trace.model import Timeline
 from pitstop.stats import StepTime
 from pitstop.trace.result import DataLoading, RankResult, Syncs, Window
 from pitstop.trace.scope import scope_of
-from pitstop.trace.thresholds import TraceThresholds
+from pitstop.thresholds import Thresholds
 
 __all__ = ["analyze_timeline", "analyze_file", "step_time"]
 
@@ -27,12 +27,12 @@ def step_time(tl: Timeline) -> StepTime | None:
     return StepTime.of([float(s.duration) * 1e-6 for s in tl.steps])
 
 
-def analyze_file(path: Path | str, th: TraceThresholds = TraceThresholds()) -> RankResult:
+def analyze_file(path: Path | str, th: Thresholds = Thresholds()) -> RankResult:
     """Load and analyse one trace file (:class:`~pitstop.trace.load.TraceError` when unreadable)."""
     return analyze_timeline(load_timeline(path), th)
 
 
-def analyze_timeline(tl: Timeline, th: TraceThresholds = TraceThresholds()) -> RankResult:
+def analyze_timeline(tl: Timeline, th: Thresholds = Thresholds()) -> RankResult:
     scope = scope_of(tl)
     dev = tl.device
     notes = []

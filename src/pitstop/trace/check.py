@@ -1,7 +1,7 @@
 """Trace checks (face T): the base class tip modules subclass (torch-free).
 
 A check reads one rank's typed :class:`~pitstop.trace.result.RankResult` (or the whole job
-for :meth:`TraceCheck.check_job`) and yields :class:`~pitstop.trace.result.TraceFinding`s;
+for :meth:`TraceCheck.check_job`) and yields :class:`~pitstop.findings.Finding`s;
 it decides, the analyzers only measure. One class per tip, appended to its tip module::
 
     class InputBoundTrace(TraceCheck, tip="PIT101"):
@@ -18,8 +18,9 @@ from typing import ClassVar
 from pitstop.catalog import Face
 from pitstop.severity import severity_for
 from pitstop.units import ms, pct
-from pitstop.trace.result import RankResult, TraceFinding
-from pitstop.trace.thresholds import TraceThresholds
+from pitstop.findings import Finding
+from pitstop.thresholds import Thresholds
+from pitstop.trace.result import RankResult
 
 __all__ = ["TraceCheck", "JobView", "severity_of", "pct", "ms"]
 
@@ -36,7 +37,7 @@ class JobView:
         self.straggle = straggle
 
 
-def severity_of(impact: float | None, th: TraceThresholds) -> str:
+def severity_of(impact: float | None, th: Thresholds) -> str:
     """:func:`pitstop.severity.severity_for`: the one ranking, with the trace's cut-offs."""
     return severity_for(impact, th)
 
@@ -49,15 +50,19 @@ class TraceCheck(Face, face="T"):
 
     #: what the check looks at (docs and ``pitstop explain --where``).
     looks_at: ClassVar[str] = ""
+    #: True for a check whose findings summarise lost time without naming a change (PIT905):
+    #: they never outrank a cause (:func:`pitstop.severity.settle`)
+    summary: ClassVar[bool] = False
 
-    def check(self, rank: RankResult, th: TraceThresholds) -> Iterable[TraceFinding]:
+    def check(self, rank: RankResult, th: Thresholds) -> Iterable[Finding]:
         return ()
 
-    def check_job(self, job: JobView, th: TraceThresholds) -> Iterable[TraceFinding]:
+    def check_job(self, job: JobView, th: Thresholds) -> Iterable[Finding]:
         return ()
 
-    def finding(self, th: TraceThresholds, rank: RankResult | None, *, title: str, evidence: str, fix: str,
-                impact: float | None, severity: str | None = None) -> TraceFinding:
-        return TraceFinding(code=self.tip, title=title, severity=severity or severity_of(impact, th),
-                            impact_share=impact, evidence=evidence,
-                            fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)", rank=rank.rank if rank is not None else None)
+    def finding(self, th: Thresholds, rank: RankResult | None, *, title: str, evidence: str, fix: str,
+                impact: float | None, severity: str | None = None) -> Finding:
+        return Finding(code=self.tip, title=title, severity=severity or severity_of(impact, th),
+                       impact_share=impact, evidence=evidence,
+                       fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)",
+                       rank=rank.rank if rank is not None else None, summary=self.summary)

@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from pitstop.trace.model import (COPY_PAGEABLE, COPY_PINNED, COPY_UNKNOWN, GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET,
-                                 Step, Table)
+                                 OP_ANNOTATION, OP_OPERATOR, Step, Table)
 from pitstop.trace.wire import WireEvent
 
 __all__ = ["EventSorter", "as_int"]
@@ -157,7 +157,8 @@ class EventSorter:
             self.steps += [Step(int(e.name[13:]), float(e.ts), float(e.ts) + float(e.dur or 0.0)) for e in steps]
         self._gpu(gpu)
         self.runtime.add(rt)
-        self.ops.add(ops)
+        self.ops.add(ops, kind=np.array([OP_ANNOTATION if e.cat == "user_annotation" else OP_OPERATOR for e in ops],
+                                        dtype=np.int8))
         self.python.add([e for e in xs if e.cat in _PYTHON])
 
     def _gpu(self, evs: list[WireEvent]) -> None:

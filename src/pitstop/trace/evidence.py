@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pitstop.doctor.analysis.check import Finding, Thresholds, severity_for
-from pitstop.trace.result import IdleSplit, NamedTime, RankResult, TraceFinding
+from pitstop.trace.result import IdleSplit, NamedTime, RankResult
 
 __all__ = ["profiled_window", "gpu_findings", "merge", "as_finding", "step_seconds", "GPU_PREFIX", "GpuSummary",
            "gpu_summary"]
@@ -63,7 +63,7 @@ def profiled_window(path: Path | str) -> tuple[RankResult | None, str | None]:
         return None, f"the profiled window's trace could not be analysed: {exc}"
 
 
-def gpu_findings(rank: RankResult, th: Thresholds | None = None) -> tuple[TraceFinding, ...]:
+def gpu_findings(rank: RankResult, th: Thresholds | None = None) -> tuple[Finding, ...]:
     """Every registered trace check (face T) on the one rank of the profiled window."""
     from pitstop.trace.check import JobView
     from pitstop.trace.job import run_checks
@@ -76,7 +76,7 @@ def step_seconds(rank: RankResult) -> float | None:
     return rank.window.seconds / rank.steps if rank.window is not None and rank.steps else None
 
 
-def as_finding(t: TraceFinding, rank: RankResult, th: Thresholds) -> Finding:
+def as_finding(t: Finding, rank: RankResult, th: Thresholds) -> Finding:
     """A trace check's finding in the doctor's terms (one severity ranking: the doctor's)."""
     step = step_seconds(rank)
     return dataclasses.replace(t, evidence=GPU_PREFIX + t.evidence + ".", rank=None,
@@ -94,7 +94,7 @@ def _joined(d: Finding, g: Finding, *, gpu_decides: bool) -> Finding:
                                impact_seconds=g.impact_seconds)
 
 
-def merge(found: list[tuple[str, Finding]], quiet: dict[str, str], gpu: tuple[TraceFinding, ...],
+def merge(found: list[tuple[str, Finding]], quiet: dict[str, str], gpu: tuple[Finding, ...],
           rank: RankResult, th: Thresholds) -> tuple[list[Finding], list[tuple[str, str]]]:
     """One finding per code from the doctor checks' ``found`` (``(gpu_role, finding)``) and the
     trace checks' ``gpu`` findings on the profiled window. ``quiet``: code -> gpu_role of the

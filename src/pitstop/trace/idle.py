@@ -1,17 +1,24 @@
 """Why the GPU sat idle (torch-free): each idle microsecond inside the window goes to the
-first of input pipeline, sync, launch that covers it on the host, else to host work."""
+first of input pipeline, sync, launch that covers it on the host, else to host work.
+
+*Launch* is the host's path to the next GPU work: a launch call, a PyTorch operator that
+launched GPU work (its dispatch, on the thread that launched), or a gap shorter than the launch
+threshold between back-to-back GPU work. A step of many short kernels whose GPU idles there is
+launch-bound: CUDA graphs replay it without that host path (PIT601). *Host* is what is left:
+Python between operators, operators that launch nothing (CPU tensor work), no host event."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from pitstop.trace.model import OP_OPERATOR
 from pitstop.trace.names import LAUNCH_CALLS, SYNC_CALLS, is_dataloader
 from pitstop.trace.result import IdleSplit
 from pitstop.trace.scope import Scope
 from pitstop.trace.spans import Spans
-from pitstop.trace.thresholds import TraceThresholds
+from pitstop.thresholds import Thresholds
 
-__all__ = ["idle_split", "idle_spans", "dataloader_spans", "sync_drain_spans"]
+__all__ = ["idle_split", "idle_spans", "dataloader_spans", "sync_drain_spans", "dispatch_spans"]
 
 
 def idle_spans(scope: Scope) -> Spans:
@@ -49,7 +56,23 @@ def sync_drain_spans(scope: Scope) -> Spans:
     return Spans.of(rt.start[sync], np.maximum(nxt, ends))
 
 
-def idle_split(scope: Scope, th: TraceThresholds) -> IdleSplit | None:
+def dispatch_spans(scope: Scope) -> Spans:
+    """The PyTorch operators (not annotations) inside which their thread made a launch call:
+    the host dispatching GPU work, from the operator's entry to its return."""
+    ops, rt = scope.timeline.ops, scope.timeline.runtime
+    launch = _calls(scope, LAUNCH_CALLS)
+    if not len(ops) or not launch.any():
+        return Spans.empty()
+    hit = np.zeros(len(ops), dtype=bool)
+    op_lanes = ops.lane
+    for lane in np.unique(rt.lane[launch]):
+        starts = np.sort(rt.start[launch & (rt.lane == lane)])
+        on = (op_lanes == lane) & (ops.kind == OP_OPERATOR)
+        hit[on] = np.searchsorted(starts, ops.end[on], side="left") > np.searchsorted(starts, ops.start[on], side="left")
+    return Spans.of(ops.start[hit], ops.end[hit])
+
+
+def idle_split(scope: Scope, th: Thresholds) -> IdleSplit | None:
     if not len(scope.timeline.gpu):
         return None
     win = scope.window.total
@@ -66,8 +89,9 @@ def idle_split(scope: Scope, th: TraceThresholds) -> IdleSplit | None:
     # short gaps between back-to-back GPU work: the GPU outran the host's launches
     length = gaps.end - gaps.start
     short = (length < th.launch_gap_us) & np.isin(gaps.start, scope.busy.end) & np.isin(gaps.end, scope.busy.start)
-    launching = Spans.of(np.concatenate([rt.start[launch], gaps.start[short]]),
-                         np.concatenate([rt.end[launch], gaps.end[short]]))
+    dispatch = dispatch_spans(scope)
+    launching = Spans.of(np.concatenate([rt.start[launch], gaps.start[short], dispatch.start]),
+                         np.concatenate([rt.end[launch], gaps.end[short], dispatch.end]))
     launch_part = rest.intersect(launching)
     host = rest.minus(launching)
     return IdleSplit(input=input_part.total / win, host=host.total / win, launch=launch_part.total / win,

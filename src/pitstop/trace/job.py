@@ -13,13 +13,14 @@ from pathlib import Path
 
 from pitstop.ranks import RankView, StepStats, analyze_stragglers, spread
 from pitstop.catalog import implementations
-from pitstop.severity import rank_key
+from pitstop.severity import settle
 from pitstop.trace.analyze import analyze_file
 from pitstop.trace.check import JobView
 from pitstop.trace.load import TRACE_SUFFIXES, TraceError
-from pitstop.trace.result import RankResult, TraceFinding, TraceReport
+from pitstop.findings import Finding
+from pitstop.thresholds import Thresholds
+from pitstop.trace.result import RankResult, TraceReport
 from pitstop.trace.summary import summarize
-from pitstop.trace.thresholds import TraceThresholds
 
 __all__ = ["trace_files", "analyze_paths", "rank_view", "run_checks", "report_of", "trace"]
 
@@ -66,7 +67,7 @@ def rank_view(r: RankResult) -> RankView:
                     source=r.source, waits=waits, wait_keys=keys)
 
 
-def analyze_paths(paths: list[Path | str], th: TraceThresholds = TraceThresholds(),
+def analyze_paths(paths: list[Path | str], th: Thresholds = Thresholds(),
                   workers: int | None = None) -> tuple[RankResult, ...]:
     """Every trace file of ``paths``, analysed (in parallel processes when there are several)."""
     files = trace_files(paths)
@@ -80,19 +81,19 @@ def analyze_paths(paths: list[Path | str], th: TraceThresholds = TraceThresholds
     return tuple(sorted(results, key=lambda r: (r.rank, r.source)))
 
 
-def run_checks(ranks: tuple[RankResult, ...], job: JobView, th: TraceThresholds) -> tuple[TraceFinding, ...]:
+def run_checks(ranks: tuple[RankResult, ...], job: JobView, th: Thresholds) -> tuple[Finding, ...]:
     """Every registered face-T check over every rank, then over the job; ranked by severity."""
-    found: list[TraceFinding] = []
+    found: list[Finding] = []
     for cls in implementations("T"):
         check = cls()
         for r in ranks:
             found += list(check.check(r, th))
         found += list(check.check_job(job, th))
-    return tuple(sorted(found, key=lambda f: (*rank_key(f.severity, f.impact, f.code),
-                                             -1 if f.rank is None else f.rank)))
+    # ranked by the one rule (pitstop.severity.settle), a job-wide finding before its ranks' ones
+    return tuple(settle(sorted(found, key=lambda f: -1 if f.rank is None else f.rank)))
 
 
-def report_of(ranks: tuple[RankResult, ...], th: TraceThresholds = TraceThresholds()) -> TraceReport:
+def report_of(ranks: tuple[RankResult, ...], th: Thresholds = Thresholds()) -> TraceReport:
     """The job's report: spread, stragglers (only when the files are one job's distinct ranks)
     and every check's findings."""
     views = [rank_view(r) for r in ranks]
@@ -120,6 +121,6 @@ def report_of(ranks: tuple[RankResult, ...], th: TraceThresholds = TraceThreshol
                        job=summarize(ranks, findings, straggle) if len(ranks) > 1 else None)
 
 
-def trace(paths: list[Path | str], th: TraceThresholds = TraceThresholds(), workers: int | None = None) -> TraceReport:
+def trace(paths: list[Path | str], th: Thresholds = Thresholds(), workers: int | None = None) -> TraceReport:
     """The whole analysis: files or folders -> :class:`TraceReport`."""
     return report_of(analyze_paths(list(paths), th, workers), th)

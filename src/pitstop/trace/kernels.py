@@ -10,7 +10,7 @@ from pitstop.trace.names import PRECISIONS, is_communication, is_elementwise, is
 from pitstop.trace.result import KernelMix, Launches, NamedTime, Precision
 from pitstop.trace.scope import Scope
 from pitstop.trace.spans import Spans
-from pitstop.trace.thresholds import TraceThresholds
+from pitstop.thresholds import Thresholds
 
 __all__ = ["kernel_mix", "precision", "launches", "communication_mask", "communication_rows", "TOP"]
 
@@ -91,7 +91,7 @@ def precision(scope: Scope) -> Precision | None:
                      tf32_capable=bool(dev and dev.tf32))
 
 
-def launches(scope: Scope, th: TraceThresholds, launch_idle: float) -> Launches | None:
+def launches(scope: Scope, th: Thresholds, launch_idle: float) -> Launches | None:
     g = scope.timeline.gpu
     kern = scope.gpu_in & (g.kind == GPU_KERNEL)
     if not kern.any():

@@ -13,12 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["GPU_KERNEL", "GPU_MEMCPY", "GPU_MEMSET", "COPY_UNKNOWN", "COPY_PAGEABLE", "COPY_PINNED",
-           "Table", "Device", "Step", "Timeline"]
+           "OP_OPERATOR", "OP_ANNOTATION", "Table", "Device", "Step", "Timeline"]
 
 #: ``Table.kind`` values of the GPU table.
 GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = 0, 1, 2
 #: ``Table.flag`` values of memcpy rows: the host side of a copy.
 COPY_UNKNOWN, COPY_PAGEABLE, COPY_PINNED = 0, 1, 2
+#: ``Table.kind`` values of operator rows: a PyTorch operator (``cpu_op``) or a user annotation
+#: (``record_function``: ``Optimizer.step#...``, ``enumerate(DataLoader)#...``, a module's name).
+OP_OPERATOR, OP_ANNOTATION = 0, 1
 
 
 @dataclass(frozen=True, eq=False)

@@ -19,7 +19,7 @@ from pitstop.trace.jobtypes import JobSummary
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
            "Launches", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
-           "TraceFinding", "TraceReport", "SCHEMA_VERSION"]
+           "TraceReport", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -55,9 +55,10 @@ class IdleSplit:
     """GPU idle time in the window by what the host did meanwhile (shares of the window).
 
     ``input``: inside a DataLoader ``__next__``; ``sync``: from the moment the host blocked in
-    a sync call until it launched the next work; ``launch``: inside kernel-launch runtime
-    calls, or in gaps shorter than the launch threshold between back-to-back kernels;
-    ``host``: the rest (Python and operator code on the host, or no host event at all).
+    a sync call until it launched the next work; ``launch``: while the host was on its way to
+    the next GPU work (inside launch runtime calls or a PyTorch operator that launched GPU work,
+    or a gap shorter than the launch threshold between back-to-back kernels); ``host``: the rest
+    (Python between operators, operators that launch nothing, or no host event at all).
     """
 
     input: float
@@ -224,10 +225,6 @@ class RankResult:
         return record_to_json(self)
 
 
-#: ``pitstop trace``'s findings are the one runtime finding type (:class:`pitstop.findings.Finding`):
-#: ``impact`` (its ``impact_share``) is the share of the step a fix could save (None: the trace
-#: cannot size it), ``rank`` None for a job-wide finding.
-TraceFinding = Finding
 
 
 @dataclass(frozen=True)
@@ -237,7 +234,10 @@ class TraceReport:
     steps; None when the files are not one job's ranks); ``job``: the job view (several ranks)."""
 
     ranks: tuple[RankResult, ...]
-    findings: tuple[TraceFinding, ...]
+    #: the one runtime finding type (:class:`pitstop.findings.Finding`): ``impact`` (its
+    #: ``impact_share``) is the share of the step a fix could save (None: the trace cannot size
+    #: it), ``rank`` None for a job-wide finding
+    findings: tuple[Finding, ...]
     stragglers: tuple[int, ...]
     step_spread: float | None = None
     notes: tuple[str, ...] = field(default=())

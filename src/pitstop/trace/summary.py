@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from pitstop.ranks import StraggleAnalysis
 from pitstop.trace.jobtypes import FindingGroup, JobSummary, OutlierRank, Quantiles
-from pitstop.trace.result import RankResult, TraceFinding
+from pitstop.findings import Finding
+from pitstop.trace.result import RankResult
 
 __all__ = ["summarize", "group_findings", "quantiles", "COMPACT_RANKS", "MAX_OUTLIERS", "OUTLIER_MADS",
            "OUTLIER_REL", "OUTLIER_BUSY"]
@@ -55,10 +56,10 @@ def _deviants(values: Sequence[tuple[int, float]], rel: float, absolute: float) 
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
-def group_findings(findings: Sequence[TraceFinding], world: int) -> tuple[FindingGroup, ...]:
+def group_findings(findings: Sequence[Finding], world: int) -> tuple[FindingGroup, ...]:
     """Each finding once: per-rank findings grouped by code and title with the numbers left
     out, naming their ranks; job-wide ones as they are. Order of first appearance."""
-    groups: dict[tuple, list[TraceFinding]] = {}
+    groups: dict[tuple, list[Finding]] = {}
     for f in findings:
         key = (f.code, _NUMBER.sub("#", f.title)) if f.rank is not None else (f.code, f.title, id(f))
         groups.setdefault(key, []).append(f)
@@ -74,7 +75,7 @@ def group_findings(findings: Sequence[TraceFinding], world: int) -> tuple[Findin
     return tuple(out)
 
 
-def summarize(ranks: Sequence[RankResult], findings: Sequence[TraceFinding],
+def summarize(ranks: Sequence[RankResult], findings: Sequence[Finding],
               straggle: StraggleAnalysis | None) -> JobSummary:
     """The job view of ``ranks`` (one job's distinct ranks, or files compared side by side)."""
     steps = [(r.rank, r.step_time.median) for r in ranks if r.step_time is not None]

@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, RandomSampler
 from pitstop.doctor.record.clocks import StepClocks
 from pitstop.doctor.record.batch import first_tensor
 from pitstop.engine.data import adapt_loader, batch_size_of
+from pitstop.gpu import cuda_device
 from pitstop.machine import usable_cores
 from pitstop.engine.distributed import DistInfo
 from pitstop.engine.prepare import optimizer_impl_of
@@ -100,11 +101,11 @@ class ApiBackend:
         x = first_tensor(first)
         self.batch_size = batch_size_of(first)
         is_dl = isinstance(self.loader, DataLoader)
-        cap = torch.cuda.get_device_capability(self.device) if self.device.type == "cuda" else None
+        gpu = cuda_device(self.device) if self.device.type == "cuda" else None
         self.ctx = Context(
             mode="api", device=self.device.type, cpu_count=usable_cores(),
-            device_name=torch.cuda.get_device_name(self.device) if cap else torch.backends.cpu.get_cpu_capability(),
-            capability=tuple(cap) if cap else None, conv2d=sum(isinstance(m, nn.Conv2d) for m in model.modules()),
+            device_name=gpu.name if gpu else torch.backends.cpu.get_cpu_capability(),
+            capability=gpu.capability if gpu else None, conv2d=sum(isinstance(m, nn.Conv2d) for m in model.modules()),
             input_dims=x.dim() if x is not None else None,
             autocast=None if self.recipe.precision in ("fp32", "tf32") else self.recipe.precision,
             compiled=self.recipe.compile is not None, optimizer=type(opt).__name__, optimizer_mode=impl,

@@ -65,10 +65,18 @@ class Check(Face, face="D"):
     #: only when the trace check of its tip found the cost, and takes the trace's impact) or
     #: ``"live"`` (a live measurement such as a probe decides; the trace adds its evidence).
     gpu_role: ClassVar[str] = "both"
+    #: True for a check whose findings summarise lost time without naming a change (PIT905):
+    #: they never outrank a cause (:func:`pitstop.severity.settle`)
+    summary: ClassVar[bool] = False
 
     def framework_fix(self, framework: str, finding: Finding, obs: Observations) -> str | None:
         """The fix for ``finding`` in ``framework``'s terms, or None (plain PyTorch only)."""
         return self.framework_fixes.get(framework)
+
+    def role(self, obs: Observations) -> str:
+        """:attr:`gpu_role` for this run (a check whose live measurement may be missing, such as
+        a probe that did not run, lets the trace decide without it)."""
+        return self.gpu_role
 
     def skip_reason(self, obs: Observations) -> str | None:
         if self.requires == "cuda" and not obs.on_cuda:
@@ -92,7 +100,7 @@ class Check(Face, face="D"):
         fix = fix.rstrip() + f" (`pitstop explain {self.tip}`)"
         return Finding(code=self.tip, title=title, evidence=evidence, fix=fix, severity=severity,
                        impact_kind=kind, impact_share=share, impact_seconds=seconds,
-                       impact_bytes=nbytes, where=tuple(where))
+                       impact_bytes=nbytes, where=tuple(where), summary=self.summary)
 
 
 def in_framework_terms(check: Check, finding: Finding, obs: Observations) -> Finding:

@@ -19,6 +19,7 @@ from pitstop.doctor.run.spec import RunResult
 from pitstop.doctor.analysis.rankviews import rank_view
 from pitstop.jsoncodec import to_json
 from pitstop.ranks import RankView
+from pitstop.severity import settle
 from pitstop.trace.evidence import GpuSummary, gpu_findings, gpu_summary, merge, profiled_window
 
 __all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
@@ -296,13 +297,14 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
             diag.skipped.append(SkippedCheck(code=cls.tip, check=cls.__name__, reason=reason))
             continue
         try:
-            got = [(cls.gpu_role, in_framework_terms(check, f, obs)) for f in check.check(obs, th)]
+            role = check.role(obs)
+            got = [(role, in_framework_terms(check, f, obs)) for f in check.check(obs, th)]
         except Exception as exc:  # a broken check must not hide the others' findings
             diag.errors.append(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
             continue
         found += got
         if not got and quiet.get(cls.tip) != "live":
-            quiet[cls.tip] = cls.gpu_role
+            quiet[cls.tip] = role
     diag.findings = [f for _, f in found]
     if obs.gpu is not None and obs.gpu.gpu is not None and scope != "job":
         diag.findings, dropped = merge(found, quiet, gpu_findings(obs.gpu, th), obs.gpu, th)
@@ -310,5 +312,5 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
     for name, p in sorted(obs.probes.items()):
         if p.error is not None:  # a crashed probe is as loud as a crashed check
             diag.errors.append(f"probe {name}: {p.error}")
-    diag.findings.sort(key=Finding.sort_key)
+    diag.findings = settle(diag.findings)  # the one severity rule: summaries below causes
     return diag

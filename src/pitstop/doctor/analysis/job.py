@@ -23,6 +23,7 @@ from pitstop.doctor.analysis.rankviews import rank_view, split_breakdown
 from pitstop.doctor.run.spec import RunResult
 from pitstop.doctor.run.torchrun import JobResult
 from pitstop.ranks import StraggleAnalysis, analyze_stragglers
+from pitstop.severity import settle
 
 __all__ = ["diagnose_job", "merge_ranks", "merge_findings", "INDEPENDENT_NOTE"]
 
@@ -129,7 +130,7 @@ def diagnose_job(job: JobResult, thresholds: Thresholds | None = None) -> Diagno
     job_diag = diagnose(dataclasses.replace(primary, observations=obs), th, scope="job")
     findings = merge_findings([(merged.ranks[i].rank, d.findings) for i, d in enumerate(per_rank)],
                               merged.world_size) + job_diag.findings
-    findings.sort(key=Finding.sort_key)
+    findings = settle(findings)
     views = [rank_view(r.observations or Observations(), rank=d.rank, world_size=merged.world_size, dist=d)
              for r, d in zip(results, merged.ranks)]
     errors = sorted({e for d in per_rank for e in d.errors} | set(job_diag.errors))

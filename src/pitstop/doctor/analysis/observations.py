@@ -41,7 +41,7 @@ PHASES = ("data", "host", "forward", "backward", "optimizer", "eval", "other")
 class Observations:
     #: ``"cpu"`` or ``"cuda"``: where the trained model's parameters live.
     device: str = "cpu"
-    #: GPU name (``torch.cuda.get_device_name``) or the CPU's ISA level.
+    #: GPU name (``pitstop.gpu.cuda_device``) or the CPU's ISA level.
     device_name: str = ""
     #: CUDA compute capability ``[major, minor]``, None on CPU.
     capability: list[int] | None = None

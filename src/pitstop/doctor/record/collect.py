@@ -22,7 +22,7 @@ from pitstop.doctor.record import memory as mem
 from pitstop.doctor.analysis.compile_records import CompileRecord
 from pitstop.doctor.record.instrument import Instrumentation
 from pitstop.doctor.analysis.observations import Observations
-from pitstop.gpu import peak_for
+from pitstop.gpu import cuda_device, peak_for
 from pitstop.doctor.analysis.probe_records import ProbeResult
 from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, ForwardCounts,
                                     Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,
@@ -30,6 +30,7 @@ from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, CpuRec
                                     Settings, Site, StepTime)
 from pitstop.jsoncodec import from_json
 from pitstop.machine import machine_cores, usable_cores
+from pitstop.stats import median
 
 __all__ = ["observations", "device_of"]
 
@@ -203,8 +204,8 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
                      scaler_calls=inst.scaler_calls, notes=list(inst.notes),
                      distributed=inst.dist.record() if inst.dist is not None else None)
     if device == "cuda":
-        o.device_name = torch.cuda.get_device_name()
-        o.capability = list(torch.cuda.get_device_capability())
+        gpu = cuda_device()
+        o.device_name, o.capability = gpu.name, list(gpu.capability)
     else:
         from pitstop.machine import onednn_cap
 
@@ -261,8 +262,11 @@ def _gpu_evidence(inst: Instrumentation, o: Observations) -> None:
     t0 = time.perf_counter()
     o.gpu, why = profiled_window(path)
     traced = [r.wall for r in inst.records if r.kind == "traced"]
+    observed = o.step_time.median if o.step_time is not None else None
+    slower = (f" ({median(traced) / observed:.1f}x the observed step's median under the profiler: the GPU "
+              "shares are of the profiled steps)" if traced and observed else "")
     o.notes.append(why or f"GPU evidence: {len(traced)} profiled steps after the observed ones took "
-                          f"{sum(traced):.2f} s, analysing their trace {time.perf_counter() - t0:.2f} s")
+                          f"{sum(traced):.2f} s{slower}, analysing their trace {time.perf_counter() - t0:.2f} s")
     if inst.profiled.own_trace:
         shutil.rmtree(os.path.dirname(path), ignore_errors=True)
         inst.profiled.trace_path = None

@@ -79,9 +79,9 @@ def peak_rss_bytes() -> int:
 
 def capacity_bytes(device: str) -> int | None:
     if device == "cuda":
-        import torch
+        from pitstop.gpu import cuda_device
 
-        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+        return cuda_device().total_memory
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):

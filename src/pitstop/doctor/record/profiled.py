@@ -129,7 +129,9 @@ class Tracer:
 
         self.dir = Path(out_dir)
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-        self.prof = profile(activities=acts, record_shapes=True)
+        # no record_shapes: the trace analysis reads no shapes, and recording them slows every
+        # operator on the host, which the GPU evidence would report as the script's host time
+        self.prof = profile(activities=acts)
         self.path: str | None = None
         self.active = False
         self.steps = 0
