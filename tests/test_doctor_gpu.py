@@ -365,7 +365,7 @@ def test_the_profiled_window_is_analysed_its_cost_noted_and_its_own_file_removed
     import shutil
     from types import SimpleNamespace
 
-    from pitstop.doctor import collect
+    from pitstop.doctor.record import collect
     from pitstop.stats import StepTime
 
     own = tmp_path / "pitstop-gpu-own"
