@@ -237,3 +237,18 @@ def test_sigterm_to_the_doctor_ends_every_rank_and_writes_a_partial_report(tmp_p
     while _marked(mark) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _marked(mark) == []
+
+
+def test_trace_of_a_torchrun_job_is_one_file_per_rank_and_reads_as_the_job(tmp_path):
+    """``--nproc-per-node 2 --trace DIR`` (refused before the GPU run of issue 27 needed it): each
+    rank keeps its own traced steps, and ``pitstop trace DIR`` reads the folder as that job."""
+    from pitstop.trace import trace
+
+    spec = RunSpec(script=TRAIN, args=(), steps=4, warmup=1, timeout=240.0, nproc_per_node=2, stdout="devnull",
+                   trace_dir=str(tmp_path / "traces"))
+    diag = diagnose_job(run_job(spec))
+    assert diag.to_dict()["world_size"] == 2
+    files = sorted(p.name for p in (tmp_path / "traces").iterdir())
+    assert files == ["pitstop_trace_rank0.json", "pitstop_trace_rank1.json"]
+    report = trace([tmp_path / "traces"], workers=1)
+    assert [r.rank for r in report.ranks] == [0, 1] and all(r.steps >= 1 for r in report.ranks)

@@ -100,8 +100,6 @@ class DoctorCommand(Command):
         check_number("--timeout", args.timeout, low=0, high=MAX_TIMEOUT, low_open=True)
         if args.nproc_per_node is not None and args.nproc_per_node < 1:
             raise CliError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
-        if args.nproc_per_node is not None and args.trace:
-            raise CliError("--trace is not supported with --nproc-per-node (run the doctor without it for a trace)")
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         _check_outputs(args.html, args.trace)
         nnodes = _nnodes(args)

@@ -163,10 +163,21 @@ class Tracer:
         self._end_mark()
         self.prof.__exit__(None, None, None)
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / "pitstop_trace.json"
+        path = self.dir / _trace_name()
         self.prof.export_chrome_trace(str(path))
         self.path = str(path)
         return self.path
+
+
+def _trace_name() -> str:
+    """``pitstop_trace.json``; one file per rank in a job of several (``--nproc-per-node N
+    --trace DIR``: the folder is then the job's traces, one per rank, as ``pitstop trace DIR``
+    reads them)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return f"pitstop_trace_rank{dist.get_rank()}.json"
+    return "pitstop_trace.json"
 
 
 class ProfiledStep:
