@@ -192,3 +192,22 @@ def test_a_path_the_budget_left_unconfirmed_is_not_reported_confirmed():
     render_text(r, file=buf, width=250)
     text = buf.getvalue()
     assert "unconfirmed: workers + halve: the time budget ran out" in text and "  confirmed: workers" not in text
+
+
+class StarvedSurvey(BottleneckBackend):
+    """The survey of a starved loop (the H100 run of issue 28): forward + backward 2% of the
+    step, so the compute trick is left unmeasured alone (the survey's bound)."""
+
+    def context(self):
+        return Context(mode="api", phase_shares=(("data", 0.98), ("forward", 0.01), ("backward", 0.01)))
+
+
+def test_a_trick_the_survey_left_unmeasured_alone_is_measured_once_the_path_moves_the_bottleneck():
+    workers, halve = _knobs()
+    backend = StarvedSurvey([workers, halve])
+    r = search(backend, [workers, halve], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=5))
+    alone = r.trial("halve")
+    assert alone.status == "not_applicable" and "not measured" in alone.reason  # the survey's bound, stage 1
+    assert ("halve",) not in backend.calls
+    assert [s.trick for s in r.stages] == ["workers", "halve"]  # measured on top of the workers, and kept
+    assert r.stages[1].speed.ratio == pytest.approx(0.06 / 0.03, rel=0.02)

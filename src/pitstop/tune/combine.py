@@ -176,6 +176,12 @@ def combine(session: TuneSession) -> None:
     retry = [t for t in best_per_knob(session.trials, ("slower", "no_gain")) if _key(t) not in known]
     retry += [t for t in session.trials if t.expensive and len(t.settings) == 1 and t.status in ("slower", "no_gain")
               and _key(t) not in known and t not in retry]
+    # tricks the survey's bound left unmeasured alone (their phases a small share of the baseline's
+    # step): the path may have made those phases the bottleneck (a starved loop's forward and
+    # backward once workers feed it); eligible() measures them when their share on the path allows
+    for t in session.not_applicable:
+        if t.bounded and _key(t) not in known and all(_key(t) != _key(r) for r in retry):
+            retry.append(t)
     pool = [c for c in sure_list + retry if not c.expensive]
     while pool and not path.stopped:
         live = path.eligible(pool, sure)

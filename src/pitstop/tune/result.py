@@ -101,6 +101,7 @@ class Trial:
     expensive: bool = False
     base_steps_per_s: float | None = None         # the baseline's, for the steps/s the speed-up implies
     hardware: Any = None                          # pitstop.machine.HardwareNote: the machine explains its speed
+    bounded: bool = False                         # left unmeasured alone: its phases' survey share could not reach the bar
 
     @property
     def ok_runs(self) -> list[Run]:

@@ -114,7 +114,7 @@ class TuneSession:
                 small = _too_small(knob, value, self.ctx, self.options.margin)
                 if small is not None:
                     self.not_applicable.append(Trial(name=setting.label, settings=(setting,), status="not_applicable",
-                                                     reason=small))
+                                                     reason=small, bounded=True, expensive=knob.expensive))
                     continue
                 self.trials.append(self.new_trial((setting,))[0])
 
