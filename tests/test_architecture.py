@@ -180,3 +180,11 @@ def test_device_facts_are_read_in_one_place():
     found = [f"{path.relative_to(SRC).as_posix()}: {name}" for mod, path in MODULES.items() if mod != "pitstop.gpu"
              for name in readers if f"cuda.{name}(" in path.read_text(encoding="utf-8")]
     assert not found, "read them through pitstop.gpu.cuda_device:\n" + "\n".join(found)
+
+
+def test_no_folder_but_tips_holds_over_25_modules():
+    """A reader finds a mechanism's files at a glance (issue 27: doctor/ had 38 in one folder)."""
+    src = SRC / "pitstop"
+    crowded = [f"{d.relative_to(src)}: {n}" for d in src.rglob("*") if d.is_dir() and d.name != "tips"
+               for n in [len(list(d.glob("*.py")))] if n > 25]
+    assert not crowded, crowded

@@ -176,7 +176,7 @@ def _best(console: Any, result: TuneResult) -> None:
     else:
         console.print("\n[bold]paste into your script[/bold]")
     console.print(result.snippet, markup=False, highlight=False)
-    from pitstop.tune.snippet import recipe_snippet
+    from pitstop.tune.knob import recipe_snippet
 
     console.print("[bold]or train with the engine[/bold] (pitstop.fit; --save-recipe writes it as a file)")
     console.print(recipe_snippet(result.recipe_changed()), markup=False, highlight=False)

@@ -22,12 +22,14 @@ Methods that need torch import it inside their bodies: loading the catalog stays
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pitstop.catalog import Face, implementations
 
-__all__ = ["Knob", "Setting", "Context", "Applicability", "all_knobs"]
+__all__ = ["Knob", "Setting", "Context", "Applicability", "all_knobs", "combined_snippet", "recipe_snippet"]
 
 
 @dataclass(frozen=True)
@@ -214,3 +216,21 @@ class Knob(Face, face="K"):
 def all_knobs() -> list[Knob]:
     """One instance of every registered knob, in ``(order, tip)`` order (catalog loaded)."""
     return [cls() for cls in sorted(implementations("K"), key=lambda c: (c.order, c.tip, c.name))]
+
+
+# -- paste-ready code for a winning combination (each knob writes its own lines) --
+def combined_snippet(parts: Sequence[tuple[Knob, Any]], ctx: Context) -> str:
+    """Code for every (knob, value) of a combination, knob by knob."""
+    blocks = []
+    for knob, value in sorted(parts, key=lambda kv: (kv[0].order, kv[0].tip)):
+        body = textwrap.dedent(knob.snippet(value, ctx)).strip("\n")
+        if body:
+            blocks.append(f"# {knob.tip} {knob.title} ({knob.label(value)})\n{body}")
+    return "\n\n".join(blocks) + ("\n" if blocks else "")
+
+
+def recipe_snippet(changed: dict[str, Any]) -> str:
+    """``Recipe(...)`` with the fields that differ from the defaults, for ``pitstop.fit``."""
+    args = ", ".join(f"{k}={v!r}" for k, v in changed.items())
+    return (f"recipe = pitstop.Recipe({args})\n"
+            "pitstop.fit(model, optimizer, loss_fn, train_loader, recipe=recipe, max_steps=...)\n")

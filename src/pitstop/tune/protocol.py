@@ -81,7 +81,7 @@ def what_is_left(session: TuneSession, best: Trial | None, *, least: float = 0.1
 
 
 def _result(session: TuneSession, loads: list) -> TuneResult:
-    from pitstop.tune.snippet import combined_snippet
+    from pitstop.tune.knob import combined_snippet
 
     busy = [ld for ld in loads if ld is not None and ld[0] > ld[1]]
     notes = list(session.notes)
