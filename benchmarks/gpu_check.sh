@@ -57,7 +57,7 @@ RESERVE=15  # seconds kept for packing
 
 WHEELS="no .whl folder: nothing installed"
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-    if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
             > /tmp/gpu_check_pip.log 2>&1; then
         export PYTHONPATH=/tmp/site:$PWD/src
         WHEELS="installed into /tmp/site: $(cd .whl && ls *.whl | tr '\n' ' ')"
@@ -65,7 +65,6 @@ if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
         export PYTHONPATH=$PWD/src
         WHEELS="pip install of .whl/*.whl FAILED: $(tail -3 /tmp/gpu_check_pip.log | tr '\n' ' ')"
     fi
-    PY=python3
 else
     export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
 fi

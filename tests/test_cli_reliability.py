@@ -128,7 +128,8 @@ def test_lint_output_file_that_cannot_be_written_is_refused_first(tmp_path, caps
 
 def test_lint_output_file_is_written(tmp_path, capsys):
     (tmp_path / "a.py").write_text("import torch\nstate = torch.load('x.pt')\n")
-    assert main(["lint", "--jobs", "1", str(tmp_path / "a.py"), "--format", "json", "-o", str(tmp_path / "r.json")]) == 1
+    assert main(["lint", "--all", "--jobs", "1", str(tmp_path / "a.py"), "--format", "json", "-o",
+                 str(tmp_path / "r.json")]) == 1  # --all: module-level code runs once
     assert '"PIT404"' in (tmp_path / "r.json").read_text()
 
 
@@ -161,7 +162,7 @@ def test_fix_that_cannot_be_written_is_reported_and_not_counted(tmp_path, capsys
 
     monkeypatch.setattr(runner, "write_atomic", read_only)  # chmod does not stop root: fail the write itself
     (tmp_path / "a.py").write_text(FIXABLE)
-    assert main(["lint", "--fix", "--jobs", "1", str(tmp_path / "a.py")]) == 2
+    assert main(["lint", "--all", "--fix", "--jobs", "1", str(tmp_path / "a.py")]) == 2
     out, err = capsys.readouterr()
     assert "Fixed" not in out and "cannot write the fixed file: Permission denied" in err
     assert "PIT106" in out or "PIT1" in out  # the finding is still reported
@@ -176,7 +177,7 @@ def test_fix_does_not_write_through_a_walked_link_that_leaves_the_folder(tmp_pat
     os.symlink(outside, tree / "link.py")
     (tree / "own.py").write_text(FIXABLE)
     monkeypatch.chdir(tmp_path)
-    main(["lint", "--fix", "--jobs", "1", "tree"])
+    main(["lint", "--all", "--fix", "--jobs", "1", "tree"])
     out, err = capsys.readouterr()
     assert outside.read_text() == FIXABLE  # untouched
     assert (tree / "own.py").read_text() != FIXABLE  # the file inside the tree was fixed
