@@ -58,4 +58,6 @@ def test_a_run_whose_script_does_not_exit_is_stopped_and_keeps_its_measurement(w
     finally:
         backend.close()
     assert run.ok and len(run.step_times) == 4, (run.status, run.message)
-    assert took < 120 / 2 and took >= EXIT_GRACE_S  # stopped after its report, long before the timeout
+    assert took < 120 / 2  # stopped after its report, long before the timeout
+    if not warm:  # a fresh process lingers until stopped EXIT_GRACE_S after its report; a warm worker's
+        assert took >= EXIT_GRACE_S  # fork ends with os._exit once its report is written (no thread can hold it)
