@@ -34,24 +34,24 @@ def _listening(port: int) -> bool:
 
 
 def _doctor(tmp: Path, node: int, port: int, *script_args: str, wait: float = 60.0,
-            env_extra: dict[str, str] | None = None) -> subprocess.Popen:
+            env_extra: dict[str, str] | None = None, steps: int = 6) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "pitstop", "doctor", "--nnodes", "2", "--node-rank", str(node),
            "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-backend", "c10d", "--nproc-per-node", "2",
-           "--steps", "6", "--warmup", "2", "--timeout", "150", "--node-wait", str(wait), "--format", "json",
+           "--steps", str(steps), "--warmup", "2", "--timeout", "150", "--node-wait", str(wait), "--format", "json",
            "--node-report", str(tmp / f"node{node}.json"), "--job-report", str(tmp / "job.json"),
            TRAIN, "--", *script_args]
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), **(env_extra or {}))
     return subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _start_both(tmp: Path, *script_args: str, wait: float = 60.0,
-                node1_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, subprocess.Popen]:
+def _start_both(tmp: Path, *script_args: str, wait: float = 60.0, node1_env: dict[str, str] | None = None,
+                steps: int = 6) -> tuple[subprocess.Popen, subprocess.Popen]:
     port = _free_port()
-    n0 = _doctor(tmp, 0, port, *script_args, wait=wait)
+    n0 = _doctor(tmp, 0, port, *script_args, wait=wait, steps=steps)
     deadline = time.monotonic() + 60
     while not _listening(port) and time.monotonic() < deadline and n0.poll() is None:
         time.sleep(0.2)  # node 0 hosts the rendezvous store before its torchrun starts
-    return n0, _doctor(tmp, 1, port, *script_args, wait=wait, env_extra=node1_env)
+    return n0, _doctor(tmp, 1, port, *script_args, wait=wait, env_extra=node1_env, steps=steps)
 
 
 def _descendants(pid: int) -> set[int]:
@@ -117,7 +117,10 @@ def test_two_nodes_one_job_report_names_the_culprit_on_node_1(tmp_path):
 
 
 def test_a_node_killed_mid_run_ends_the_job_with_a_partial_report_and_no_orphan(tmp_path):
-    n0, n1 = _start_both(tmp_path, "--sampler", "--set-epoch", "--epochs", "1000", wait=15.0)
+    # 400 steps with one of node 1's ranks loading 100 ms per batch: the job cannot end before the kill
+    # (with 6 quick steps it could on a quiet machine, and node 1 then reported before it died)
+    n0, n1 = _start_both(tmp_path, "--slow-local-rank-from-env", "PLANT_SLOW_LOCAL_RANK", "--sampler", "--set-epoch",
+                         "--epochs", "1000", wait=15.0, node1_env={"PLANT_SLOW_LOCAL_RANK": "1"}, steps=400)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline and len(_descendants(n1.pid)) < 3:
         time.sleep(0.5)  # node 1's torchrun agent and both its ranks are up
