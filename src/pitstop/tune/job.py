@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from pitstop.tune.context import context_from_observations
@@ -103,6 +104,15 @@ class JobBackend(ScriptBackend):
         if not first.observed:
             raise TuneError(f"the script ran no optimizer step ({first.message}): nothing to tune")
         self.ctx = context_from_observations(first.observations)
+        # under DDP every rank's step lasts as long (they wait for each other inside backward), so
+        # "the slowest rank" is a coin toss between the straggler and its victims; each phase's
+        # largest share over the ranks bounds what a trick on that phase can give the job
+        shares = [r.observations.breakdown.shares() for r in job.results
+                  if r.observations is not None and r.observations.breakdown is not None]
+        if len(shares) > 1:
+            phases = dict.fromkeys(k for one in shares for k in one)
+            self.ctx = replace(self.ctx, phase_shares=tuple((k, max(one.get(k, 0.0) for one in shares))
+                                                            for k in phases))
         return self.ctx
 
     def run(self, settings: tuple[Setting, ...], knobs: Sequence[Knob], *, round: int = 0, timeout: float = 300.0,
