@@ -100,11 +100,13 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
                 timeout: float = 300.0, margin: float | None = None, confidence: float | None = None, seed: int = 0,
                 progress: bool | None = False, knobs: Sequence[Knob] | None = None, cwd: str | None = None,
                 survey_steps: int | None = None, threads: int | None = None, max_pairs: int = 8, warm: bool = True,
-                nproc_per_node: int | None = None) -> TuneResult:
+                nproc_per_node: int | None = None, try_values: Sequence[str] = ()) -> TuneResult:
     """Script mode: tune an unmodified training script (``script`` path or ``module`` name,
     ``args`` its own arguments). Each run is a fresh child process under the doctor's bootstrap;
     with ``nproc_per_node`` each run is a whole torchrun job of that many ranks
-    (:class:`pitstop.tune.job.JobBackend`: the slowest rank's step time, every rank's loss checked)."""
+    (:class:`pitstop.tune.job.JobBackend`: the slowest rank's step time, every rank's loss checked).
+    ``try_values`` ("KNOB=VALUE", e.g. ``"autocast=fp16"``): values to try even where their knob
+    does not choose them by default (:attr:`TuneOptions.try_values`)."""
     from pitstop.tune.progress import make_progress
     from pitstop.tune.script import SURVEY_STEPS, ScriptBackend
     from pitstop.tune.verdict import DEFAULT_CONFIDENCE, DEFAULT_MARGIN
@@ -112,7 +114,7 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
     options = TuneOptions(steps=steps, warmup=warmup, repeats=repeats, budget=budget, timeout=timeout,
                           margin=DEFAULT_MARGIN if margin is None else margin,
                           confidence=DEFAULT_CONFIDENCE if confidence is None else confidence, only=tuple(only), seed=seed,
-                          max_pairs=max_pairs)
+                          max_pairs=max_pairs, try_values=tuple(try_values))
     kw = dict(script=script, module=module, args=tuple(args), seed=seed, cwd=cwd,
               survey_steps=SURVEY_STEPS if survey_steps is None else survey_steps, timeout=timeout, threads=threads)
     if nproc_per_node is not None:

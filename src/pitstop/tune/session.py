@@ -109,8 +109,20 @@ class TuneSession:
             if na is not None:
                 self.not_applicable.append(na)
                 continue
-            for value in knob.values(self.ctx):
+            values = list(knob.values(self.ctx))
+            values += [v for v in self.options.asked(knob) if v not in values]
+            for value, why in knob.not_tried(self.ctx).items():
+                if value not in values:  # left out by the knob's choice: the report says why
+                    setting = knob.setting(value)
+                    self.not_applicable.append(Trial(name=setting.label, settings=(setting,), status="not_applicable",
+                                                     reason=f"not tried: {why}", expensive=knob.expensive))
+            for value in values:
                 setting = knob.setting(value)
+                blocked = knob.cannot_run(value, self.ctx)
+                if blocked is not None:
+                    self.not_applicable.append(Trial(name=setting.label, settings=(setting,), status="not_applicable",
+                                                     reason=blocked, expensive=knob.expensive))
+                    continue
                 small = _too_small(knob, value, self.ctx, self.options.margin)
                 if small is not None:
                     self.not_applicable.append(Trial(name=setting.label, settings=(setting,), status="not_applicable",
