@@ -170,19 +170,23 @@ class _Survey:
 def _survey(ctx, **opts):
     session = TuneSession(_Survey(ctx), all_knobs(), TuneOptions(only=("PIT301",), **opts))
     session.survey()
-    return {t.name: t for t in session.trials}, {t.name: t for t in session.not_applicable}
+    return {t.name: t for t in session.trials}, {t.name: t for t in session.not_applicable}, session.notes
 
 
 def test_the_options_ask_for_fp16_and_the_survey_lists_it_or_says_why_not():
-    tried, skipped = _survey(Context(**SCRIPT_OK))
-    assert list(tried) == ["bf16 autocast"]
-    assert skipped["fp16 autocast + GradScaler"].reason.startswith("not tried: on a CPU bf16")
-    tried, skipped = _survey(Context(**SCRIPT_OK), try_values=("autocast=fp16",))
-    assert list(tried) == ["bf16 autocast", "fp16 autocast + GradScaler"] and not skipped
+    tried, skipped, notes = _survey(Context(**SCRIPT_OK))
+    assert list(tried) == ["bf16 autocast"] and not skipped
+    assert [n for n in notes if n.startswith("PIT301 fp16 autocast + GradScaler not tried: on a CPU bf16")]
+    assert "--try autocast=fp16" in notes[0]
+    tried, skipped, notes = _survey(Context(**SCRIPT_OK), try_values=("autocast=fp16",))
+    assert list(tried) == ["bf16 autocast", "fp16 autocast + GradScaler"] and not skipped and not notes
     assert tried["fp16 autocast + GradScaler"].recipe.precision == "fp16-mixed"
     # asked for, but the script's structure gives the scaler nothing safe to patch: not run, with why
-    tried, skipped = _survey(Context(**{**SCRIPT_OK, "step_boundary": "backward"}), try_values=("PIT301=fp16",))
+    tried, skipped, _ = _survey(Context(**{**SCRIPT_OK, "step_boundary": "backward"}), try_values=("PIT301=fp16",))
     assert list(tried) == ["bf16 autocast"] and "manual parameter updates" in skipped["fp16 autocast + GradScaler"].reason
+    # a GPU before Ampere: fp16 by default, bf16 said not tried
+    tried, _, notes = _survey(Context(device="cuda", capability=(7, 0), **SCRIPT_OK))
+    assert list(tried) == ["fp16 autocast + GradScaler"] and "no bf16 tensor cores" in notes[0]
     with pytest.raises(ValueError, match="KNOB=VALUE"):
         TuneOptions(try_values=("autocastfp16",))
     assert TuneOptions(try_values=("workers=2", "autocast=fp16")).asked(autocast_knob()) == ["fp16"]

@@ -24,7 +24,8 @@ class MixedPrecision(Tip):
         Detects training whose matmuls and convolutions run in fp32 while this machine runs
         them faster in bf16 (or fp16). The doctor checks whether autocast is active during the
         forward pass and runs a one-second bf16-vs-fp32 probe before recommending it; `tune`
-        measures bf16 autocast on your own training and checks that the loss stays equivalent.
+        measures bf16 autocast (fp16 + GradScaler on GPUs before Ampere, your script's backward,
+        clipping and step run through the scaler) on your training, the loss checked equivalent.
     """
     why = """
         Matrix units (NVIDIA tensor cores, Intel AMX / AVX512-BF16) process 16-bit inputs at
@@ -250,7 +251,7 @@ class AutocastKnob(Knob, tip="PIT301"):
 
     @staticmethod
     def bf16_fast(ctx):  # a CPU (AVX512-BF16/AMX where present), or CUDA 8.0+ (bf16 tensor cores)
-        return not ctx.on_cuda or (ctx.capability is not None and tuple(ctx.capability) >= (8, 0))
+        return not ctx.on_cuda or tuple(ctx.capability or (0, 0)) >= (8, 0)
 
     def values(self, ctx):
         return ["bf16"] if self.bf16_fast(ctx) else ["fp16"]

@@ -164,8 +164,8 @@ class Knob(Face, face="K"):
         return [True]
 
     def not_tried(self, ctx: Context) -> dict[Any, str]:
-        """Values this knob has but does not try here by default, each with why (the report
-        lists them; :attr:`pitstop.tune.options.TuneOptions.try_values` asks for one anyway)."""
+        """Values this knob has but does not try here by default, each with why (a note of the
+        report says it; :attr:`pitstop.tune.options.TuneOptions.try_values` asks for one anyway)."""
         return {}
 
     def cannot_run(self, value: Any, ctx: Context) -> str | None:
