@@ -175,7 +175,8 @@ def _cheap_stages(path: _Path, pool: list[Trial], sure: set[int]) -> list[Trial]
             break
         added, again = path.stage(live)
         # the ones not eligible now stay in the pool: a later path may move the bottleneck to them
-        pool = again + [c for c in pool if c not in live]
+        measured = {id(c) for c in live}
+        pool = again + [c for c in pool if id(c) not in measured]
         if added is None:
             break
     return pool
