@@ -231,3 +231,16 @@ def test_a_script_run_with_fp16_forced_scales_unscales_before_clipping_and_train
     assert all(raw / clipped > 100 for raw, clipped in rows["fp16"])  # the backward was scaled (scale != 1)
     # clipping saw the unscaled gradients: the same norms as fp32's (same weights and batches, no overflow here)
     assert [c for _, c in rows["fp16"]] == pytest.approx([c for _, c in rows["fp32"]], rel=0.05)
+
+
+@pytest.mark.parametrize("bad, said", [("autocastfp16", "expected KNOB=VALUE"), ("nosuchknob=1", "no knob for")])
+def test_cli_try_is_checked_before_the_search(tmp_path, capsys, bad, said):
+    from pitstop.cli import main
+
+    marker = tmp_path / "ran"
+    script = tmp_path / "train.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    assert main(["tune", str(script), "--try", bad]) == 2
+    err = capsys.readouterr().err
+    assert "--try" in err and said in err and len(err.strip().splitlines()) == 1
+    assert not marker.exists()  # the search never started
