@@ -44,6 +44,9 @@ class TuneCommand(Command):
                             help="one run longer than this is stopped and reported failed (default 300)")
         parser.add_argument("--only", type=_codes, default=(), metavar="CODES",
                             help="comma-separated tip codes or knob names, e.g. PIT301,PIT104")
+        parser.add_argument("--try", dest="try_values", action="append", default=[], metavar="KNOB=VALUE",
+                            help="also try a value its knob does not choose here, e.g. autocast=fp16 (fp16 + "
+                                 "GradScaler where bf16 is the fast format); repeatable")
         parser.add_argument("--margin", type=float, default=None,
                             help="the paired interval must lie above 1 + MARGIN to keep a trick (default 0.05)")
         parser.add_argument("--threads", type=int, default=None, metavar="N",
@@ -86,18 +89,24 @@ class TuneCommand(Command):
         from pitstop.tune.knob import all_knobs
         from pitstop.tune.script import TuneInputError
         from pitstop.tune.api import tune_script
-        from pitstop.tune.options import select_knobs
+        from pitstop.tune.options import TuneOptions, select_knobs
 
         try:
             select_knobs(all_knobs(), args.only)
         except ValueError as exc:
             raise CliError(str(exc)) from None
+        try:
+            TuneOptions(try_values=tuple(args.try_values))
+            select_knobs(all_knobs(), [t.partition("=")[0].strip() for t in args.try_values])
+        except ValueError as exc:
+            raise CliError(str(exc).replace("--only:", "--try:").replace("try_values:", "--try:")) from None
         progress = {"auto": None, "on": True, "off": False}[args.progress]
         try:
             result = tune_script(script=args.script, module=module, args=args.script_args, steps=args.steps,
                                  warmup=args.warmup, repeats=args.repeats, budget=args.budget, only=args.only,
                                  timeout=args.timeout, margin=args.margin, seed=args.seed, progress=progress,
-                                 threads=args.threads, max_pairs=args.max_pairs, nproc_per_node=args.nproc_per_node)
+                                 threads=args.threads, max_pairs=args.max_pairs, nproc_per_node=args.nproc_per_node,
+                                 try_values=tuple(args.try_values))
         except TuneInputError as exc:
             raise CliError(str(exc)) from None
         except TuneError as exc:

@@ -24,7 +24,8 @@ class MixedPrecision(Tip):
         Detects training whose matmuls and convolutions run in fp32 while this machine runs
         them faster in bf16 (or fp16). The doctor checks whether autocast is active during the
         forward pass and runs a one-second bf16-vs-fp32 probe before recommending it; `tune`
-        measures bf16 autocast on your own training and checks that the loss stays equivalent.
+        measures bf16 autocast (fp16 + GradScaler on GPUs before Ampere, your script's backward,
+        clipping and step run through the scaler) on your training, the loss checked equivalent.
     """
     why = """
         Matrix units (NVIDIA tensor cores, Intel AMX / AVX512-BF16) process 16-bit inputs at
@@ -232,16 +233,13 @@ from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 
 
 class AutocastKnob(Knob, tip="PIT301"):
-    """bf16 autocast around the top-level model's forward (script and API); fp16 with a
-    GradScaler through the engine API only.
-
-    Script mode wraps the model's *training* forwards (gradients enabled) in
-    ``torch.autocast(device, bfloat16)`` and turns their low-precision floating outputs back
-    to fp32, so the script's own loss runs in fp32 (what Lightning Fabric's precision plugins
-    do). The backward stays outside autocast. Forwards under ``no_grad`` / ``inference_mode``
-    (evaluation) stay as the script wrote them: the snippet changes the training forward
-    only, and what the tuner measures is what pasting the snippet gives.
-    """
+    """16-bit autocast of the top-level model's training forwards (outputs back to fp32: the
+    script's loss runs in fp32, as the snippet's; evaluation under ``no_grad`` left as written):
+    bf16 where the device runs it fast, fp16 with a GradScaler where it does not (CUDA before
+    8.0: no bf16 tensor cores); the other value is reported as not tried, with why
+    (``TuneOptions.try_values`` asks for it anyway). Script-mode fp16 runs the script's backward,
+    clipping and steps through one scaler (:func:`pitstop.tune.patch.grad_scaler`), and is not run
+    where the survey saw nothing safe to patch (:func:`pitstop.tune.patch.scaler_blocker`)."""
 
     name = "autocast"
     title = "mixed precision (autocast)"
@@ -249,19 +247,30 @@ class AutocastKnob(Knob, tip="PIT301"):
     reduced_precision = True
 
     def applies(self, ctx):
-        if ctx.autocast:
-            return Applicability(False, f"training forwards already run under {ctx.autocast} autocast")
-        if not self.values(ctx):
-            return Applicability(False, "this GPU has no bf16 (compute capability < 8.0) and fp16 needs a GradScaler "
-                                        "in the script: try fp16 through pitstop.tune(...) on the engine")
-        return Applicability(True)
+        return Applicability(not ctx.autocast, ctx.autocast and f"training forwards already run under {ctx.autocast} autocast")
+
+    @staticmethod
+    def bf16_fast(ctx):  # a CPU (AVX512-BF16/AMX where present), or CUDA 8.0+ (bf16 tensor cores)
+        return not ctx.on_cuda or tuple(ctx.capability or (0, 0)) >= (8, 0)
 
     def values(self, ctx):
-        bf16 = not ctx.on_cuda or (ctx.capability is not None and tuple(ctx.capability) >= (8, 0))
-        out = ["bf16"] if bf16 else []
-        if ctx.mode == "api":
-            out.append("fp16")  # with the engine's GradScaler
-        return out
+        return ["bf16"] if self.bf16_fast(ctx) else ["fp16"]
+
+    def not_tried(self, ctx):
+        if not self.bf16_fast(ctx):
+            cap = ".".join(map(str, ctx.capability)) if ctx.capability else "unknown"
+            return {"bf16": f"this GPU (compute capability {cap}, before 8.0) has no bf16 tensor cores"}
+        return {"fp16": "bf16 runs on this GPU's tensor cores as fast, with fp32's exponent range: no GradScaler needed"
+                if ctx.on_cuda else "on a CPU bf16 is the 16-bit format with matrix units (AVX512-BF16/AMX); fp16 has "
+                "no fast path (pitstop bench PIT301 on an AMD EPYC with AVX512-BF16: a conv training step at batch 1 "
+                "14x slower in fp16 than in fp32, 2.0x faster in bf16)"}
+
+    def cannot_run(self, value, ctx):
+        if value != "fp16" or ctx.mode != "script":
+            return None  # bf16 needs no scaler; the engine (API mode) runs its own GradScaler
+        from pitstop.tune.patch import scaler_blocker
+
+        return scaler_blocker(ctx, "fp16 needs a GradScaler around the script's backward and optimizer step")
 
     def label(self, value):
         return "bf16 autocast" if value == "bf16" else "fp16 autocast + GradScaler"
@@ -295,41 +304,40 @@ class AutocastKnob(Knob, tip="PIT301"):
         return {"device": "cuda" if ctx.on_cuda else "cpu"}
 
     def apply_in_child(self, value, device="cpu", **options):
-        if value != "bf16":
-            raise ValueError(f"script mode applies bf16 autocast only (fp16 needs a GradScaler), got {value!r}")
         import torch
 
-        from pitstop.tune.patch import on_model, to_float, wrap_forward
+        from pitstop.tune.patch import grad_scaler, on_model, to_float, wrap_forward
+
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[value]
 
         def wrapper(forward):
             def autocast_forward(*args, **kwargs):
                 if not torch.is_grad_enabled():  # evaluation: the snippet leaves it alone
                     return forward(*args, **kwargs)
-                with torch.autocast(device_type=device, dtype=torch.bfloat16):
+                with torch.autocast(device_type=device, dtype=dtype):
                     out = forward(*args, **kwargs)
                 return to_float(out)
             return autocast_forward
 
         on_model(lambda model: wrap_forward(model, wrapper), order=self.order)
+        if value == "fp16":  # before the script builds its optimizer
+            grad_scaler(device)
 
-    def snippet(self, value, ctx):
+    def snippet(self, value, ctx):  # exactly what apply_in_child measured: the forward in 16 bits, the loss in fp32
         dev = "cuda" if ctx.on_cuda else "cpu"
-        if value == "bf16":  # exactly what apply_in_child measured: forward in bf16, loss in fp32
-            return f"""
-                with torch.autocast(device_type="{dev}", dtype=torch.bfloat16):
-                    out = model(x)                  # the forward only
-                loss = loss_fn(out.float(), y)      # the loss in fp32, as pitstop tune measured it
-                loss.backward()                     # outside autocast (PIT305)
-                optimizer.step()
-            """
-        return f"""
-            scaler = torch.amp.GradScaler("{dev}")
-            with torch.autocast(device_type="{dev}", dtype=torch.float16):
-                loss = loss_fn(model(x), y)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-        """
+        fp16 = value == "fp16"
+        lines = [f'scaler = torch.amp.GradScaler("{dev}")  # once, before the training loop'] if fp16 else []
+        lines += [f'with torch.autocast(device_type="{dev}", dtype=torch.{"float16" if fp16 else "bfloat16"}):',
+                  "    out = model(x)                      # the forward only",
+                  "loss = loss_fn(out.float(), y)          # the loss in fp32, as pitstop tune measured it"]
+        lines += ["scaler.scale(loss).backward()           # outside autocast (PIT305)",
+                  "scaler.unscale_(optimizer)              # only where you clip: before clip_grad_norm_ (PIT303)",
+                  "scaler.step(optimizer)                  # skips the update when gradients overflowed",
+                  "scaler.update()"] if fp16 else ["loss.backward()                         # outside autocast (PIT305)",
+                                                   "optimizer.step()"]
+        return "\n".join(lines) + "\n"
+
+
 # --- doctor probe face ---
 from pitstop.doctor.analysis.probe import ESTIMATE_NOTE, Probe, gain_text, probe_gain  # noqa: E402
 

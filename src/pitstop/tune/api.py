@@ -22,7 +22,8 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
          margin: float | None = None, confidence: float | None = None, sweep: bool = True,
          batch_sizes: Sequence[int] | None = None, max_batch: int | None = None, memory_cap: int | str | None = None,
          memory_margin: float | None = None, effective_batch: int | None = None, progress: bool | None = False,
-         knobs: Sequence[Knob] | None = None, threads: int | None = None, max_pairs: int = 8) -> TuneResult:
+         knobs: Sequence[Knob] | None = None, threads: int | None = None, max_pairs: int = 8,
+         try_values: Sequence[str] = ()) -> TuneResult:
     """A/B-measure the registered knobs on an engine training and return a :class:`TuneResult`.
 
     ``loss_fn(model, batch)`` returns the scalar loss, as for :func:`pitstop.make_step`;
@@ -39,6 +40,8 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
     ``effective_batch`` keeps the effective batch via accumulation.
 
     ``threads``: ``torch.set_num_threads`` for the duration of the search (restored after).
+    ``try_values`` ("KNOB=VALUE", e.g. ``"autocast=fp16"``): values tried even where their knob
+    does not choose them by default (:attr:`TuneOptions.try_values`).
 
     ``result.recipe()`` is the winning :class:`pitstop.Recipe` for :func:`pitstop.fit`.
     """
@@ -54,7 +57,7 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
                        budget=budget, only=only, recipe=recipe, seed=seed, timeout=timeout, margin=margin,
                        confidence=confidence, sweep=sweep, batch_sizes=batch_sizes, max_batch=max_batch,
                        memory_cap=memory_cap, memory_margin=memory_margin, effective_batch=effective_batch,
-                       progress=progress, knobs=knobs, max_pairs=max_pairs)
+                       progress=progress, knobs=knobs, max_pairs=max_pairs, try_values=try_values)
     finally:
         torch.set_num_threads(previous)
     result.settings.threads = threads
@@ -63,7 +66,7 @@ def tune(model: Any, optimizer_factory: Callable[[Iterable[Any]], Any], loss_fn:
 
 def _tune(model, optimizer_factory, loss_fn, loader, *, steps, warmup, repeats, budget, only, recipe, seed, timeout,
           margin, confidence, sweep, batch_sizes, max_batch, memory_cap, memory_margin, effective_batch, progress,
-          knobs, max_pairs) -> TuneResult:
+          knobs, max_pairs, try_values) -> TuneResult:
     from pitstop.tune.inprocess import ApiBackend
     from pitstop.tune.peak import parse_bytes
     from pitstop.tune.progress import make_progress
@@ -73,7 +76,7 @@ def _tune(model, optimizer_factory, loss_fn, loader, *, steps, warmup, repeats, 
     options = TuneOptions(steps=steps, warmup=warmup, repeats=repeats, budget=budget, timeout=timeout,
                           margin=DEFAULT_MARGIN if margin is None else margin,
                           confidence=DEFAULT_CONFIDENCE if confidence is None else confidence, only=tuple(only), seed=seed,
-                          max_pairs=max_pairs)
+                          max_pairs=max_pairs, try_values=tuple(try_values))
     cap = parse_bytes(memory_cap) if memory_cap is not None else None
     if effective_batch is not None and (not isinstance(effective_batch, int) or effective_batch < 1):
         raise ValueError(f"effective_batch must be a positive int, got {effective_batch!r}")
@@ -100,11 +103,13 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
                 timeout: float = 300.0, margin: float | None = None, confidence: float | None = None, seed: int = 0,
                 progress: bool | None = False, knobs: Sequence[Knob] | None = None, cwd: str | None = None,
                 survey_steps: int | None = None, threads: int | None = None, max_pairs: int = 8, warm: bool = True,
-                nproc_per_node: int | None = None) -> TuneResult:
+                nproc_per_node: int | None = None, try_values: Sequence[str] = ()) -> TuneResult:
     """Script mode: tune an unmodified training script (``script`` path or ``module`` name,
     ``args`` its own arguments). Each run is a fresh child process under the doctor's bootstrap;
     with ``nproc_per_node`` each run is a whole torchrun job of that many ranks
-    (:class:`pitstop.tune.job.JobBackend`: the slowest rank's step time, every rank's loss checked)."""
+    (:class:`pitstop.tune.job.JobBackend`: the slowest rank's step time, every rank's loss checked).
+    ``try_values`` ("KNOB=VALUE", e.g. ``"autocast=fp16"``): values to try even where their knob
+    does not choose them by default (:attr:`TuneOptions.try_values`)."""
     from pitstop.tune.progress import make_progress
     from pitstop.tune.script import SURVEY_STEPS, ScriptBackend
     from pitstop.tune.verdict import DEFAULT_CONFIDENCE, DEFAULT_MARGIN
@@ -112,7 +117,7 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
     options = TuneOptions(steps=steps, warmup=warmup, repeats=repeats, budget=budget, timeout=timeout,
                           margin=DEFAULT_MARGIN if margin is None else margin,
                           confidence=DEFAULT_CONFIDENCE if confidence is None else confidence, only=tuple(only), seed=seed,
-                          max_pairs=max_pairs)
+                          max_pairs=max_pairs, try_values=tuple(try_values))
     kw = dict(script=script, module=module, args=tuple(args), seed=seed, cwd=cwd,
               survey_steps=SURVEY_STEPS if survey_steps is None else survey_steps, timeout=timeout, threads=threads)
     if nproc_per_node is not None:

@@ -20,7 +20,11 @@ the others (:func:`pitstop.tune.stages.evidence_order`).
    one decided faster (and loss-equivalent) is added; every other candidate that did not fail,
    was not rejected and does not conflict is measured again on top of the new path.
 2. **Expensive candidates** (compilation) last, each knob's values in one comparison against the
-   final cheap path: the comparison that matters, and no compile run is spent twice.
+   final cheap path: the comparison that matters, and no compile run is spent twice. When one is
+   added, the cheap candidates not added (alive: not failed, rejected or conflicting) that are
+   still eligible get stages on top of the path with it, as in 1: compilation can move the
+   bottleneck (to the input pipeline: workers that showed nothing on the slower compute can pay
+   once compiled code computes faster than batches arrive).
 3. The path is **re-measured against the untouched baseline in fresh pairs until it decides**
    (:mod:`pitstop.tune.confirm`; a single trick too: the best of several noisy trials is biased
    upward): that speed-up is the one reported; when the path does not hold, its first stage is
@@ -114,7 +118,8 @@ class _Path:
 
     def stage(self, cands: Sequence[Trial]) -> tuple[Trial | None, list[Trial]]:
         """Measure ``cands`` on top of the path together; add the fastest faster one. Returns
-        it (None: nothing added) and the candidates still worth measuring on the new path."""
+        it (None: nothing added) and the candidates not added that may still pay on a later
+        path (measured, neither failed nor rejected nor conflicting)."""
         tried = self._with(cands)
         if not tried:
             return None, []
@@ -136,7 +141,7 @@ class _Path:
                                               new.speed))
             again.append(cand)
         if not faster:
-            return None, []
+            return None, again
         faster.sort(key=lambda cn: -cn[1].speed.ratio)
         cand, new = faster[0]
         _, reason = verdict(new.speed, self.session.options.margin)
@@ -161,6 +166,22 @@ class _Path:
         return None
 
 
+def _cheap_stages(path: _Path, pool: list[Trial], sure: set[int]) -> list[Trial]:
+    """Stages of the cheap candidates ``pool`` until one adds nothing or the budget runs out;
+    returns the candidates not added that are still alive (not failed, rejected, conflicting)."""
+    while pool and not path.stopped:
+        live = path.eligible(pool, sure)
+        if not live:
+            break
+        added, again = path.stage(live)
+        # the ones not eligible now stay in the pool: a later path may move the bottleneck to them
+        measured = {id(c) for c in live}
+        pool = again + [c for c in pool if id(c) not in measured]
+        if added is None:
+            break
+    return pool
+
+
 def combine(session: TuneSession) -> None:
     """Fill ``session.combination``, ``session.stages`` and ``session.best``."""
     kept = best_per_knob(session.trials, "kept")
@@ -182,20 +203,18 @@ def combine(session: TuneSession) -> None:
     for t in session.not_applicable:
         if t.bounded and _key(t) not in known and all(_key(t) != _key(r) for r in retry):
             retry.append(t)
-    pool = [c for c in sure_list + retry if not c.expensive]
-    while pool and not path.stopped:
-        live = path.eligible(pool, sure)
-        if not live:
-            break
-        added, pool = path.stage(live)
-        if added is None:
-            break
+    pool = _cheap_stages(path, [c for c in sure_list + retry if not c.expensive], sure)
     expensive = [c for c in sure_list + retry if c.expensive]
+    joined = False
     for knob in dict.fromkeys(_key(c) for c in expensive):
         if path.stopped:
             break
         group = path.eligible([c for c in expensive if _key(c) == knob], sure)
         if group:
-            path.stage(group)
+            joined |= path.stage(group)[0] is not None
+    if joined and pool and not path.stopped:
+        # compilation can move the bottleneck (to the input pipeline, the optimizer): the cheap
+        # tricks not added get stages on top of the path with it (their steps say "vs ... + compile")
+        _cheap_stages(path, pool, sure)
     best = path.confirm(first)
     session.combination, session.stages, session.best = path.steps, path.stages, best

@@ -57,5 +57,7 @@ def context_from_observations(obs: Observations | dict[str, Any], *, notes: tupl
         framework=obs.framework_name,
         phase_shares=tuple(obs.breakdown.shares().items()) if obs.breakdown else (),
         step_boundary=obs.step_boundary,
+        backward_calls=obs.backward_calls,
+        scaler_calls=obs.scaler_calls,
         notes=notes,
     )

@@ -68,6 +68,8 @@ class Context:
     #: what ended a step in the survey: "optimizer.step", or "backward" for manual parameter
     #: updates (whose time the doctor counts in its ``host`` phase)
     step_boundary: str | None = None
+    backward_calls: int | None = None        # backward calls the survey saw (None: not surveyed)
+    scaler_calls: int = 0                    # GradScaler.scale calls the survey saw (the script scales itself)
     notes: tuple[str, ...] = field(default=())
 
     def share(self, phases: tuple[str, ...]) -> float | None:
@@ -160,6 +162,16 @@ class Knob(Face, face="K"):
     def values(self, ctx: Context) -> list[Any]:
         """The values to try, one trial each (JSON-able)."""
         return [True]
+
+    def not_tried(self, ctx: Context) -> dict[Any, str]:
+        """Values this knob has but does not try here by default, each with why (a note of the
+        report says it; :attr:`pitstop.tune.options.TuneOptions.try_values` asks for one anyway)."""
+        return {}
+
+    def cannot_run(self, value: Any, ctx: Context) -> str | None:
+        """Why ``value`` cannot be applied to this training (e.g. the script's structure gives
+        it nothing safe to patch): it is not run, even when asked for. None: it can."""
+        return None
 
     def label(self, value: Any) -> str:
         return self.name if value is True else f"{self.name}={value}"

@@ -33,6 +33,9 @@ class TuneOptions:
     only: tuple[str, ...] = ()       # tip codes or knob names; empty: every knob
     max_combine: int = 4             # candidates tried in the greedy phase
     seed: int = 0
+    #: knob values to try even where the knob does not choose them by default: "KNOB=VALUE"
+    #: (KNOB a knob name or tip code), e.g. "autocast=fp16"; a value that cannot run still says why
+    try_values: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1), ("max_pairs", 1), ("max_combine", 0)):
@@ -47,6 +50,25 @@ class TuneOptions:
             raise ValueError(f"margin must be in [0, 10), got {self.margin!r}")
         if not 0 < self.confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {self.confidence!r}")
+        for item in self.try_values:
+            knob, _, value = str(item).partition("=")
+            if not knob.strip() or not value.strip():
+                raise ValueError(f"try_values: expected KNOB=VALUE (e.g. autocast=fp16), got {item!r}")
+
+    def asked(self, knob: Knob) -> list[Any]:
+        """The values of ``knob`` that ``try_values`` asks for (ints and booleans parsed)."""
+        out: list[Any] = []
+        for item in self.try_values:
+            name, _, text = item.partition("=")
+            name, text = name.strip(), text.strip()
+            if name.upper() != knob.tip and name.lower() != knob.name:
+                continue
+            low = text.lower()
+            value: Any = (True if low == "true" else False if low == "false"
+                          else int(text) if text.lstrip("-").isdigit() else text)
+            if value not in out:
+                out.append(value)
+        return out
 
     @property
     def min_pairs(self) -> int:
@@ -59,7 +81,8 @@ class TuneOptions:
     def to_dict(self) -> dict[str, Any]:
         return {"steps": self.steps, "warmup": self.warmup, "repeats": self.repeats, "budget": self.budget,
                 "timeout": self.timeout, "margin": self.margin, "confidence": self.confidence,
-                "only": list(self.only), "max_pairs": self.max_pairs, "max_combine": self.max_combine, "seed": self.seed}
+                "only": list(self.only), "max_pairs": self.max_pairs, "max_combine": self.max_combine, "seed": self.seed,
+                "try_values": list(self.try_values)}
 
 
 class Backend(Protocol):

@@ -20,6 +20,8 @@ take the script's objects as arguments. Instead:
   says so.
 - :func:`to_float`: floating outputs of an autocast forward back to fp32 (what Lightning
   Fabric's precision plugins do with module outputs), so the script's loss runs in fp32.
+- :func:`grad_scaler`: the script's backward calls, optimizer steps and gradient clipping go
+  through one ``torch.amp.GradScaler`` (fp16 autocast), as the pasted snippet would.
 
 Torch is imported inside the functions: this module is imported by tip modules' methods only.
 """
@@ -34,7 +36,8 @@ from typing import Any
 from pitstop.doctor.record.frameworks import unwrap
 from pitstop.doctor.run.spec import SetupFailed
 
-__all__ = ["on_model", "wrap_forward", "patch_init", "to_float", "map_tensors", "reset", "KnobApplyError"]
+__all__ = ["on_model", "wrap_forward", "patch_init", "to_float", "map_tensors", "grad_scaler", "scaler_blocker", "reset",
+           "KnobApplyError"]
 
 
 class KnobApplyError(SetupFailed):
@@ -136,8 +139,136 @@ def patch_init(cls: type, change: Callable[[dict[str, Any]], None]) -> None:
     cls.__init__ = __init__
 
 
+def _replace(owner: Any, name: str, value: Any) -> None:
+    _installed.setdefault("attrs", []).append((owner, name, getattr(owner, name)))
+    setattr(owner, name, value)
+
+
+#: where gradient clipping reads the gradients (``torch.nn.utils`` and its ``clip_grad`` module)
+CLIP_FUNCTIONS = ("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_", "get_total_norm", "clip_grads_with_norm_")
+
+
+def grad_scaler(device: str) -> Any:
+    """Run the script's fp16 training through one ``torch.amp.GradScaler(device)``, the way
+    the pasted snippet does (``scaler.scale(loss).backward()``, ``scaler.unscale_`` before
+    clipping, ``scaler.step(optimizer)``, ``scaler.update()``); returns the scaler.
+
+    - ``torch.autograd.backward`` (what ``loss.backward()`` calls) backpropagates
+      ``scaler.scale(loss)``; the first backward after an optimizer step first runs
+      ``scaler.update()`` (once per iteration, after every optimizer of the iteration stepped);
+    - every optimizer built afterwards steps through ``scaler.step(optimizer)``; when the scaler
+      skips the update (inf/NaN gradients), the optimizer's step still runs with no gradient
+      (nothing changes, its step hooks fire), so a skipped iteration still ends a step;
+    - ``torch.nn.utils`` clipping (``clip_grad_norm_``, ``clip_grad_value_``, ...) first runs
+      ``scaler.unscale_`` on every optimizer not yet unscaled or stepped in this iteration;
+    - ``optimizer.step(closure)`` cannot be scaled: :class:`KnobApplyError`.
+    """
+    import types
+    import weakref
+
+    import torch
+    from torch.optim import Optimizer
+
+    scaler = torch.amp.GradScaler(device)
+    optimizers: weakref.WeakSet = weakref.WeakSet()
+    done: set[int] = set()  # optimizers unscaled or stepped since the last update()
+    state = {"scaled": False, "pending": False, "inside": False, "ran": False}
+    backward = torch.autograd.backward
+
+    def scaled_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if state["pending"]:  # the previous iteration stepped: its update, before scaling this loss
+            scaler.update()
+            done.clear()
+            state["pending"] = False
+        state["scaled"] = True
+        return backward(scaler.scale(tensors), *args, **kwargs)
+
+    def unscale_pending() -> None:
+        if not state["scaled"]:
+            return
+        for opt in list(optimizers):
+            if id(opt) not in done:
+                scaler.unscale_(opt)
+                done.add(id(opt))
+
+    def scale_steps(opt: Any) -> None:
+        plain = opt.step  # the class's step, with the optimizer step hooks
+
+        def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if state["inside"]:  # scaler.step calling back: the real step
+                state["ran"] = True
+                return plain(*args, **kwargs)
+            if args or kwargs.get("closure") is not None:
+                raise KnobApplyError(f"{type(self).__name__}.step(closure): a GradScaler cannot scale the closure's "
+                                     "backward")
+            if not state["scaled"]:  # no backward yet: nothing was scaled
+                return plain(*args, **kwargs)
+            state["inside"], state["ran"] = True, False
+            try:
+                out = scaler.step(self, *args, **kwargs)
+            finally:
+                state["inside"] = False
+            done.add(id(self))
+            state["pending"] = True
+            if not state["ran"]:  # skipped (inf/NaN): a step that changes nothing, so the step still ends
+                params = [p for g in self.param_groups for p in g["params"]]
+                grads = [p.grad for p in params]
+                for p in params:
+                    p.grad = None
+                try:
+                    plain()
+                finally:
+                    for p, g in zip(params, grads):
+                        p.grad = g
+            return out
+
+        opt.step = types.MethodType(step, opt)  # a bound method: LR schedulers wrap its __func__
+        optimizers.add(opt)
+
+    init = Optimizer.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if "step" not in vars(self):
+            scale_steps(self)
+
+    def before(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def clip(*args: Any, **kwargs: Any) -> Any:
+            unscale_pending()
+            return fn(*args, **kwargs)
+        return clip
+
+    _replace(torch.autograd, "backward", scaled_backward)
+    _replace(Optimizer, "__init__", __init__)
+    for owner in (torch.nn.utils, torch.nn.utils.clip_grad):
+        for name in CLIP_FUNCTIONS:
+            if hasattr(owner, name):
+                _replace(owner, name, before(getattr(owner, name)))
+    return scaler
+
+
+def scaler_blocker(ctx: Any, what: str) -> str | None:
+    """Why :func:`grad_scaler` cannot be put around this script's training safely, from the
+    survey (a :class:`pitstop.tune.knob.Context`): ``what`` needs it, and the script shows no
+    ``torch.optim`` step, no backward, a framework running both, or a GradScaler of its own.
+    None: it can (precision over recall: the value is then not run, with this reason)."""
+    if ctx.framework:
+        return (f"{what}, and {ctx.framework} runs both itself: use its own fp16 precision option "
+                "(e.g. Lightning's precision='16-mixed')")
+    if ctx.scaler_calls:
+        return f"the script already scales its losses with a GradScaler ({ctx.scaler_calls} calls in the survey)"
+    if ctx.step_boundary != "optimizer.step":
+        return (f"{what}: the survey saw no torch.optim optimizer step to unscale and skip"
+                + (" (manual parameter updates)" if ctx.step_boundary == "backward" else ""))
+    if not ctx.backward_calls:
+        return f"{what}: the survey saw no backward call to scale"
+    return None
+
+
 def reset() -> None:
-    """Undo :func:`on_model` and :func:`patch_init` (tests; the child process just exits)."""
+    """Undo :func:`on_model`, :func:`patch_init` and :func:`grad_scaler` (tests; the child process just exits)."""
     from torch import nn
 
     original = _installed.pop("call", None)
@@ -149,3 +280,5 @@ def reset() -> None:
             del cls.__init__
         else:
             cls.__init__ = own
+    for owner, name, value in reversed(_installed.pop("attrs", [])):
+        setattr(owner, name, value)

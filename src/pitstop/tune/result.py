@@ -11,7 +11,7 @@
 JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when unknown)::
 
     {"schema": "pitstop.tune/1", "mode": "script"|"api", "target": str, "device": str,
-     "settings": {"steps", "warmup", "repeats", "budget", "margin", "confidence", "timeout"},
+     "settings": {"steps", "warmup", "repeats", "budget", "margin", "confidence", "timeout", "try_values", ...},
      "context": {...},                        # what the knobs were chosen from
      "baseline": {"steps_per_s", "samples_per_s", "step_time", "noise", "runs", "run_step_times",
                   "peak_memory", "batch_size", "loss"},

@@ -109,8 +109,19 @@ class TuneSession:
             if na is not None:
                 self.not_applicable.append(na)
                 continue
-            for value in knob.values(self.ctx):
+            values = list(knob.values(self.ctx))
+            values += [v for v in self.options.asked(knob) if v not in values]
+            for value, why in knob.not_tried(self.ctx).items():
+                if value not in values:  # left out by the knob's choice: a note says why
+                    self.notes.append(f"{knob.tip} {knob.label(value)} not tried: {why} (to measure it anyway: "
+                                      f"--try {knob.name}={value})")
+            for value in values:
                 setting = knob.setting(value)
+                blocked = knob.cannot_run(value, self.ctx)
+                if blocked is not None:
+                    self.not_applicable.append(Trial(name=setting.label, settings=(setting,), status="not_applicable",
+                                                     reason=blocked, expensive=knob.expensive))
+                    continue
                 small = _too_small(knob, value, self.ctx, self.options.margin)
                 if small is not None:
                     self.not_applicable.append(Trial(name=setting.label, settings=(setting,), status="not_applicable",

@@ -1,0 +1,150 @@
+"""Cheap tricks measured again once compilation joins the path, on a fake runner whose step time
+is ``max(data, compute)``: compiling halves the compute, so DataLoader workers (which hide the
+data wait) show nothing alone and nothing on top of the cheap path, and pay only once compiled
+code computes faster than the batches arrive."""
+
+from __future__ import annotations
+
+import pytest
+
+from pitstop.tune.knob import Context, Knob
+from pitstop.tune.options import TuneOptions
+from pitstop.tune.protocol import search
+from pitstop.tune.result import Run
+
+
+class _Fake(Knob, register=False):
+    modes = ("api",)
+    data = 1.0
+    compute = 1.0
+    field = "channels_last"
+    own_phases: tuple[str, ...] = ()
+
+    def recipe_fields(self, value, ctx):
+        return {self.field: True}
+
+    def phases(self, value, ctx):
+        return self.own_phases
+
+
+def make(name, tip, *, field, phases, data=1.0, compute=1.0, expensive=False):
+    attrs = {"name": name, "title": name, "data": data, "compute": compute, "field": field, "own_phases": phases,
+             "expensive": expensive}
+    return type(name, (_Fake,), attrs, tip=tip, register=False)()
+
+
+class MaxBackend:
+    """data 0.05 s, compute 0.20 s at the baseline; each knob scales one of them."""
+
+    mode, target = "api", "max(data, compute)"
+
+    def __init__(self, knobs, shares=(("data", 0.2), ("forward", 0.3), ("backward", 0.5))):
+        self.by_name = {k.name: k for k in knobs}
+        self.shares = shares
+        self.calls: list[tuple[str, ...]] = []
+
+    def context(self):
+        return Context(mode="api", phase_shares=self.shares)
+
+    def run(self, settings, knobs, *, round, timeout, steps, warmup):
+        names = tuple(s.knob for s in settings)
+        self.calls.append(names)
+        d, c = 0.05, 0.20
+        for n in names:
+            d, c = d * self.by_name[n].data, c * self.by_name[n].compute
+        t = max(d, c) * (1 + 0.002 * ((len(self.calls) * 7) % 5 - 2))
+        return Run("ok", step_times=[t] * steps, warmup_times=[t] * warmup, losses=[1.0] * (warmup + steps),
+                   elapsed=t * (steps + warmup), round=round)
+
+    def close(self):
+        pass
+
+
+def knobs():
+    amp = make("amp", "PIT971", field="channels_last", phases=("forward", "backward"), compute=0.4)
+    workers = make("workers", "PIT972", field="cudnn_benchmark", phases=("data",), data=0.25)
+    compile_ = make("compile", "PIT973", field="pin_memory", phases=("forward", "backward"), compute=0.5, expensive=True)
+    return amp, workers, compile_
+
+
+def tune(ks, **opts):
+    backend = MaxBackend(ks)
+    options = TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=5, **opts)
+    return search(backend, ks, options), backend
+
+
+def test_workers_join_the_path_only_on_top_of_compile():
+    r, backend = tune(list(knobs()))
+    assert r.trial("workers").status in ("no_gain", "slower")  # alone: the compute hides the data wait
+    assert [s.trick for s in r.stages] == ["amp", "compile", "workers"], [c.to_dict() for c in r.combination]
+    steps = [(c.added, c.status) for c in r.combination]
+    # on top of amp alone the workers show nothing; on top of amp + compile they are added
+    assert ("workers", "no_gain") in steps and steps.index(("workers", "no_gain")) < steps.index(("compile", "added"))
+    last = r.stages[-1]
+    assert last.speed.ratio == pytest.approx(0.05 / 0.04, rel=0.02)  # paired against amp + compile
+    assert last.cumulative == pytest.approx(0.20 / 0.04, rel=0.03)
+    assert {s.knob for s in r.best.settings} == {"amp", "compile", "workers"}
+    assert r.best.speed.ratio == pytest.approx(0.20 / 0.04, rel=0.03)  # confirmed vs the untouched baseline
+    assert any(set(c) == {"amp", "compile", "workers"} for c in backend.calls)
+
+
+def test_without_compile_added_the_cheap_tricks_get_no_second_look():
+    amp, workers, _ = knobs()
+    slow_compile = make("compile", "PIT973", field="pin_memory", phases=("forward", "backward"), compute=1.3,
+                        expensive=True)  # slower alone and on top: never added
+    r, backend = tune([amp, workers, slow_compile])
+    assert [s.trick for s in r.stages] == ["amp"]
+    assert [c.added for c in r.combination].count("workers") == 1  # measured once on top of amp, not again
+    assert not any("compile" in c and "workers" in c for c in backend.calls)
+
+
+def test_a_cheap_trick_that_failed_on_the_path_is_not_measured_again_after_compile():
+    amp, workers, compile_ = knobs()
+
+    class Failing(MaxBackend):
+        def run(self, settings, knobs, **kw):
+            run = super().run(settings, knobs, **kw)
+            if {s.knob for s in settings} == {"amp", "workers"}:
+                run.status, run.message = "error", "planted failure on top of amp"
+            return run
+
+    backend = Failing([amp, workers, compile_])
+    r = search(backend, [amp, workers, compile_], TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=5))
+    assert [s.trick for s in r.stages] == ["amp", "compile"]
+    assert not any(set(c) == {"amp", "compile", "workers"} for c in backend.calls)
+
+
+class Clocked(MaxBackend):
+    """Each run takes 0.1 s on a fake clock (the budget's clock), whatever its step time."""
+
+    def __init__(self, knobs):
+        super().__init__(knobs)
+        self.now, self.started = 0.0, []
+
+    def clock(self):
+        return self.now
+
+    def run(self, settings, knobs, **kw):
+        self.started.append(self.now)
+        out = super().run(settings, knobs, **kw)
+        out.elapsed = 0.1
+        self.now += out.elapsed
+        return out
+
+
+def test_the_budget_bounds_the_stages_after_compile(monkeypatch):
+    from pitstop.tune import session as session_mod
+
+    budget_cls = session_mod.Budget
+    ks = list(knobs())
+    full = Clocked(ks)
+    monkeypatch.setattr(session_mod, "Budget", lambda seconds: budget_cls(seconds, full.clock))
+    search(full, ks, TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=5))
+    first = next(i for i, c in enumerate(full.calls) if set(c) == {"amp", "compile", "workers"})
+    cut = Clocked(ks)  # the same search, with a budget that ends just before workers on top of compile
+    monkeypatch.setattr(session_mod, "Budget", lambda seconds: budget_cls(seconds, cut.clock))
+    r = search(cut, ks, TuneOptions(steps=4, warmup=1, repeats=3, max_pairs=5, budget=full.started[first] + 0.05))
+    assert r.budget.exhausted
+    assert [s.trick for s in r.stages] == ["amp", "compile"]
+    assert not any(set(c) == {"amp", "compile", "workers"} for c in cut.calls)
+    assert [c.status for c in r.combination if c.added == "workers"][-1] == "skipped"
