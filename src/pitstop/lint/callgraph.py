@@ -30,7 +30,8 @@ _CLASS = re.compile(r"^([ \t]*)class[ \t]+(\w+)", re.M)
 _LOOP = re.compile(r"^([ \t]*)(?:for|while)\b[^\n]*:[ \t]*(?:#[^\n]*)?$", re.M)
 #: a loop over epochs, steps or batches: ``for epoch in range(n)``, ``for batch in loader``
 _REPEAT = re.compile(r"^[ \t]*(?:for|while)\b[^\n]*(?:epoch|step|iter|batch|loader)", re.I)
-_STEP_MARK = re.compile(r"\.(?:manual_)?backward\(|\b\w*(?:optim|opt|optimizer|scaler)\w*\.step\(")
+_STEP_MARK = re.compile(r"\.(?:manual_)?backward\(|\b\w*(?:optim|opt|optimizer|scaler)\w*\.step\(|"
+                        r"\w\(\s*\w*loss\w*\s*,\s*\w*(?:optim|opt)\w*\s*[,)]")  # loss_scaler(loss, optimizer, ...)
 _CALLED = re.compile(r"(?<![\w.])(self\.)?(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*\(")
 _SYNC = re.compile(r"\.(item|tolist|numpy)\(\s*\)|\b(synchronize)\(\s*\)")
 _CPU = re.compile(r"\.(cpu)\(\s*\)")
