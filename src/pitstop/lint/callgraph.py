@@ -33,7 +33,12 @@ _REPEAT = re.compile(r"^[ \t]*(?:for|while)\b[^\n]*(?:epoch|step|iter|batch|load
 _STEP_MARK = re.compile(r"\.(?:manual_)?backward\(|\b\w*(?:optim|opt|optimizer|scaler)\w*\.step\(|"
                         r"\w\(\s*\w*loss\w*\s*,\s*\w*(?:optim|opt)\w*\s*[,)]")  # loss_scaler(loss, optimizer, ...)
 _CALLED = re.compile(r"(?<![\w.])(self\.)?(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*\(")
-_SYNC = re.compile(r"\.(item|tolist|numpy)\(\s*\)|\b(synchronize)\(\s*\)")
+#: host reads: ``.numpy()`` only after ``.cpu()`` (a CUDA tensor's ``.numpy()`` raises: a bare one reads host memory)
+_SYNC = re.compile(r"\.(item|tolist)\(\s*\)|\.cpu\(\s*\)\.(numpy)\(\s*\)|\b(synchronize)\(\s*\)")
+#: an optimizer's lazy state initialisation (``if not state:``, ``if len(state) == 0:``, ``if "q" not in state:``):
+#: runs at the first step only
+_LAZY_INIT = re.compile(r"^[ \t]*if[ \t]+(?:not[ \t]+\w*state[ \t]*:|len\(\w*state\)[ \t]*==[ \t]*0[ \t]*:|"
+                        r"[^\n]+[ \t]not[ \t]+in[ \t]+\w*state[ \t]*:)")
 _CPU = re.compile(r"\.(cpu)\(\s*\)")
 #: ``if self.flag:`` / ``if flag:`` (an ``and`` after it allowed): the flag guarding a block
 _GUARD = re.compile(r"^[ \t]*(?:el)?if[ \t]+(?:self\.)?([A-Za-z_]\w*)[ \t]*(?::|and\b)")
@@ -115,19 +120,31 @@ def _own_sync(body: list[tuple[int, str]], indent: int, off: frozenset = frozens
     return guarded
 
 
+def _first_step_only(own: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """``own`` without the blocks of a lazy state initialisation (:data:`_LAZY_INIT`)."""
+    out, skip = [], None
+    for j, code in own:
+        ind = _indent(code)
+        if skip is not None and ind > skip:
+            continue
+        skip = ind if _LAZY_INIT.match(code) else None
+        out.append((j, code))
+    return out
+
+
 def _names(code: str) -> set[str]:
     return {m[2] for m in _CALLED.finditer(code) if m[2] not in _KEYWORDS}
 
 
 def scan_calls(text: str) -> CallInfo:
+    set_true = frozenset(m[1] for m in _SET_TRUE.finditer(text))
     if "def " not in text:
-        return CallInfo()
+        return CallInfo(set_true=set_true)
     lines = text.splitlines()
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line) + 1)
     classes = [(bisect.bisect_right(starts, m.start()) - 1, len(m[1].expandtabs()), m[2]) for m in _CLASS.finditer(text)]
-    set_true = frozenset(m[1] for m in _SET_TRUE.finditer(text))
     off = frozenset(m[1] for m in _SET_FALSE.finditer(text)) - set_true
     calls: dict = {}
     syncs: dict = {}
@@ -142,6 +159,7 @@ def scan_calls(text: str) -> CallInfo:
         owner = [c for line, ind, c in classes if line < first and ind < indent]
         body = _body(lines, first, indent)
         own = [(j, code) for j, code in body if len(code.expandtabs()) - len(code.expandtabs().lstrip()) > indent]
+        own = _first_step_only(own)
         called = set().union(*(_names(code) for _, code in own)) if own else set()
         if name in seen:  # defined twice: names merged, no sync claimed
             calls[name] = calls[name] | frozenset(called)
