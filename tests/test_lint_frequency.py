@@ -160,3 +160,63 @@ def test_a_host_read_in_a_trainer_callback_per_step_hook_is_reported():
         device = torch.device("cuda")
     """
     assert _freq(src, "PIT201") == {6: "step"}
+
+
+_CONVERGENCE = """
+import torch
+
+model = torch.nn.Linear(8, 8).cuda()
+opt = torch.optim.Adam(model.parameters())
+for step in range(1000):
+    loss = model(torch.randn(4, 8, device="cuda")).sum()
+    loss.backward()
+    opt.step()
+    print(loss.item())
+"""
+
+
+def test_a_script_in_a_folder_of_unit_tests_is_test_code(tmp_path, monkeypatch, capsys):
+    """Issue 33 (nanotron's tests/kernels/run_layer_norm_convergence.py beside test_layer_norm.py): a module in a
+    ``tests``/``test`` folder holding unit-test modules is test support code; the same script elsewhere,
+    or in a ``tests`` folder without unit tests, is still linted as training code."""
+    monkeypatch.chdir(tmp_path)
+    for folder in ("tests/kernels", "scripts", "tests/manual"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "run_convergence.py").write_text(_CONVERGENCE)
+    (tmp_path / "tests/kernels/test_layer_norm.py").write_text("def test_nothing():\n    assert True\n")
+    main(["lint", "--isolated", "--select", "PIT201", "."])
+    out = capsys.readouterr().out
+    assert "scripts/run_convergence.py:10:11: PIT201" in out
+    assert "tests/manual/run_convergence.py:10:11: PIT201" in out
+    assert "tests/kernels/run_convergence.py" not in out
+
+
+def test_an_opt_in_sync_followed_only_where_some_file_turns_it_on(tmp_path, monkeypatch, capsys):
+    """Issue 33 (nanotron's TimerRecord): ``if self.cuda_sync: torch.cuda.synchronize()`` with ``cuda_sync: bool =
+    False`` is reported at a per-step call only once some linted file passes ``cuda_sync=True``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "timers.py").write_text(textwrap.dedent("""
+        from dataclasses import dataclass
+        import torch
+
+        @dataclass
+        class Timer:
+            cuda_sync: bool = False
+
+            def stop(self):
+                if self.cuda_sync:
+                    torch.cuda.synchronize()
+    """))
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        from timers import Timer
+
+        def train_step(model, batch, opt, timer):
+            model(batch.cuda()).sum().backward()
+            opt.step()
+            timer.stop()
+    """))
+    main(["lint", "--isolated", "train.py", "timers.py"])
+    assert "PIT203" not in capsys.readouterr().out
+    (tmp_path / "setup_timers.py").write_text("from timers import Timer\nTIMER = Timer(cuda_sync=True)\n")
+    main(["lint", "--isolated", "train.py", "timers.py", "setup_timers.py"])
+    assert "train.py:7:5: PIT203 train_step -> Timer.stop -> synchronize:" in capsys.readouterr().out

@@ -8,7 +8,9 @@ functions whose own body synchronizes with the device: a host read (``.item()``,
 
 Across the files of one project (:func:`per_step_names`, :func:`sync_chain`): which function names
 run every step, and the chain of calls from a call in a training step down to a sync
-(``train_step -> Timer.stop -> synchronize``), at most :data:`MAX_DEPTH` calls deep. Names are
+(``train_step -> Timer.stop -> synchronize``), at most :data:`MAX_DEPTH` calls deep. A sync under
+``if self.flag:`` / ``if flag:`` whose flag the file declares ``False`` (a field or parameter default)
+and no file of the project sets ``True`` is an opt-in (a timer's ``cuda_sync``): not followed. Names are
 matched by name across files: a method called as ``obj.stop()`` is followed only when one linted
 function of the project has that name (a unique definition), so ``update``/``step`` defined by ten
 classes are never guessed at.
@@ -28,10 +30,21 @@ _CLASS = re.compile(r"^([ \t]*)class[ \t]+(\w+)", re.M)
 _LOOP = re.compile(r"^([ \t]*)(?:for|while)\b[^\n]*:[ \t]*(?:#[^\n]*)?$", re.M)
 #: a loop over epochs, steps or batches: ``for epoch in range(n)``, ``for batch in loader``
 _REPEAT = re.compile(r"^[ \t]*(?:for|while)\b[^\n]*(?:epoch|step|iter|batch|loader)", re.I)
-_STEP_MARK = re.compile(r"\.(?:manual_)?backward\(|\b\w*(?:optim|opt|optimizer|scaler)\w*\.step\(")
+_STEP_MARK = re.compile(r"\.(?:manual_)?backward\(|\b\w*(?:optim|opt|optimizer|scaler)\w*\.step\(|"
+                        r"\w\(\s*\w*loss\w*\s*,\s*\w*(?:optim|opt)\w*\s*[,)]")  # loss_scaler(loss, optimizer, ...)
 _CALLED = re.compile(r"(?<![\w.])(self\.)?(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)[ \t]*\(")
-_SYNC = re.compile(r"\.(item|tolist|numpy)\(\s*\)|\b(synchronize)\(\s*\)")
+#: host reads: ``.numpy()`` only after ``.cpu()`` (a CUDA tensor's ``.numpy()`` raises: a bare one reads host memory)
+_SYNC = re.compile(r"\.(item|tolist)\(\s*\)|\.cpu\(\s*\)\.(numpy)\(\s*\)|\b(synchronize)\(\s*\)")
+#: an optimizer's lazy state initialisation (``if not state:``, ``if len(state) == 0:``, ``if "q" not in state:``):
+#: runs at the first step only
+_LAZY_INIT = re.compile(r"^[ \t]*if[ \t]+(?:not[ \t]+\w*state[ \t]*:|len\(\w*state\)[ \t]*==[ \t]*0[ \t]*:|"
+                        r"[^\n]+[ \t]not[ \t]+in[ \t]+\w*state[ \t]*:)")
 _CPU = re.compile(r"\.(cpu)\(\s*\)")
+#: ``if self.flag:`` / ``if flag:`` (an ``and`` after it allowed): the flag guarding a block
+_GUARD = re.compile(r"^[ \t]*(?:el)?if[ \t]+(?:self\.)?([A-Za-z_]\w*)[ \t]*(?::|and\b)")
+#: ``flag: bool = False``, ``flag=False``, ``self.flag = False`` / the same with ``True``
+_SET_FALSE = re.compile(r"\b([A-Za-z_]\w*)[ \t]*(?::[ \t]*bool[ \t]*)?=[ \t]*False\b")
+_SET_TRUE = re.compile(r"\b([A-Za-z_]\w*)[ \t]*(?::[ \t]*bool[ \t]*)?=[ \t]*True\b")
 _DEVICE = re.compile(r"\.cuda\(|[\"']cuda|cuda\.current_device|device=")
 _KEYWORDS = frozenset({"if", "for", "while", "return", "print", "and", "or", "not", "in", "with", "elif", "assert",
                        "len", "range", "isinstance", "super", "int", "float", "str", "dict", "list", "tuple", "set",
@@ -42,14 +55,18 @@ _STEP_METHODS = ("training_step", "compute_loss", "on_train_batch_end", "on_step
 class CallInfo:
     """What one file's functions call (see the module docstring)."""
 
-    __slots__ = ("calls", "step_calls", "syncs", "owners", "repeat_calls")
+    __slots__ = ("calls", "step_calls", "syncs", "owners", "repeat_calls", "opt_in", "set_true")
 
-    def __init__(self, calls=None, step_calls=frozenset(), syncs=None, owners=None, repeat_calls=frozenset()):
+    def __init__(self, calls=None, step_calls=frozenset(), syncs=None, owners=None, repeat_calls=frozenset(),
+                 opt_in=None, set_true=frozenset()):
         self.calls: dict = calls or {}  # function name -> frozenset of called names
         self.step_calls: frozenset = step_calls
         self.syncs: dict = syncs or {}  # function name -> (line, "item"/"synchronize"/...)
         self.owners: dict = owners or {}  # function name -> class name ("" at top level)
         self.repeat_calls: frozenset = repeat_calls  # names called in a loop over epochs/steps/batches
+        #: function name -> the flag guarding its only syncs (``if self.cuda_sync:``, declared ``False`` here)
+        self.opt_in: dict = opt_in or {}
+        self.set_true: frozenset = set_true  # names this file sets or passes ``True`` (``cuda_sync=True``)
 
 
 def _body(lines: list[str], first: int, indent: int) -> list[tuple[int, str]]:
@@ -63,20 +80,56 @@ def _body(lines: list[str], first: int, indent: int) -> list[tuple[int, str]]:
     return out
 
 
-def _own_sync(body: list[tuple[int, str]], indent: int) -> tuple[int, str] | None:
-    """(line, what) of the first sync of a function's own body (nested defs left out): a host read, a
-    ``synchronize()``, or a ``.cpu()`` in a body that also names a CUDA device."""
+def _indent(code: str) -> int:
+    return len(code.expandtabs()) - len(code.expandtabs().lstrip())
+
+
+def _guard(body: list[tuple[int, str]], k: int, off: frozenset) -> str | None:
+    """The flag of an ``if`` enclosing ``body[k]`` that the file declares ``False`` (in ``off``), or None."""
+    level = _indent(body[k][1])
+    for _, code in reversed(body[:k]):
+        if not code.strip() or _indent(code) >= level:
+            continue
+        level = _indent(code)
+        m = _GUARD.match(code)
+        if m and m[1] in off:
+            return m[1]
+    return None
+
+
+def _own_sync(body: list[tuple[int, str]], indent: int, off: frozenset = frozenset()) -> tuple[int, str, str] | None:
+    """(line, what, flag) of the first sync of a function's own body (nested defs left out): a host read,
+    a ``synchronize()``, or a ``.cpu()`` in a body that also names a CUDA device. ``flag``: "" for a sync
+    that runs whenever the function does; else the off-by-default flag (``off``) of the ``if`` around the
+    first sync, returned only when every sync of the body is under such a flag."""
     nested = None
     device = any(_DEVICE.search(code) for _, code in body)
-    for j, code in body:
-        ind = len(code.expandtabs()) - len(code.expandtabs().lstrip())
+    guarded = None
+    for k, (j, code) in enumerate(body):
+        ind = _indent(code)
         if nested is not None and ind > nested:
             continue
         nested = ind if _DEF.match(code) else None
         hit = _SYNC.search(code) or (_CPU.search(code) if device else None)
         if hit and nested is None:
-            return j + 1, next(g for g in hit.groups() if g)
-    return None
+            found = (j + 1, next(g for g in hit.groups() if g))
+            flag = _guard(body, k, off)
+            if flag is None:
+                return (*found, "")
+            guarded = guarded or (*found, flag)
+    return guarded
+
+
+def _first_step_only(own: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """``own`` without the blocks of a lazy state initialisation (:data:`_LAZY_INIT`)."""
+    out, skip = [], None
+    for j, code in own:
+        ind = _indent(code)
+        if skip is not None and ind > skip:
+            continue
+        skip = ind if _LAZY_INIT.match(code) else None
+        out.append((j, code))
+    return out
 
 
 def _names(code: str) -> set[str]:
@@ -84,15 +137,18 @@ def _names(code: str) -> set[str]:
 
 
 def scan_calls(text: str) -> CallInfo:
+    set_true = frozenset(m[1] for m in _SET_TRUE.finditer(text))
     if "def " not in text:
-        return CallInfo()
+        return CallInfo(set_true=set_true)
     lines = text.splitlines()
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line) + 1)
     classes = [(bisect.bisect_right(starts, m.start()) - 1, len(m[1].expandtabs()), m[2]) for m in _CLASS.finditer(text)]
+    off = frozenset(m[1] for m in _SET_FALSE.finditer(text)) - set_true
     calls: dict = {}
     syncs: dict = {}
+    opt_in: dict = {}
     owners: dict = {}
     step: set = set()
     repeat: set = set()
@@ -103,17 +159,21 @@ def scan_calls(text: str) -> CallInfo:
         owner = [c for line, ind, c in classes if line < first and ind < indent]
         body = _body(lines, first, indent)
         own = [(j, code) for j, code in body if len(code.expandtabs()) - len(code.expandtabs().lstrip()) > indent]
+        own = _first_step_only(own)
         called = set().union(*(_names(code) for _, code in own)) if own else set()
         if name in seen:  # defined twice: names merged, no sync claimed
             calls[name] = calls[name] | frozenset(called)
             syncs.pop(name, None)
+            opt_in.pop(name, None)
             continue
         seen.add(name)
         calls[name] = frozenset(called)
         owners[name] = owner[-1] if owner else ""
-        hit = _own_sync(own, indent)
+        hit = _own_sync(own, indent, off)
         if hit is not None:
-            syncs[name] = hit
+            syncs[name] = hit[:2]
+            if hit[2]:
+                opt_in[name] = hit[2]
         text_own = "\n".join(code for _, code in own)
         if name in _STEP_METHODS or (_STEP_MARK.search(text_own) and not _LOOP.search(text_own)):
             step |= called  # a framework's step method, or one training step per call (``run_step``)
@@ -124,7 +184,7 @@ def scan_calls(text: str) -> CallInfo:
             step |= _names(block)
         elif _REPEAT.match(m[0]):
             repeat |= _names(block)
-    return CallInfo(calls, frozenset(step), syncs, owners, frozenset(repeat))
+    return CallInfo(calls, frozenset(step), syncs, owners, frozenset(repeat), opt_in, set_true)
 
 
 def _defined(infos: Iterable) -> dict:
@@ -178,12 +238,13 @@ def sync_chain(name: str, here, infos: list, method: bool) -> tuple[list[str], i
     start = here if (not method and here is not None and name in here.calls) else lookup(name, None if method else here)
     if start is None:
         return None
+    switched_on = {""}.union(*(i.set_true for i in infos))  # "": a sync with no opt-in flag
     queue = [([name], start)]
     seen = {name}
     while queue:
         chain, info = queue.pop(0)
         last = chain[-1]
-        if last in info.syncs:
+        if last in info.syncs and info.opt_in.get(last, "") in switched_on:
             line, what = info.syncs[last]
             return [_label(n, i) for n, i in zip(chain, _infos(chain, start, lookup))] + [what], line, what, info
         if len(chain) > MAX_DEPTH:

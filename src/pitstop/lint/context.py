@@ -53,7 +53,7 @@ class FileContext(FileWalk, Position, Matchers, FileFacts, DataFlow, Frequencies
         self.path = path if path is not None else filename
         #: :class:`pitstop.lint.project.ProjectIndex` of every linted file, or None (one file alone)
         self.project = project
-        self.test_file = is_test_file(filename)
+        self.test_file = is_test_file(filename) or (project is not None and project.in_test_folder(self.path))
         self.rules = [cls(self) for cls in rule_classes]
         self.pending: list[Pending] = []
         self.walked = False

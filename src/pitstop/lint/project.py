@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pitstop.lint.callgraph import CallInfo, repeated_names, scan_calls
 from pitstop.lint.findings import ParseError
 from pitstop.lint.ipynb import is_notebook, read_notebook
+from pitstop.lint.matchers import is_test_file
 
 __all__ = ["ModuleInfo", "ProjectIndex", "build_index", "index_signature", "index_for", "scan_source", "dataset_kind",
            "clear_caches"]
@@ -225,6 +226,19 @@ class ProjectIndex:
     def calls_method(self, path: str, name: str) -> bool:
         """Some file of ``path``'s project calls ``.name(...)``."""
         return any(name in m.method_calls for m in self._siblings(path))
+
+    def in_test_folder(self, path: str) -> bool:
+        """``path`` lies in a folder named ``tests``/``test`` that holds unit-test modules among the linted
+        files (``tests/kernels/test_layer_norm.py`` beside ``run_convergence.py``): test support code."""
+        folder = os.path.dirname(os.path.abspath(path))
+        if os.path.basename(folder) not in ("tests", "test") and \
+                os.path.basename(os.path.dirname(folder)) not in ("tests", "test"):
+            return False
+        key = ("tests", folder)
+        if key not in self._cache:
+            self._cache[key] = any(os.path.dirname(p) == folder and is_test_file(os.path.basename(p))
+                                   for p in self.modules)
+        return self._cache[key]
 
     def call_infos(self, path: str) -> list:  # the CallInfo of every file of ``path``'s project
         return [m.calls for m in self._siblings(path)]

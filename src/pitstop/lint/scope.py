@@ -13,8 +13,10 @@ A ``DataLoader(...)`` is judged NOT a training loader (the rule stays silent) wh
   a Dataset class (this file's or imported from a linted file) whose ``__getitem__`` only
   indexes/slices (no call but ``len``/``int``/``min``...); or over an ``IterableDataset`` whose
   file never calls ``get_worker_info()`` (each worker would replay the whole stream, or a forked
-  copy of a live replay buffer). When the dataset is a parameter the lint cannot follow, the
-  Dataset classes the file builds decide: all of those kinds, no finding.
+  copy of a live replay buffer); or over synthetic rows, a Hugging Face dataset built in memory
+  (``Dataset.from_dict``/``from_list``) from numbers drawn at random (``np.random.randint(...)``).
+  When the dataset is a parameter the lint cannot follow, the Dataset classes the file builds
+  decide: all of those kinds, no finding.
 
 :func:`loader_scope` returns None (no finding) or a predicate for ``LintRule.report(when=...)``.
 """
@@ -27,6 +29,7 @@ from typing import Callable
 import libcst as cst
 
 from pitstop.lint.nodes import arg, dotted, is_false, last_name, string_value
+from pitstop.lint.walk import find
 
 __all__ = ["loader_scope", "EVAL_NAME", "eval_only", "items_on_device"]
 
@@ -39,6 +42,9 @@ _TRAIN_NAME = re.compile(r"train|fit", re.I)
 _NO_WORKERS = frozenset({"in_memory", "unsharded_iterable", "on_device"})
 _IN_MEMORY = frozenset({"torch.utils.data.TensorDataset", "torch.utils.data.dataset.TensorDataset",
                         "torch.utils.data.StackDataset"})
+#: constructors of an in-memory Hugging Face dataset, and the calls that draw random numbers
+_FROM_MEMORY = frozenset({"from_dict", "from_list"})
+_RANDOM_DRAW = frozenset({"randint", "randn", "rand", "random", "normal", "uniform", "integers", "standard_normal"})
 
 
 def _names_around(ctx) -> tuple[list[str], str | None]:
@@ -117,7 +123,7 @@ def loader_scope(ctx, call: cst.Call, in_memory: bool = True) -> Callable[[], bo
         bound = ctx.value_of(value)
         value = bound if bound is not None else value
     if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)) or ctx.call_name(value) in _IN_MEMORY \
-            or ctx.is_tensor_expr(value):
+            or ctx.is_tensor_expr(value) or _synthetic(value):
         return None
     if isinstance(value, cst.Call) and isinstance(value.func, cst.Name):
         kind = ctx.dataset_kind(value.func.value)
@@ -129,6 +135,15 @@ def loader_scope(ctx, call: cst.Call, in_memory: bool = True) -> Callable[[], bo
     if kinds and kinds <= _NO_WORKERS:
         return None
     return lambda: True
+
+
+def _synthetic(value) -> bool:
+    """``Dataset.from_dict({"input_ids": np.random.randint(...)})``: rows drawn at random, held in memory."""
+    if not (isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value in _FROM_MEMORY):
+        return False
+    return any(find(a.value, lambda n: isinstance(n, cst.Call) and last_name(n.func) in _RANDOM_DRAW) is not None
+               for a in value.args)
 
 
 def items_on_device(ctx, call: cst.Call) -> bool:

@@ -256,6 +256,10 @@ class FileWalk:
     def _pre_call(self, node: cst.Call) -> None:
         self._record_call(node)
         func = node.func
+        if self._step_helper(node):
+            loop = self.loop()
+            if loop is not None:
+                loop.steps.append((node, self.site().conditional(loop, accumulation=True)))
         if not isinstance(func, cst.Attribute):
             return
         name = func.attr.value
@@ -276,6 +280,15 @@ class FileWalk:
                     self.step_bodies.add(self.current_function())
         elif name == "cuda":
             self.cuda_implied = True
+
+    def _step_helper(self, node: cst.Call) -> bool:
+        """``loss_scaler(loss, optimizer, ...)``: a call handed the loss first and an optimizer (timm's
+        ``NativeScaler``, whose ``__call__`` runs backward and the optimizer step): one training step."""
+        args = node.args
+        first = args[0].value if args and args[0].keyword is None and args[0].star == "" else None
+        return (isinstance(first, cst.Name) and "loss" in first.value.lower()
+                and last_name(node.func) not in ("backward", "step")
+                and any(a.star == "" and self.is_optimizer(a.value) for a in args[1:]))
 
     def _post_assign(self, node) -> None:
         value = node.value

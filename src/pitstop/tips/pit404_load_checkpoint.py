@@ -62,7 +62,9 @@ class LoadCheckpoint(Tip):
         nothing when the checkpoint is not bound to a name (seed 002's one-liner) or is loaded
         inside a function that returns right after restoring. Files the same script wrote from
         CPU tensors (every `torch.save` of the file saves `x.cpu()`) load onto the CPU anyway: no
-        finding there. Loading happens once per run:
+        finding there; nor for a file whose contents only go to an LR scheduler's
+        `load_state_dict` (its state holds step counts and learning rates, no tensors). Loading
+        happens once per run:
         this is about peak memory and portability, not about step time.
     """
     references = (
@@ -75,7 +77,7 @@ class LoadCheckpoint(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, cst, nodes
 
 
 class MapLocationRule(LintRule, tip="PIT404"):
@@ -94,4 +96,28 @@ class MapLocationRule(LintRule, tip="PIT404"):
         elif (name == "torch.load" and nodes.arg(node, "map_location", 1) is None
                 and not nodes.has_kwargs_splat(node)):
             # not when every file this script writes holds CPU tensors (``torch.save(feats.cpu(), path)``)
-            self.report(node, when=lambda: not (self.saves and all(self.saves)))
+            if not self._scheduler_state(node):
+                self.report(node, when=lambda: not (self.saves and all(self.saves)))
+
+    def _scheduler_state(self, node) -> bool:
+        """``state = torch.load(...)`` whose every use in the function is ``<...sched...>.load_state_dict(state)``."""
+        from pitstop.lint.walk import children
+
+        parent = self.ctx.parent
+        fn = self.ctx.current_function()
+        if not (isinstance(parent, cst.Assign) and parent.value is node and len(parent.targets) == 1
+                and isinstance(parent.targets[0].target, cst.Name) and fn is not None):
+            return False
+        name, loads, uses = parent.targets[0].target.value, 0, 0
+        stack = [fn.body]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, cst.Name) and n.value == name:
+                uses += 1
+            elif (isinstance(n, cst.Call) and nodes.method(n) == "load_state_dict" and len(n.args) == 1
+                    and isinstance(n.args[0].value, cst.Name) and n.args[0].value.value == name
+                    and "sched" in (nodes.last_name(n.func.value) or "").lower()):
+                loads += 1
+                continue
+            stack.extend(children(n))
+        return loads > 0 and uses == 1  # the one other use: the assignment's own target

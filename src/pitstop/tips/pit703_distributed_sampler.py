@@ -87,7 +87,7 @@ class DistributedSamplerTip(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes, scope
+from pitstop.lint.rule import LintRule, cst, nodes, scope
 
 _SAMPLER = frozenset({"torch.utils.data.DistributedSampler", "torch.utils.data.distributed.DistributedSampler"})
 #: data-parallel wrappers besides DDP: each rank must read its own shard under FSDP too
@@ -116,7 +116,7 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
         elif q in _SAMPLER:
             shuffle = nodes.arg(node, "shuffle", 3)
             # shuffle=False (an evaluation sampler) needs no set_epoch; neither does an evaluation one
-            if not (shuffle is not None and nodes.is_false(shuffle.value)) and scope.loader_scope(ctx, node, False):
+            if not (shuffle is not None and self._off(shuffle.value)) and scope.loader_scope(ctx, node, False):
                 self.samplers.append(node)
         elif ctx.is_dataloader(node):
             if (nodes.arg(node, "sampler", 3) is None and nodes.arg(node, "batch_sampler", 4) is None
@@ -124,6 +124,19 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
                 self.loaders.append(node)
         elif nodes.method(node) == "set_epoch":
             self.set_epoch = True
+
+    def _off(self, value) -> bool:
+        """``shuffle=`` is False: a literal, a value the file pins (an argparse default), or the parameter
+        of the enclosing function whose default is False (a sampler factory's ``shuffle: bool = False``:
+        whether any caller turns it on is not in this file, so no finding on the guess)."""
+        if nodes.is_false(value) or self.ctx.constant(value) is False:
+            return True
+        fn = self.ctx.current_function()
+        if isinstance(value, cst.Name) and fn is not None:
+            for p in (*fn.params.params, *fn.params.kwonly_params):
+                if p.name.value == value.value:
+                    return p.default is not None and nodes.is_false(p.default)
+        return False
 
     def finish(self):
         if self.ddp:
