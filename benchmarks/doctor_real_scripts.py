@@ -153,8 +153,12 @@ def _matched(case: Case, own: list[tuple[int, float]], records: list[dict],
     return pairs
 
 
-def run_case(case: Case, keep: Path | None = None, probes: bool = False, timeout: float = 480) -> dict:
-    """Run one case; returns the doctor's numbers, the script's own, and the failed checks."""
+def run_case(case: Case, keep: Path | None = None, probes: bool = False, timeout: float = 480,
+             band: tuple[float, float] = (0.8, 1.25)) -> dict:
+    """Run one case; returns the doctor's numbers, the script's own, and the failed checks.
+
+    ``band``: the accepted range of the doctor's step time over the script's own for the same steps.
+    """
     work = Path(tempfile.mkdtemp(prefix=f"pitstop-real-{case.name}-"))
     try:
         shutil.copytree(lint_corpus_build.corpus_dir() / case.files, work / case.into, dirs_exist_ok=True)
@@ -171,12 +175,12 @@ def run_case(case: Case, keep: Path | None = None, probes: bool = False, timeout
         if not out.stdout.strip():
             return {"case": case.name, "failed": [f"no report (exit {out.returncode}): {out.stderr[-2000:]}"]}
         d = json.loads(out.stdout)
-        return _compare(case, d, out.stderr)
+        return _compare(case, d, out.stderr, band)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _compare(case: Case, d: dict, script_output: str) -> dict:
+def _compare(case: Case, d: dict, script_output: str, band: tuple[float, float] = (0.8, 1.25)) -> dict:
     tp, b = d["throughput"], d["observations"].get("batch") or {}
     br = {k: v["share"] for k, v in d["breakdown"].items()}
     pairs = _matched(case, _own_times(case, script_output), d["steps"]["records"],
@@ -197,7 +201,7 @@ def _compare(case: Case, d: dict, script_output: str) -> dict:
         failed.append(f"step boundary {tp.get('step_boundary')} != {case.step_boundary}")
     if ratio is None:
         failed.append("the script printed no step time the doctor also measured")
-    elif not 0.8 <= ratio <= 1.25:
+    elif not band[0] <= ratio <= band[1]:
         failed.append(f"the doctor's step times are {ratio:.2f}x the script's own for the same steps")
     if br and br.get("forward", 0) + br.get("backward", 0) < 0.3:
         failed.append(f"forward+backward only {br.get('forward', 0) + br.get('backward', 0):.0%} of the step")

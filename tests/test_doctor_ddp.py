@@ -175,7 +175,10 @@ def test_a_crash_in_rank_1_ends_the_job_with_its_traceback():
 
 
 def test_a_hang_in_a_collective_ends_at_the_timeout_naming_the_waiting_rank():
-    diag = _job("--hang-rank", "1", "--sampler", "--set-epoch", timeout=25.0)
+    # 40 s: both ranks must be past their start (torch import, gloo rendezvous, warmup) and rank 0
+    # inside step 4's all-reduce before the timeout; with 25 s and other torchrun jobs sharing the
+    # 2 cores, the report once named no waiting rank (2 observed steps done)
+    diag = _job("--hang-rank", "1", "--sampler", "--set-epoch", timeout=40.0)
     d = diag.to_dict()
     assert d["outcome"] == "timeout" and d["exit_code"] == 4
     assert "ranks waiting inside a collective: 0 (DDP gradient all-reduce" in d["message"]

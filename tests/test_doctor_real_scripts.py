@@ -32,5 +32,9 @@ def _bench():
 @pytest.mark.parametrize("name", ["nanogpt", "wlm-lstm"])
 def test_real_script_numbers_match_the_scripts_own(name):
     bench = _bench()
-    r = bench.run_case(bench.CASES[name])
+    # The band catches a step boundary off by a factor of two (0.5x or 2x). It is wider than the
+    # benchmark's 0.8-1.25 because these steps last a few ms on this CPU: the script's own timer
+    # also counts the doctor's per-step recording, a larger share when other work shares the
+    # cores (0.79x was seen once in the whole suite on the 2-core AMD EPYC).
+    r = bench.run_case(bench.CASES[name], band=(2 / 3, 1.5))
     assert r["failed"] == [], r
