@@ -9,8 +9,10 @@ functions whose own body synchronizes with the device: a host read (``.item()``,
 Across the files of one project (:func:`per_step_names`, :func:`sync_chain`): which function names
 run every step, and the chain of calls from a call in a training step down to a sync
 (``train_step -> Timer.stop -> synchronize``), at most :data:`MAX_DEPTH` calls deep. A sync under
-``if self.flag:`` / ``if flag:`` whose flag the file declares ``False`` (a field or parameter default)
-and no file of the project sets ``True`` is an opt-in (a timer's ``cuda_sync``): not followed. Names are
+``if self.flag:`` / ``if flag:`` is followed only where some file of the project sets the flag ``True``
+(a timer's ``cuda_sync``); a sync or call under any other test of a parameter or attribute, and a host
+read of a value with no device evidence in the helper, are not followed (:mod:`pitstop.lint.chainguard`:
+a finding through helpers needs evidence that the sync runs and reads the device). Names are
 matched by name across files: a method called as ``obj.stop()`` is followed only when one linted
 function of the project has that name (a unique definition), so ``update``/``step`` defined by ten
 classes are never guessed at.
@@ -21,6 +23,9 @@ from __future__ import annotations
 import bisect
 import re
 from typing import Iterable
+
+from pitstop.lint.chainguard import (device_read, evident, evident_names, imported_names, local_names, parameters,
+                                     requirements, statements)
 
 __all__ = ["CallInfo", "scan_calls", "per_step_names", "repeated_names", "sync_chain", "MAX_DEPTH"]
 
@@ -40,8 +45,6 @@ _SYNC = re.compile(r"\.(item|tolist)\(\s*\)|\.cpu\(\s*\)\.(numpy)\(\s*\)|\b(sync
 _LAZY_INIT = re.compile(r"^[ \t]*if[ \t]+(?:not[ \t]+\w*state[ \t]*:|len\(\w*state\)[ \t]*==[ \t]*0[ \t]*:|"
                         r"[^\n]+[ \t]not[ \t]+in[ \t]+\w*state[ \t]*:)")
 _CPU = re.compile(r"\.(cpu)\(\s*\)")
-#: ``if self.flag:`` / ``if flag:`` (an ``and`` after it allowed): the flag guarding a block
-_GUARD = re.compile(r"^[ \t]*(?:el)?if[ \t]+(?:self\.)?([A-Za-z_]\w*)[ \t]*(?::|and\b)")
 #: ``flag: bool = False``, ``flag=False``, ``self.flag = False`` / the same with ``True``
 _SET_FALSE = re.compile(r"\b([A-Za-z_]\w*)[ \t]*(?::[ \t]*bool[ \t]*)?=[ \t]*False\b")
 _SET_TRUE = re.compile(r"\b([A-Za-z_]\w*)[ \t]*(?::[ \t]*bool[ \t]*)?=[ \t]*True\b")
@@ -55,17 +58,19 @@ _STEP_METHODS = ("training_step", "compute_loss", "on_train_batch_end", "on_step
 class CallInfo:
     """What one file's functions call (see the module docstring)."""
 
-    __slots__ = ("calls", "step_calls", "syncs", "owners", "repeat_calls", "opt_in", "set_true")
+    __slots__ = ("calls", "step_calls", "syncs", "owners", "repeat_calls", "sure", "set_true")
 
     def __init__(self, calls=None, step_calls=frozenset(), syncs=None, owners=None, repeat_calls=frozenset(),
-                 opt_in=None, set_true=frozenset()):
+                 sure=None, set_true=frozenset()):
         self.calls: dict = calls or {}  # function name -> frozenset of called names
         self.step_calls: frozenset = step_calls
-        self.syncs: dict = syncs or {}  # function name -> (line, "item"/"synchronize"/...)
+        #: function name -> [(line, "item"/"synchronize"/..., flags that must be on)] of the syncs that run
+        #: whenever it does and read the device (:mod:`pitstop.lint.chainguard`), in line order
+        self.syncs: dict = syncs or {}
         self.owners: dict = owners or {}  # function name -> class name ("" at top level)
         self.repeat_calls: frozenset = repeat_calls  # names called in a loop over epochs/steps/batches
-        #: function name -> the flag guarding its only syncs (``if self.cuda_sync:``, declared ``False`` here)
-        self.opt_in: dict = opt_in or {}
+        #: function name -> {called name: (flags that must be on, one set per call site that runs whenever it does)}
+        self.sure: dict = sure or {}
         self.set_true: frozenset = set_true  # names this file sets or passes ``True`` (``cuda_sync=True``)
 
 
@@ -84,40 +89,33 @@ def _indent(code: str) -> int:
     return len(code.expandtabs()) - len(code.expandtabs().lstrip())
 
 
-def _guard(body: list[tuple[int, str]], k: int, off: frozenset) -> str | None:
-    """The flag of an ``if`` enclosing ``body[k]`` that the file declares ``False`` (in ``off``), or None."""
-    level = _indent(body[k][1])
-    for _, code in reversed(body[:k]):
-        if not code.strip() or _indent(code) >= level:
+def _own_body(own: list[tuple[int, str]], ctx: tuple, params: list[str]) -> tuple[list, dict]:
+    """(syncs, sure calls) of a function's own body (nested defs left out), each only where it runs whenever
+    the function does (see :mod:`pitstop.lint.chainguard`): syncs as ``[(line, what, flags, parameter)]`` in
+    line order (a host read only of a value with device evidence, or of a parameter, ``(position, name)``, in
+    which the caller must pass one; a ``.cpu()`` only in a body that also names a CUDA device), calls as
+    ``{name: (flags, ...)}``."""
+    stmts = statements(own)
+    ctx = (local_names(stmts), *ctx)
+    known = evident_names(stmts)
+    device = any(_DEVICE.search(st.code) for st in stmts)
+    syncs: list = []
+    sure: dict = {}
+    for k, st in enumerate(stmts):
+        need = requirements(stmts, k, ctx)
+        if need is None:
             continue
-        level = _indent(code)
-        m = _GUARD.match(code)
-        if m and m[1] in off:
-            return m[1]
-    return None
-
-
-def _own_sync(body: list[tuple[int, str]], indent: int, off: frozenset = frozenset()) -> tuple[int, str, str] | None:
-    """(line, what, flag) of the first sync of a function's own body (nested defs left out): a host read,
-    a ``synchronize()``, or a ``.cpu()`` in a body that also names a CUDA device. ``flag``: "" for a sync
-    that runs whenever the function does; else the off-by-default flag (``off``) of the ``if`` around the
-    first sync, returned only when every sync of the body is under such a flag."""
-    nested = None
-    device = any(_DEVICE.search(code) for _, code in body)
-    guarded = None
-    for k, (j, code) in enumerate(body):
-        ind = _indent(code)
-        if nested is not None and ind > nested:
-            continue
-        nested = ind if _DEF.match(code) else None
-        hit = _SYNC.search(code) or (_CPU.search(code) if device else None)
-        if hit and nested is None:
-            found = (j + 1, next(g for g in hit.groups() if g))
-            flag = _guard(body, k, off)
-            if flag is None:
-                return (*found, "")
-            guarded = guarded or (*found, flag)
-    return guarded
+        for n in _names(st.code):
+            sure.setdefault(n, set()).add(need)
+        hits = [(m.start(), next(g for g in m.groups() if g)) for m in _SYNC.finditer(st.code)]
+        if device:
+            hits += [(m.start(), "cpu") for m in _CPU.finditer(st.code)
+                     if not st.code.startswith(".numpy(", m.end())]
+        for at, what in sorted(hits):
+            read = True if what == "synchronize" else device_read(st.code, at, known, params)
+            if read:
+                syncs.append((st.line + 1, what, need, None if read is True else (params.index(read), read)))
+    return syncs, {n: tuple(v) for n, v in sure.items()}
 
 
 def _first_step_only(own: list[tuple[int, str]]) -> list[tuple[int, str]]:
@@ -145,10 +143,10 @@ def scan_calls(text: str) -> CallInfo:
     for line in lines:
         starts.append(starts[-1] + len(line) + 1)
     classes = [(bisect.bisect_right(starts, m.start()) - 1, len(m[1].expandtabs()), m[2]) for m in _CLASS.finditer(text)]
-    off = frozenset(m[1] for m in _SET_FALSE.finditer(text)) - set_true
+    ctx = (imported_names(text), frozenset(m[1] for m in _SET_FALSE.finditer(text)))
     calls: dict = {}
     syncs: dict = {}
-    opt_in: dict = {}
+    sure: dict = {}
     owners: dict = {}
     step: set = set()
     repeat: set = set()
@@ -161,19 +159,18 @@ def scan_calls(text: str) -> CallInfo:
         own = [(j, code) for j, code in body if len(code.expandtabs()) - len(code.expandtabs().lstrip()) > indent]
         own = _first_step_only(own)
         called = set().union(*(_names(code) for _, code in own)) if own else set()
-        if name in seen:  # defined twice: names merged, no sync claimed
+        if name in seen:  # defined twice: names merged, no sync or sure call claimed
             calls[name] = calls[name] | frozenset(called)
             syncs.pop(name, None)
-            opt_in.pop(name, None)
+            sure.pop(name, None)
             continue
         seen.add(name)
         calls[name] = frozenset(called)
         owners[name] = owner[-1] if owner else ""
-        hit = _own_sync(own, indent, off)
-        if hit is not None:
-            syncs[name] = hit[:2]
-            if hit[2]:
-                opt_in[name] = hit[2]
+        header = lines[first] + "".join(" " + code for _, code in body[:4])
+        found, sure[name] = _own_body(own, ctx, parameters(header))
+        if found:
+            syncs[name] = found
         text_own = "\n".join(code for _, code in own)
         if name in _STEP_METHODS or (_STEP_MARK.search(text_own) and not _LOOP.search(text_own)):
             step |= called  # a framework's step method, or one training step per call (``run_step``)
@@ -184,7 +181,7 @@ def scan_calls(text: str) -> CallInfo:
             step |= _names(block)
         elif _REPEAT.match(m[0]):
             repeat |= _names(block)
-    return CallInfo(calls, frozenset(step), syncs, owners, frozenset(repeat), opt_in, set_true)
+    return CallInfo(calls, frozenset(step), syncs, owners, frozenset(repeat), sure, set_true)
 
 
 def _defined(infos: Iterable) -> dict:
@@ -222,11 +219,13 @@ def per_step_names(infos: list, roots: set | None = None) -> frozenset:
     return frozenset(n for n in found if n in defined)
 
 
-def sync_chain(name: str, here, infos: list, method: bool) -> tuple[list[str], int, str, object] | None:
+def sync_chain(name: str, here, infos: list, method: bool, argument=None) -> tuple[list[str], int, str, object] | None:
     """The shortest chain of calls from the function ``name`` (called in a training step of the file
     whose CallInfo is ``here``) to a sync: (names, line of the sync, what, CallInfo holding it).
     ``method``: the call is ``obj.name()`` of an object other than ``self`` (followed only when the
-    name has one definition in the project)."""
+    name has one definition in the project). ``argument(position, name)``: the source of what the call
+    passes for that parameter, or None; a host read of ``name``'s own parameter is followed only when that
+    is a device value (:func:`pitstop.lint.chainguard.evident`)."""
     defined = _defined(infos)
 
     def lookup(n: str, origin) -> object | None:
@@ -238,18 +237,21 @@ def sync_chain(name: str, here, infos: list, method: bool) -> tuple[list[str], i
     start = here if (not method and here is not None and name in here.calls) else lookup(name, None if method else here)
     if start is None:
         return None
-    switched_on = {""}.union(*(i.set_true for i in infos))  # "": a sync with no opt-in flag
+    switched_on = set().union(*(i.set_true for i in infos))  # flags some file of the project sets True
     queue = [([name], start)]
     seen = {name}
     while queue:
         chain, info = queue.pop(0)
         last = chain[-1]
-        if last in info.syncs and info.opt_in.get(last, "") in switched_on:
-            line, what = info.syncs[last]
-            return [_label(n, i) for n, i in zip(chain, _infos(chain, start, lookup))] + [what], line, what, info
+        for line, what, need, param in info.syncs.get(last, ()):
+            passed = argument(*param) if param is not None and argument is not None and len(chain) == 1 else None
+            if need <= switched_on and (param is None or (passed is not None and evident(passed))):
+                return [_label(n, i) for n, i in zip(chain, _infos(chain, start, lookup))] + [what], line, what, info
         if len(chain) > MAX_DEPTH:
             continue
-        for callee in sorted(info.calls.get(last, ())):
+        for callee, needs in sorted(info.sure.get(last, {}).items()):
+            if not any(need <= switched_on for need in needs):
+                continue  # called only on a condition: not every time ``last`` runs
             target = lookup(callee, info)
             if callee not in seen and target is not None:
                 seen.add(callee)

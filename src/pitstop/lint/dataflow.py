@@ -178,7 +178,14 @@ class DataFlow:
                     method = True
         else:
             return None
-        found = sync_chain(name, here, infos if here in infos else infos + [here], method)
+        def argument(position: int, param: str) -> str | None:
+            for arg in call.args:
+                if arg.keyword is not None and arg.keyword.value == param:
+                    return self.module.code_for_node(arg.value)
+            plain = [a for a in call.args if a.keyword is None and not a.star]
+            return self.module.code_for_node(plain[position].value) if position < len(plain) else None
+
+        found = sync_chain(name, here, infos if here in infos else infos + [here], method, argument)
         if found is None:
             return None
         chain, line, what, info = found

@@ -102,6 +102,8 @@ class DecayOnBiasRule(LintRule, tip="PIT502"):
         wd = nodes.kwarg(node, "weight_decay")
         cls = q.rsplit(".", 1)[1]
         if wd is None:
+            if any(a.star == "**" for a in node.args):
+                return  # ``AdamW(params, **opt_args)``: the mapping may set weight_decay (and the file groups params)
             if q.endswith(".AdamW"):
                 self.report(node, "AdamW decays every parameter (default weight_decay=0.01), biases and norm weights "
                                   "included; pass two parameter groups (pitstop.param_groups)")
