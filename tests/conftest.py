@@ -81,7 +81,11 @@ def cli():
 #   SIGINT/SIGQUIT are at their default action whatever the suite inherited (``nohup`` ignores
 #   SIGHUP, a shell's ``&`` ignores SIGINT), and wait for (or kill) every process it started;
 # - a test that must have the machine to itself (it cannot share the cores or a global resource
-#   with another test): ``@pytest.mark.serial``: no other test runs on any worker meanwhile.
+#   with another test): ``@pytest.mark.serial``: no other test runs on any worker meanwhile;
+# - an expensive module-scoped fixture (a whole tune search, a doctor run shared by several
+#   tests): the module carries ``pytest.mark.xdist_group(NAME)`` and the README's command passes
+#   ``--dist loadgroup``, so all its tests run on one worker and the fixture runs once, not once
+#   per worker (the CNN tune search ran twice, 88 s + 114 s, before).
 #
 # ``isolation`` (autouse) checks the first five after every test: a test that leaves a child
 # process running, or changes the environment, the working directory or a signal handler, fails

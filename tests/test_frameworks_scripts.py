@@ -112,7 +112,7 @@ def test_precision_probe_runs_under_fabric():
 ])
 def test_tune_runs_the_precision_knob_through_each_framework(script, framework):
     _needs(script)
-    out = run_cli("tune", "--format", "json", "--only", "PIT301", "--steps", "3", "--warmup", "1", "--repeats", "2",
+    out = run_cli("tune", "--format", "json", "--only", "PIT301", "--steps", "3", "--warmup", "1", "--repeats", "2", "--max-pairs", "2",
                   "--progress", "off", str(SCRIPTS / f"{script}.py"), "--", "--steps", "12", timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     d = json.loads(out.stdout)

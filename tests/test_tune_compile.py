@@ -55,7 +55,7 @@ def test_no_records_no_explanation():
 
 # -- a short real tune run (--only PIT601, few steps): inductor compiles each run -------------------
 def _tune(script: str) -> dict:
-    out = run_cli("tune", "--only", "PIT601", "--steps", "4", "--warmup", "2", "--max-pairs", "3", "--format", "json",
+    out = run_cli("tune", "--only", "PIT601", "--steps", "4", "--warmup", "2", "--repeats", "2", "--max-pairs", "2", "--format", "json",
                   str(SCRIPTS / script), "--", "--backend", "none", timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     (t,) = [t for t in json.loads(out.stdout)["trials"] if t["knobs"][0]["code"] == "PIT601"]
@@ -103,7 +103,7 @@ def test_the_dynamic_knob_applies_only_to_static_compiles_that_recompiled():
 
 @pytest.mark.slow
 def test_tune_tries_dynamic_shapes_on_a_static_compile_that_recompiles():
-    out = run_cli("tune", "--only", "PIT609", "--steps", "4", "--warmup", "2", "--max-pairs", "3", "--format", "json",
+    out = run_cli("tune", "--only", "PIT609", "--steps", "4", "--warmup", "2", "--repeats", "2", "--max-pairs", "2", "--format", "json",
                   str(SCRIPTS / "new_length.py"), "--", "--backend", "aot_eager", timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     (t,) = [t for t in json.loads(out.stdout)["trials"] if t["knobs"][0]["code"] == "PIT609"]
