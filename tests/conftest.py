@@ -83,9 +83,8 @@ def cli():
 # - a test that must have the machine to itself (it cannot share the cores or a global resource
 #   with another test): ``@pytest.mark.serial``: no other test runs on any worker meanwhile;
 # - an expensive module-scoped fixture (a whole tune search, a doctor run shared by several
-#   tests): the module carries ``pytest.mark.xdist_group(NAME)`` and the README's command passes
-#   ``--dist loadgroup``, so all its tests run on one worker and the fixture runs once, not once
-#   per worker (the CNN tune search ran twice, 88 s + 114 s, before).
+#   tests): list the module in ``ONE_WORKER_MODULES``, so all its tests run on one worker and the
+#   fixture runs once, not once per worker (the CNN tune search ran on both, 88 s + 114 s).
 #
 # ``isolation`` (autouse) checks the first five after every test: a test that leaves a child
 # process running, or changes the environment, the working directory or a signal handler, fails
@@ -125,6 +124,49 @@ def find_free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+#: test modules whose tests share an expensive module-scoped fixture: each runs whole on one
+#: xdist worker (``tests/conftest.py::pytest_xdist_make_scheduler``), every other test goes to
+#: whichever worker is free
+ONE_WORKER_MODULES = frozenset(f"tests/{name}.py" for name in (
+    "test_bench_runner", "test_compare", "test_doctor_examples", "test_doctor_hardware", "test_doctor_misc_problems",
+    "test_lint_corpus", "test_trace_job", "test_tune_api", "test_tune_load", "test_tune_script",
+    "test_tune_stagewise_script"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest first: the one-worker modules, then the other ``slow`` tests, then the rest (a
+    stable sort, so each module keeps its order). xdist hands tests out in this order, so the
+    long ones start early and the quick ones fill the end instead of one worker idling while the
+    other finishes a 2-minute tune search."""
+    def rank(item: pytest.Item) -> int:
+        if item.nodeid.split("::", 1)[0] in ONE_WORKER_MODULES:
+            return 0
+        return 1 if item.get_closest_marker("slow") is not None else 2
+    items.sort(key=rank)
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest without pytest-xdist: one process, nothing to schedule
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+    class _OneWorkerModules(LoadScopeScheduling):
+        """xdist's scope scheduling where a scope is a whole module for ``ONE_WORKER_MODULES`` and
+        a single test otherwise. (``--dist loadgroup`` with ``xdist_group`` marks does this job,
+        but with pytest 9.2 its marks are silently ignored: pytest-dev/pytest-xdist#1386.)"""
+
+        def _split_scope(self, nodeid: str) -> str:  # the hook LoadScopeScheduling's subclasses override
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER_MODULES else nodeid
+
+    def pytest_xdist_make_scheduler(config: pytest.Config, log):
+        """``-n auto``'s default ``--dist load``, with the modules above kept on one worker."""
+        if config.getvalue("dist") != "load":
+            return None  # an explicit --dist mode is left as asked
+        return _OneWorkerModules(config, log)
 
 
 @pytest.fixture

@@ -15,9 +15,6 @@ from pitstop.report.bench_text import to_json, to_markdown
 from pitstop.bench.runner import BenchReport, available, run_one, select
 from pitstop.bench.timing import BenchConfig, BenchContext
 
-pytestmark = pytest.mark.xdist_group("bench_runner")  # one worker: its module fixtures run once
-
-
 EXPECTED = {"PIT101", "PIT104", "PIT105", "PIT106", "PIT301", "PIT402", "PIT501", "PIT601", "PIT604", "PIT606",
             "PIT607"}
 

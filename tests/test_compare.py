@@ -12,9 +12,6 @@ from conftest import FIXTURES, run_cli
 from pitstop.compare import CompareInputError, Side, compare_sides, sniff
 from pitstop.compare.model import FASTER, NO_SAMPLES, ONLY_A, ONLY_B, SAME, SLOWER
 
-pytestmark = pytest.mark.xdist_group("compare")  # one worker: its module fixtures run once
-
-
 SLEEPY = FIXTURES / "compare" / "sleepy.py"
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("doctor_examples")]  # one worker: its module fixtures run once
+pytestmark = pytest.mark.slow
 
 SCHEMA = json.loads((ROOT / "docs" / "doctor-schema.json").read_text(encoding="utf-8"))
 

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("doctor_hardware")]  # one worker: its module fixtures run once
+pytestmark = pytest.mark.slow
 
 CAPPED = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
 

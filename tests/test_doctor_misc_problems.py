@@ -16,7 +16,7 @@ import pytest
 
 from conftest import FIXTURES, run_cli
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("doctor_misc_problems")]  # one worker: its module fixtures run once
+pytestmark = pytest.mark.slow
 
 SCRIPT = FIXTURES / "doctor" / "misc_problems.py"
 

@@ -71,9 +71,6 @@ ACCEPTED_FALSE: dict[tuple[str, str, str], str] = {
 }
 
 
-pytestmark = pytest.mark.xdist_group("lint_corpus")  # one worker: its module fixtures run once
-
-
 def _where(lab) -> str:
     cell = "" if lab.cell is None else f"cell {lab.cell}:"
     return f"{lab.path}:{cell}{lab.line}: {lab.code} {lab.anchor!r} ({lab.reason})"

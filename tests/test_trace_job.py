@@ -16,9 +16,6 @@ from pitstop.report.trace_html import render
 from pitstop.report.trace_terminal import print_trace
 from pitstop.trace import TraceReport, trace
 
-pytestmark = pytest.mark.xdist_group("trace_job")  # one worker: its module fixtures run once
-
-
 PLANT = {5: ("data", 3_000, None), 20: ("compute", 3_500, None), 9: ("host", 4_000, {3})}
 
 

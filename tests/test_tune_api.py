@@ -15,7 +15,7 @@ from pitstop.engine.recipe import Recipe
 from pitstop.tips.pit301_mixed_precision import AutocastKnob
 from pitstop.tune.knob import Knob, all_knobs
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tune_api")]  # one worker: its module fixtures run once
+pytestmark = pytest.mark.slow
 
 # One intra-op thread: on the shared 2-core test machine other processes keep the cores busy,
 # and two OpenMP threads then spend most of a small step waiting for each other (measured:

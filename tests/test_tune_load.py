@@ -18,7 +18,7 @@ import pytest
 
 from conftest import FIXTURES
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tune_load")]  # one worker: its module fixtures run once
+pytestmark = pytest.mark.slow
 
 TUNE = FIXTURES / "tune"
 sys.path.insert(0, str(TUNE))

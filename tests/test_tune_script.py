@@ -11,7 +11,7 @@ from pitstop.engine.recipe import Recipe
 
 from conftest import FIXTURES
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tune_script")]  # one worker: its module fixtures run once
+pytestmark = pytest.mark.slow
 pytest.importorskip("pitstop.doctor.run.runner", reason="script mode runs on pitstop doctor's child-process runner")
 
 TUNE = FIXTURES / "tune"

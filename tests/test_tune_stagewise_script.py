@@ -10,7 +10,7 @@ import pytest
 
 from conftest import FIXTURES
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("tune_stagewise_script")]  # one worker: its module fixtures run once
+pytestmark = pytest.mark.slow
 pytest.importorskip("pitstop.doctor.run.runner", reason="script mode runs on pitstop doctor's child-process runner")
 
 TUNE = FIXTURES / "tune"
