@@ -7,57 +7,19 @@ from __future__ import annotations
 
 import pytest
 
-from pitstop.tune.knob import Context, Knob
 from pitstop.tune.options import TuneOptions
 from pitstop.tune.protocol import search
-from pitstop.tune.result import Run
+from tune_fakes import BottleneckBackend, fake_knob
 
 
-class _Fake(Knob, register=False):
-    modes = ("api",)
-    data = 1.0
-    compute = 1.0
-    field = "channels_last"
-    own_phases: tuple[str, ...] = ()
-
-    def recipe_fields(self, value, ctx):
-        return {self.field: True}
-
-    def phases(self, value, ctx):
-        return self.own_phases
+make = fake_knob
 
 
-def make(name, tip, *, field, phases, data=1.0, compute=1.0, expensive=False):
-    attrs = {"name": name, "title": name, "data": data, "compute": compute, "field": field, "own_phases": phases,
-             "expensive": expensive}
-    return type(name, (_Fake,), attrs, tip=tip, register=False)()
-
-
-class MaxBackend:
+class MaxBackend(BottleneckBackend):
     """data 0.05 s, compute 0.20 s at the baseline; each knob scales one of them."""
 
-    mode, target = "api", "max(data, compute)"
-
     def __init__(self, knobs, shares=(("data", 0.2), ("forward", 0.3), ("backward", 0.5))):
-        self.by_name = {k.name: k for k in knobs}
-        self.shares = shares
-        self.calls: list[tuple[str, ...]] = []
-
-    def context(self):
-        return Context(mode="api", phase_shares=self.shares)
-
-    def run(self, settings, knobs, *, round, timeout, steps, warmup):
-        names = tuple(s.knob for s in settings)
-        self.calls.append(names)
-        d, c = 0.05, 0.20
-        for n in names:
-            d, c = d * self.by_name[n].data, c * self.by_name[n].compute
-        t = max(d, c) * (1 + 0.002 * ((len(self.calls) * 7) % 5 - 2))
-        return Run("ok", step_times=[t] * steps, warmup_times=[t] * warmup, losses=[1.0] * (warmup + steps),
-                   elapsed=t * (steps + warmup), round=round)
-
-    def close(self):
-        pass
+        super().__init__(knobs, data=0.05, compute=0.20, shares=shares)
 
 
 def knobs():

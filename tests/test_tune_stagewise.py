@@ -11,68 +11,15 @@ import re
 import pytest
 
 from pitstop.jsoncodec import dumps
-from pitstop.tune.knob import Context, Knob, Setting
+from pitstop.tune.knob import Context, Setting
 from pitstop.tune.options import TuneOptions
 from pitstop.tune.protocol import search
-from pitstop.tune.result import Run
 from pitstop.tune.stages import evidence_order, retry_reason, shares_after
-
-
-class _Fake(Knob, register=False):
-    modes = ("api",)
-    data = 1.0       # data-time multiplier
-    compute = 1.0    # compute-time multiplier
-    field = "channels_last"
-    own_phases: tuple[str, ...] = ()
-
-    def recipe_fields(self, value, ctx):
-        return {self.field: True}
-
-    def phases(self, value, ctx):
-        return self.own_phases
-
-    def snippet(self, value, ctx):
-        return f"# {self.name} on\n"
-
-
-def _knob(name, tip, *, data=1.0, compute=1.0, field, phases=()):
-    attrs = {"name": name, "title": name, "data": data, "compute": compute, "field": field, "own_phases": phases}
-    return type(name, (_Fake,), attrs, tip=tip, register=False)()
+from tune_fakes import BottleneckBackend, fake_knob
 
 
 SHARES = (("data", 0.6), ("forward", 0.15), ("backward", 0.25))
-
-
-class BottleneckBackend:
-    """A step waits for its batch and computes: ``max(data, compute)`` (the loader prefetches);
-    data 0.10 s, compute 0.06 s at the baseline; knobs scale one or the other."""
-
-    mode, target = "api", "max(data, compute)"
-
-    def __init__(self, knobs, data=0.10, compute=0.06):
-        self.by_name = {k.name: k for k in knobs}
-        self.data, self.compute = data, compute
-        self.calls: list[tuple[str, ...]] = []
-
-    def context(self):
-        return Context(mode="api", phase_shares=SHARES)
-
-    def step(self, names):
-        d, c = self.data, self.compute
-        for n in names:
-            d, c = d * self.by_name[n].data, c * self.by_name[n].compute
-        return max(d, c)
-
-    def run(self, settings, knobs, *, round, timeout, steps, warmup):
-        names = tuple(s.knob for s in settings)
-        self.calls.append(names)
-        jitter = 1 + 0.002 * ((len(self.calls) * 7) % 5 - 2)
-        t = self.step(names) * jitter
-        return Run("ok", step_times=[t] * steps, warmup_times=[t] * warmup, losses=[1.0] * (warmup + steps),
-                   elapsed=t * (steps + warmup), round=round)
-
-    def close(self):
-        pass
+_knob = fake_knob
 
 
 def _knobs():
