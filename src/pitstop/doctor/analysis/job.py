@@ -78,16 +78,25 @@ def merge_findings(per_rank: list[tuple[int, list[Finding]]], world_size: int) -
     return out
 
 
+def _peer_caused(r: RunResult) -> bool:
+    """A failure raised because another rank went away (a collective's connection closed)."""
+    return r.status != "crashed" and any(w in (r.traceback or r.message).lower() for w in _PEER_WORDS)
+
+
 def _root_failure(results: list[RunResult]) -> int | None:
-    """The rank whose failure ended the job: the first to fail on its own."""
+    """The rank whose failure ended the job: the first to fail on its own. None when no rank
+    failed, or when every failure was a peer's going away and some rank timed out or was
+    interrupted (that rank's watchdog ended first and closed the collective under the others:
+    the job timed out, it did not fail)."""
     failed = [i for i, r in enumerate(results)
               if r.status in _FAILED or (r.status == "exited" and r.exit_code not in (0, None))]
     if not failed:
         return None
+    if any(r.status in ("timeout", "interrupted") for r in results) and all(_peer_caused(results[i]) for i in failed):
+        return None
 
     def key(i: int) -> tuple:
-        tb = (results[i].traceback or results[i].message).lower()
-        return (any(w in tb for w in _PEER_WORDS), results[i].status == "crashed", results[i].elapsed)
+        return (_peer_caused(results[i]), results[i].status == "crashed", results[i].elapsed)
     return min(failed, key=key)
 
 

@@ -91,6 +91,7 @@ class DistRecorder:
         self.models: list[weakref.ref] = []
         self._hooked: set[int] = set()
         self._inside: tuple[str, float] | None = None
+        self._failed_in: tuple[str, float] | None = None  # the last collective that raised
         self._rounds: list[tuple[list[float], list[float]]] = []  # step in progress: (launches, completions)
         self._step = {"wait": 0.0, "bytes": 0, "buckets": 0}
         self.backwards: list[int] = []  # backward passes per observed step
@@ -135,16 +136,21 @@ class DistRecorder:
             t0 = perf()
             self._inside = (name, t0)
             try:
-                return orig(*args, **kwargs)
+                out = orig(*args, **kwargs)
+            except BaseException:  # a peer went away, an interruption: the report names what it was in
+                self._failed_in = (name, t0)
+                raise
             finally:
                 self._inside = None
-                if self.log.kind() == "observed":
-                    self.calls[name] = self.calls.get(name, 0) + 1
-                    if not kwargs.get("async_op"):
-                        self._step["wait"] += perf() - t0
-                    t = args[0] if args else kwargs.get("tensor")
-                    if name == "all_reduce" and isinstance(t, torch.Tensor):
-                        self._step["bytes"] += t.numel() * t.element_size()
+            self._failed_in = None  # caught and carried on: that failure is not where the run ended
+            if self.log.kind() == "observed":
+                self.calls[name] = self.calls.get(name, 0) + 1
+                if not kwargs.get("async_op"):
+                    self._step["wait"] += perf() - t0
+                t = args[0] if args else kwargs.get("tensor")
+                if name == "all_reduce" and isinstance(t, torch.Tensor):
+                    self._step["bytes"] += t.numel() * t.element_size()
+            return out
         collective.__wrapped__ = orig  # type: ignore[attr-defined]
         return collective
 
@@ -179,8 +185,9 @@ class DistRecorder:
         self._step["buckets"] += 1
 
         def completed(f):
+            out = f.value()[0]  # a failed all-reduce (a peer went away) raises here: the round stays open
             done.append(perf())
-            return f.value()[0]
+            return out
         return fut.then(completed)
 
     # -- batches and samplers ------------------------------------------------------------------
@@ -231,8 +238,9 @@ class DistRecorder:
     def record(self) -> JobRecord:
         waiting_in = waiting_s = None
         now = perf()
-        if self._inside is not None:
-            waiting_in, waiting_s = self._inside[0], now - self._inside[1]
+        if self._inside is not None or self._failed_in is not None:
+            name, t0 = self._inside or self._failed_in
+            waiting_in, waiting_s = name, now - t0
         elif self._rounds and len(self._rounds[-1][1]) < len(self._rounds[-1][0]):
             waiting_in, waiting_s = "DDP gradient all-reduce", now - self._rounds[-1][0][-1]
         ps = self.per_step
