@@ -135,6 +135,20 @@ ONE_WORKER_MODULES = frozenset(f"tests/{name}.py" for name in (
     "test_tune_stagewise_script"))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile pitstop's sources and the test fixtures' modules to bytecode once, before any worker
+    starts. Where ``PYTHONDONTWRITEBYTECODE`` is set (the development machines here set it), Python
+    reads a ``.pyc`` but never writes one, so every doctor, tune and torchrun child would compile
+    pitstop's modules again: measured here (2-core AMD EPYC), about 0.6 s of CPU per doctor run
+    of a tiny script, over the suite's few hundred child processes."""
+    if hasattr(config, "workerinput"):
+        return  # the controller did it
+    import compileall
+
+    for folder in (ROOT / "src" / "pitstop", FIXTURES):
+        compileall.compile_dir(str(folder), quiet=2)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first: the one-worker modules, then the other ``slow`` tests, then the rest (a
     stable sort, so each module keeps its order). xdist hands tests out in this order, so the
