@@ -149,6 +149,16 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(str(folder), quiet=2)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per usable core, plus one. Many tests spend seconds waiting on a
+    child (a planted hang until its timeout, a killed node's peers, a rank sleeping in a loader,
+    a tune pair's other half): an extra worker runs another test meanwhile instead of leaving a
+    core idle."""
+    from pitstop.machine import usable_cores
+
+    return usable_cores() + 1
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest first: the one-worker modules, then the other ``slow`` tests, then the rest (a
     stable sort, so each module keeps its order). xdist hands tests out in this order, so the
