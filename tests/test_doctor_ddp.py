@@ -64,8 +64,11 @@ def test_a_plain_run_reports_one_rank_of_one():
     assert not [s for s in d["skipped_checks"] if "torchrun job" in s["reason"]]  # job checks stay out of it
 
 
-def test_planted_straggler_is_named_with_its_phase():
-    diag = _job("--slow-rank", "1", "--sampler", "--set-epoch")
+def test_planted_straggler_is_named_with_its_phase_and_a_sampler_without_set_epoch_is_found():
+    """One job, two planted problems whose findings are independent (PIT704 reads the ranks'
+    step phases, PIT703's epoch check the epochs each rank's sampler started): rank 1 loads
+    slowly, and the DistributedSampler never gets set_epoch."""
+    diag = _job("--slow-rank", "1", "--sampler")
     d = diag.to_dict()
     assert d["outcome"] == "diagnosed" and d["world_size"] == 2
     assert d["stragglers"] == [1]
@@ -74,10 +77,16 @@ def test_planted_straggler_is_named_with_its_phase():
     r0, r1 = d["ranks"]
     assert r1["breakdown"]["data"] > 0.05 > r0["breakdown"]["data"]
     assert r0["breakdown"]["collective"] > 0.05  # rank 0 waits for rank 1 in DDP's all-reduce
+    # the sampler without set_epoch: found, and not mistaken for identical batches
+    titles = [f.title for f in _codes(diag, "PIT703")]
+    assert any("set_epoch" in t for t in titles) and not any("identical" in t for t in titles)
+    assert _codes(diag, "PIT702") == []  # no accumulation: one all-reduce round per step is no finding
 
-
-def test_balanced_clean_job_has_no_distributed_finding():
-    diag = _job("--sampler", "--set-epoch", steps=8)
+def test_balanced_clean_job_has_no_distributed_finding_and_no_sync_accumulation_all_reduces_once():
+    """A correct DDP job (DistributedSampler with set_epoch, balanced ranks) accumulating 4
+    micro-batches under no_sync: no distributed finding, and one all-reduce round per optimizer
+    step after 4 backwards."""
+    diag = _job("--accum", "4", "--no-sync", "--sampler", "--set-epoch", steps=8)
     d = diag.to_dict()
     jsonschema.validate(json.loads(dumps(d)), SCHEMA)
     assert d["outcome"] == "diagnosed"
@@ -89,6 +98,7 @@ def test_balanced_clean_job_has_no_distributed_finding():
         assert r["allreduce_rounds_per_step"] == 1 and r["allreduce_bytes_per_step"] > 0
     job = diag.observations.distributed
     assert job.initialized and all(r.backend == "gloo" for r in job.ranks)
+    assert all(set(r.reductions) == {1} and set(r.backwards) == {4} for r in job.ranks)
     assert "bucket_sizes" in job.ranks[0].ddp_logging  # DDP's own logging data
     page = doctor_html(diag)
     assert "2 ranks side by side" in page and "rank 1" in page
@@ -97,7 +107,6 @@ def test_balanced_clean_job_has_no_distributed_finding():
     assert "2 ranks side by side" in out.getvalue() and "collective (mean)" in out.getvalue()
     skipped = {(s.code, s.check) for s in diag.skipped}
     assert ("PIT702", "DdpNoSyncCheck") not in skipped and ("PIT704", "StragglerCheck") not in skipped
-
 
 def test_a_lightning_fabric_ddp_job_is_diagnosed_per_rank():
     """Fabric's own DDP strategy under torchrun (gloo): recognised as Fabric, every rank
@@ -133,25 +142,6 @@ def test_accumulation_without_no_sync_measures_all_reduces_per_optimizer_step():
     assert "4 times per optimizer step" in f.title
     assert "4.0 gradient all-reduce rounds" in f.evidence and f.impact_seconds > 0
     assert all(r.reductions == (4,) * len(r.reductions) for r in diag.observations.distributed.ranks)
-
-
-def test_accumulation_with_no_sync_all_reduces_once():
-    diag = _job("--accum", "4", "--no-sync", "--sampler", "--set-epoch")
-    assert _codes(diag, "PIT702") == []
-    ranks = diag.observations.distributed.ranks
-    assert all(set(r.reductions) == {1} and set(r.backwards) == {4} for r in ranks)
-
-
-def test_without_distributed_sampler_ranks_get_identical_batches():
-    diag = _job()
-    (f,) = [f for f in _codes(diag, "PIT703") if "identical batches" in f.title]
-    assert f.severity == "high" and "RandomSampler" in f.evidence
-
-
-def test_distributed_sampler_without_set_epoch_is_found():
-    diag = _job("--sampler")
-    titles = [f.title for f in _codes(diag, "PIT703")]
-    assert any("set_epoch" in t for t in titles) and not any("identical" in t for t in titles)
 
 
 def test_script_without_init_process_group_is_independent_processes():
@@ -242,8 +232,10 @@ def test_sigterm_to_the_doctor_ends_every_rank_and_writes_a_partial_report(tmp_p
     assert _marked(mark) == []
 
 
-def test_trace_of_a_torchrun_job_is_one_file_per_rank_and_reads_as_the_job(tmp_path):
-    """``--nproc-per-node 2 --trace DIR`` (refused before the GPU run of issue 27 needed it): each
+def test_without_distributed_sampler_ranks_get_identical_batches_and_a_traced_job_is_one_file_per_rank(tmp_path):
+    """One job (no sampler, ``--trace DIR``), two behaviours: the doctor finds that every rank
+    trained on the same batches (the loader shuffles with the same seed on every rank); and
+    ``--nproc-per-node 2 --trace DIR`` (refused before the GPU run of issue 27 needed it): each
     rank keeps its own traced steps, and ``pitstop trace DIR`` reads the folder as that job."""
     from pitstop.trace import trace
 
@@ -251,6 +243,8 @@ def test_trace_of_a_torchrun_job_is_one_file_per_rank_and_reads_as_the_job(tmp_p
                    trace_dir=str(tmp_path / "traces"))
     diag = diagnose_job(run_job(spec))
     assert diag.to_dict()["world_size"] == 2
+    (f,) = [f for f in _codes(diag, "PIT703") if "identical batches" in f.title]
+    assert f.severity == "high" and "RandomSampler" in f.evidence
     files = sorted(p.name for p in (tmp_path / "traces").iterdir())
     assert files == ["pitstop_trace_rank0.json", "pitstop_trace_rank1.json"]
     report = trace([tmp_path / "traces"], workers=1)

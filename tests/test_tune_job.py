@@ -39,9 +39,12 @@ def test_a_ddp_job_gets_a_path_and_a_recipe_each_trial_a_whole_job_nothing_left_
 
     script = tmp_path / f"ddp_tune_{os.getpid()}.py"  # a name no other process has
     shutil.copy(FIXTURES / "ddp" / "train.py", script)
-    # rank 1 loads slowly (100 ms per batch of 8, sleeping): the job waits for it every step
-    r = tune_script(str(script), args=("--sampler", "--slow-rank", "1"), steps=4, warmup=2, repeats=2, max_pairs=3,
-                    timeout=120, nproc_per_node=2, knobs=[planted.IOWorkersKnob()])
+    # rank 1 loads slowly (100 ms per batch of 8, sleeping): the job waits for it every step; every
+    # step also waits 30 ms (--step-sleep), so with the workers hiding the loading a step takes a
+    # steady ~35 ms, not the few noisy milliseconds whose ratios once left the trial undecided
+    # after 2 pairs (3 pairs, and 3 again to confirm: 4 more whole jobs)
+    r = tune_script(str(script), args=("--sampler", "--slow-rank", "1", "--step-sleep", "0.03"), steps=4, warmup=2,
+                    repeats=2, max_pairs=3, timeout=120, nproc_per_node=2, knobs=[planted.IOWorkersKnob()])
     assert not _alive_with(script.name)
     t = r.trial("num_workers=4")
     assert t.status == "kept", t.reason
