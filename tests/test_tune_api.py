@@ -85,8 +85,11 @@ def result():
     model = _model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     loader = DataLoader(_data(), batch_size=32, shuffle=True)
-    res = pitstop.tune(model, _opt, _loss, loader, steps=6, warmup=2, repeats=2, sweep=False, threads=THREADS,
-                       knobs=[ClipKnob(), BadKnob(), SameKnob(), FP16Knob()])
+    # at most 3 pairs a trial (default 8): the no-op control and fp16 ran 8 pairs each to end
+    # undecided; no test here asserts their speed verdict, only that they ran, trained the same
+    # and that the search went on (~4.9 -> ~3 s CPU on this 2-core AMD EPYC)
+    res = pitstop.tune(model, _opt, _loss, loader, steps=6, warmup=2, repeats=2, max_pairs=3, sweep=False,
+                       threads=THREADS, knobs=[ClipKnob(), BadKnob(), SameKnob(), FP16Knob()])
     after = model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before), "tune must not train the user's model"
     return res
