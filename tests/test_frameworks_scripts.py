@@ -47,29 +47,19 @@ def doctor(script: str, *script_args: str, probes: bool = False) -> dict:
     return _CACHE[key]
 
 
-#: Lightning's bf16 run, with probes, is shared by the framework, bf16 and optimizer/sync tests
-#: (none of them depends on the precision it trains in: the closure's phases, PIT501's probe and
-#: the ``self.log`` sync are the same in fp32); Fabric keeps an fp32 run, whose precision probe runs.
-LIGHTNING_BF16 = ("--precision", "bf16-mixed")
-
-
-def _probes(script: str, args: tuple) -> bool:
-    return script == "lightning_cnn" or (script == "fabric_loop" and not args)
-
-
 def _measured_share(d: dict) -> float:
     return sum(v["share"] for k, v in d["breakdown"].items() if k != "other")
 
 
 @pytest.mark.parametrize("script, args, name, driver", [
-    ("lightning_cnn", LIGHTNING_BF16, "lightning", "Trainer"),
+    ("lightning_cnn", (), "lightning", "Trainer"),
     ("fabric_loop", (), "fabric", "Fabric"),
     ("hf_trainer", ("--bf16",), "transformers", "Trainer"),
     ("accelerate_loop", ("--mixed-precision", "bf16"), "accelerate", "AcceleratedOptimizer"),
     ("lbfgs_loop", (), None, None),
 ])
 def test_doctor_detects_the_framework_and_its_breakdown_is_one_step(script, args, name, driver):
-    d = doctor(script, *args, probes=_probes(script, args))
+    d = doctor(script, *args, probes=script in ("lightning_cnn", "fabric_loop"))
     assert d["framework"]["name"] == name
     if driver:
         assert driver in d["framework"]["driver"]
@@ -86,7 +76,7 @@ def test_hf_trainer_with_dict_rows_and_default_data_collator_has_a_batch_size():
 
 
 def test_lightning_optimizer_is_not_the_top_finding_and_syncs_point_at_self_log():
-    d = doctor("lightning_cnn", *LIGHTNING_BF16, probes=True)
+    d = doctor("lightning_cnn", probes=True)
     assert d["breakdown"]["optimizer"]["share"] < 0.2
     assert not any(f["code"] == "PIT501" and f["severity"] == "high" for f in d["findings"])
     line = next(i for i, t in enumerate((SCRIPTS / "lightning_cnn.py").read_text().splitlines(), 1) if "self.log(" in t)
@@ -97,13 +87,13 @@ def test_lightning_optimizer_is_not_the_top_finding_and_syncs_point_at_self_log(
 
 
 @pytest.mark.parametrize("script, args, configured", [
-    ("lightning_cnn", LIGHTNING_BF16, {"precision": "bf16-mixed"}),
+    ("lightning_cnn", ("--precision", "bf16-mixed"), {"precision": "bf16-mixed"}),
     ("fabric_loop", ("--precision", "bf16-mixed"), {"precision": "bf16-mixed"}),
     ("hf_trainer", ("--bf16",), {"bf16": True}),
     ("accelerate_loop", ("--mixed-precision", "bf16"), {"mixed_precision": "bf16"}),
 ])
 def test_framework_bf16_is_recognised_from_what_ran(script, args, configured):
-    d = doctor(script, *args, probes=_probes(script, args))
+    d = doctor(script, *args)
     assert d["precision"]["autocast"] == "bfloat16", d["precision"]
     assert configured.items() <= d["framework"]["configured"].items()
     assert not any(f["code"] == "PIT301" for f in d["findings"])  # no fp32 advice to a bf16 run
