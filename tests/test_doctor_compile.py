@@ -129,14 +129,27 @@ def _doctor(script: str, *script_args: str, steps: int = 3, html: str | None = N
     return json.loads(out.stdout)
 
 
-def _alone(script: str, *script_args: str) -> int:
-    """Graph breaks dynamo counts when the script runs alone (no pitstop in the process)."""
-    code = ("import runpy, sys; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__'); "
-            "from torch._dynamo.utils import counters; print(sum(counters['graph_break'].values()))")
-    out = subprocess.run([sys.executable, "-c", code, str(SCRIPTS / script), "--backend", "aot_eager", "--steps", "5",
-                          *script_args], capture_output=True, text=True, timeout=300)
+#: the scripts whose graph breaks are counted alone (no pitstop in the process), script arguments included
+ALONE = (("clean_mlp.py", "--how", "module"), ("clean_mlp.py", "--how", "method"), ("item_branch.py",))
+
+
+@pytest.fixture(scope="module")
+def alone() -> dict[tuple, int]:
+    """Graph breaks dynamo counts when each script of ``ALONE`` runs alone (no pitstop in the
+    process): one process runs them in turn, dynamo's caches and counters reset before each
+    (one torch import instead of one per script)."""
+    code = ("import json, runpy, sys, torch._dynamo\n"
+            "from torch._dynamo.utils import counters\n"
+            "out = []\n"
+            "for argv in json.loads(sys.argv[1]):\n"
+            "    torch._dynamo.reset(); counters.clear(); sys.argv = argv\n"
+            "    runpy.run_path(argv[0], run_name='__main__')\n"
+            "    out.append(sum(counters['graph_break'].values()))\n"
+            "print(json.dumps(out))")
+    runs = [[str(SCRIPTS / script), "--backend", "aot_eager", "--steps", "5", *args] for script, *args in ALONE]
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(runs)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    return int(out.stdout.split()[-1])
+    return dict(zip(ALONE, json.loads(out.stdout.splitlines()[-1]), strict=True))
 
 
 def _compile_codes(d: dict) -> set[str]:
@@ -145,20 +158,20 @@ def _compile_codes(d: dict) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["module", "method"])
-def test_a_clean_compiled_mlp_has_no_break_under_the_doctor_as_alone(how):
+def test_a_clean_compiled_mlp_has_no_break_under_the_doctor_as_alone(how, alone):
     d = _doctor("clean_mlp.py", "--how", how)
     c = d["observations"]["compile"]
-    assert c["compiled"] and c["graph_breaks"] == 0 == _alone("clean_mlp.py", "--how", how)
+    assert c["compiled"] and c["graph_breaks"] == 0 == alone["clean_mlp.py", "--how", how]
     assert c["recompiles"] == [] and c["limit_hits"] == []
     assert _compile_codes(d) == set()
     assert d["observations"]["forwards"]["train"] >= 4  # seen at the compiled module's boundary
 
 
 @pytest.mark.slow
-def test_an_item_branch_is_pit608_at_its_line():
+def test_an_item_branch_is_pit608_at_its_line(alone):
     d = _doctor("item_branch.py")
     c = d["observations"]["compile"]
-    assert c["graph_breaks"] == 1 == _alone("item_branch.py")
+    assert c["graph_breaks"] == 1 == alone["item_branch.py",]
     line = next(n for n, t in enumerate((SCRIPTS / "item_branch.py").read_text().splitlines(), 1) if t.rstrip().endswith("# PIT608"))
     (f,) = [f for f in d["findings"] if f["code"] == "PIT608"]
     assert f["where"] == [f"{SCRIPTS / 'item_branch.py'}:{line}"] and "item()" in f["evidence"]

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 # A tiny training script: writes its pid (and a grandchild's, like a DataLoader worker) to
 # PIDS, takes 3 optimizer steps, then hangs (sleeping, or holding the GIL).
 SCRIPT = """
-import os, subprocess, sys, time
+import ctypes, os, subprocess, sys, time
 import torch
 out, mode = sys.argv[1], sys.argv[2]
 worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", out],  # out: a marker
@@ -35,7 +35,10 @@ for step in range(1000):
     if step == 3:
         if mode == "gil":
             time.sleep(3)  # the child's watchdog snapshots its progress (every second)
-            sum(range(10 ** 14))  # one C call: never releases the GIL
+            # one C call that blocks holding the GIL (PyDLL never releases it), like a native
+            # library stuck in a call: the watchdog thread never runs again. It waits rather than
+            # spins (sum(range(10 ** 14)) did the same but burned a core until the kill).
+            ctypes.PyDLL(None).sleep(600)
         time.sleep(600)
     loss = model(torch.randn(8, 4)).pow(2).mean()
     opt.zero_grad(); loss.backward(); opt.step()

@@ -41,10 +41,18 @@ def tensors_equal(a, b, where=""):
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
-@pytest.mark.slow
-def test_sigkilled_runs_resume_to_the_bitwise_same_result(tmp_path):
-    ref = run(tmp_path / "ref", tmp_path / "ref.pt")
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The uninterrupted run both tests compare against (the script is deterministic: one run
+    serves both)."""
+    tmp = tmp_path_factory.mktemp("ref")
+    ref = run(tmp / "ref", tmp / "ref.pt")
     assert ref.returncode == 0, ref.stderr
+    return tmp / "ref.pt"
+
+
+@pytest.mark.slow
+def test_sigkilled_runs_resume_to_the_bitwise_same_result(tmp_path, reference):
     ckpt = tmp_path / "ckpt"
 
     killed = run(ckpt, tmp_path / "x.pt", "--kill-after-step", "3")  # before step 3's checkpoint
@@ -66,7 +74,7 @@ def test_sigkilled_runs_resume_to_the_bitwise_same_result(tmp_path):
     assert done.returncode == 0, done.stderr
     assert not any(p.name.startswith(".step-") for p in ckpt.iterdir())  # the dead writers' temp files removed
     assert not (ckpt / "pitstop.lock").exists()
-    a = torch.load(tmp_path / "ref.pt", weights_only=True)
+    a = torch.load(reference, weights_only=True)
     b = torch.load(tmp_path / "resumed.pt", weights_only=True)
     assert b["resumed_from"].endswith("step-000000014.pt") and a["resumed_from"] == "None"
     assert a["steps"] == b["steps"] == 21
@@ -76,18 +84,17 @@ def test_sigkilled_runs_resume_to_the_bitwise_same_result(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_without_the_epoch_replay_would_differ(tmp_path):
+def test_resume_without_the_epoch_replay_would_differ(tmp_path, reference):
     """The bitwise check above can fail: resuming from a mid-epoch checkpoint with fresh
     epoch-start RNG states (what a loop that only saves model+optimizer does) changes the result."""
-    ref = run(tmp_path / "ref", tmp_path / "ref.pt")
     killed = run(tmp_path / "ckpt", tmp_path / "x.pt", "--kill-after-step", "5")
-    assert ref.returncode == 0 and killed.returncode == -signal.SIGKILL
+    assert killed.returncode == -signal.SIGKILL
     path = latest_checkpoint(tmp_path / "ckpt")
     state = torch.load(path, weights_only=True)
     state["epoch_rng"] = [dict(e, **{"global": state["rng"][0]}) for e in state["epoch_rng"]]  # forget the epoch start
     torch.save(state, path)
     done = run(tmp_path / "ckpt", tmp_path / "resumed.pt")
     assert done.returncode == 0, done.stderr
-    a = torch.load(tmp_path / "ref.pt", weights_only=True)["model"]
+    a = torch.load(reference, weights_only=True)["model"]
     b = torch.load(tmp_path / "resumed.pt", weights_only=True)["model"]
     assert any(not torch.equal(a[k], b[k]) for k in a)
