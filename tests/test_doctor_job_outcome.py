@@ -53,3 +53,11 @@ def test_a_peer_closed_failure_without_any_timeout_is_a_failure():
 def test_among_failures_the_one_not_caused_by_a_peer_is_named():
     d = _outcome(_rank(0, "error", tb=PEER_TB, elapsed=5.0), _rank(1, "error", tb=OWN_TB, elapsed=6.0))
     assert d["outcome"] == "script_failed" and d["message"].startswith("rank 1:")
+
+
+def test_a_failure_that_names_gloo_stays_the_failure_when_torchrun_stopped_the_other_rank():
+    # rank 1's own error mentions gloo; torchrun then sent SIGTERM to rank 0 (its report says
+    # interrupted), while the job itself was not interrupted: the job failed, rank 1 is named
+    gloo_tb = "Traceback (most recent call last):\n  ...\nRuntimeError: gloo backend needs a device\n"
+    d = _outcome(_rank(0, "interrupted"), _rank(1, "error", tb=gloo_tb))
+    assert d["outcome"] == "script_failed" and d["message"].startswith("rank 1:")

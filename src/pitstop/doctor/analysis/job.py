@@ -83,16 +83,17 @@ def _peer_caused(r: RunResult) -> bool:
     return r.status != "crashed" and any(w in (r.traceback or r.message).lower() for w in _PEER_WORDS)
 
 
-def _root_failure(results: list[RunResult]) -> int | None:
+def _root_failure(results: list[RunResult], interrupted: bool) -> int | None:
     """The rank whose failure ended the job: the first to fail on its own. None when no rank
-    failed, or when every failure was a peer's going away and some rank timed out or was
-    interrupted (that rank's watchdog ended first and closed the collective under the others:
-    the job timed out, it did not fail)."""
+    failed, or when every failure was a peer's going away and the job was interrupted or a rank
+    timed out (that rank's watchdog ended first and closed the collective under the others: the
+    job timed out, it did not fail). A rank torchrun stopped because another failed is
+    ``interrupted`` too: that alone does not hide the other's failure."""
     failed = [i for i, r in enumerate(results)
               if r.status in _FAILED or (r.status == "exited" and r.exit_code not in (0, None))]
     if not failed:
         return None
-    if any(r.status in ("timeout", "interrupted") for r in results) and all(_peer_caused(results[i]) for i in failed):
+    if (interrupted or any(r.status == "timeout" for r in results)) and all(_peer_caused(results[i]) for i in failed):
         return None
 
     def key(i: int) -> tuple:
@@ -102,7 +103,7 @@ def _root_failure(results: list[RunResult]) -> int | None:
 
 def _primary(job: JobResult, dists: tuple[RankDist, ...]) -> tuple[RunResult, int]:
     results = job.results
-    failed = _root_failure(results)
+    failed = _root_failure(results, job.status == "interrupted")
     if failed is not None:
         r = results[failed]
         return dataclasses.replace(r, message=f"rank {dists[failed].rank}: {r.message}"), failed
