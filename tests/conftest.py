@@ -150,13 +150,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker per usable core, plus one. Many tests spend seconds waiting on a
+    """``-n auto``: one worker per usable core, plus two. Many tests spend seconds waiting on a
     child (a planted hang until its timeout, a killed node's peers, a rank sleeping in a loader,
-    a tune pair's other half): an extra worker runs another test meanwhile instead of leaving a
-    core idle."""
+    a tune pair's other half): the extra workers run other tests meanwhile instead of leaving a
+    core idle, and beside another CPU-bound process on the machine they keep the suite's share of
+    the cores (the scheduler shares a core per runnable task, not per program)."""
     from pitstop.machine import usable_cores
 
-    return usable_cores() + 1
+    return usable_cores() + 2
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
