@@ -4,7 +4,8 @@
 # the same session, killed after the run). Each run gets its own fresh clone of HEAD and, unless
 # --warm-inductor, an empty torch.compile cache (Inductor's /tmp/torchinductor_$USER, what a
 # new machine has). A line per run goes to stdout: kind, exit status, wall seconds, commit,
-# pytest's summary line. Logs stay in the work folder.
+# pytest's summary line. Logs stay in the work folder, which defaults to the folder holding this
+# checkout, so that a clone finds ../shared (the recorded traces) as the checkout does.
 #
 #   benchmarks/suite_runs.sh [--venv DIR] [--work DIR] [--warm-inductor] [plain|nohup|hog ...] [-- PYTEST_ARGS]
 #
@@ -15,7 +16,7 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 venv="$repo/.venv"
-work="${TMPDIR:-/tmp}/pitstop-suite-runs"
+work=$(dirname "$repo")
 warm=0
 kinds=()
 extra=()
@@ -34,12 +35,12 @@ done
 mkdir -p "$work"
 cmd="python -m pytest -n auto --durations=15 -p no:cacheprovider"
 for kind in "${kinds[@]}"; do
-  clone="$work/clone-$kind"
+  clone="$work/pitstop-run-$kind"
   rm -rf "$clone"
   git clone -q "$repo" "$clone"
   ln -s "$venv" "$clone/.venv"
   [ $warm = 1 ] || rm -rf "/tmp/torchinductor_$(id -un)"
-  log="$work/$kind.log"
+  log="$work/pitstop-run-$kind.log"
   start=$(date +%s)
   run=(env PATH="$clone/.venv/bin:$PATH" PYTHONPATH="$clone/src" $cmd "${extra[@]}")
   set +e
