@@ -47,7 +47,7 @@ class Finding:
         return f"pitstop explain {self.code}"
 
     def sort_key(self) -> tuple:
-        return rank_key(self.severity, self.impact_share, self.code, self.summary)
+        return rank_key(self.severity, self.impact_share, self.code, self.summary, self.impact_kind)
 
     def to_dict(self) -> dict[str, Any]:
         return {

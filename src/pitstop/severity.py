@@ -3,7 +3,9 @@
 Time and memory findings take their severity from the share of the step (or of peak memory)
 a fix saves: at least ``high_share`` is high, at least ``medium_share`` medium, else low
 (the two cut-offs of the one :class:`~pitstop.thresholds.Thresholds`). Findings are
-ranked by severity, then causes before summaries, then by that share, then by code.
+ranked by severity, then causes before summaries, then wrong results before cost (a
+``correctness`` finding has no share of the step, and a run that trains the wrong model is not
+made right by training it faster), then by that share, then by code.
 
 A *summary* finding (``Finding.summary``: PIT905's "low model FLOP utilisation" / "the GPU waits
 for host code") states how much of the step is lost without naming what to change. It never
@@ -39,9 +41,12 @@ def severity_for(share: float | None, th: Cutoffs) -> str:
     return "low"
 
 
-def rank_key(severity: str, share: float | None, code: str, summary: bool = False) -> tuple[int, bool, float, str]:
-    """The sort key of a finding: severity, causes before summaries, the larger share first, the code."""
-    return (SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES), summary, -(share or 0.0), code)
+def rank_key(severity: str, share: float | None, code: str, summary: bool = False,
+             kind: str = "time") -> tuple[int, bool, bool, float, str]:
+    """The sort key of a finding: severity, causes before summaries, ``correctness`` (``kind``)
+    before time and memory, the larger share first, the code."""
+    return (SEVERITIES.index(severity) if severity in SEVERITIES else len(SEVERITIES), summary,
+            kind != "correctness", -(share or 0.0), code)
 
 
 class Ranked(Protocol):
@@ -67,4 +72,4 @@ def settle(findings: Iterable[R]) -> list[R]:
     cap = SEVERITIES.index("low" if cause else SUMMARY_CAP)
     out = [dataclasses.replace(f, severity=SEVERITIES[cap])  # type: ignore[type-var]
            if f.summary and f.severity in SEVERITIES and SEVERITIES.index(f.severity) < cap else f for f in found]
-    return sorted(out, key=lambda f: rank_key(f.severity, f.impact_share, f.code, f.summary))
+    return sorted(out, key=lambda f: rank_key(f.severity, f.impact_share, f.code, f.summary, f.impact_kind))
