@@ -67,6 +67,19 @@ def cli():
     return run_cli
 
 
+@pytest.fixture(scope="session")
+def warm_doctor():
+    """Doctor reports from runs forked from one warm worker per test process, for tests whose
+    subject is the diagnosis, not the CLI or a process's life (``tests/doctor_warm.py`` says
+    what stays on the CLI). Set up before ``isolation`` takes its list of child processes, so the
+    worker is not counted as a leak; closed at the end of the session."""
+    from doctor_warm import WarmDoctor
+
+    doctor = WarmDoctor()
+    yield doctor
+    doctor.close()
+
+
 # -- isolation: each test owns the conditions it assumes ------------------------------------
 #
 # The suite runs under pytest-xdist (``-n auto``): tests of one worker run one after another in

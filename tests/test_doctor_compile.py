@@ -121,12 +121,21 @@ def test_pit609_limit_hit_is_high_with_the_guard_and_the_fix():
 
 
 # -- real runs ---------------------------------------------------------------------------------------------
-def _doctor(script: str, *script_args: str, steps: int = 3, html: str | None = None) -> dict:
-    extra = ["--html", html] if html else []
-    out = run_cli("doctor", "--no-probes", "--format", "json", "--steps", str(steps), "--warmup", "1", *extra,
+def _doctor(script: str, *script_args: str, steps: int = 3, html: str) -> dict:
+    """Through the CLI (``--html``: the report page's compile section)."""
+    out = run_cli("doctor", "--no-probes", "--format", "json", "--steps", str(steps), "--warmup", "1", "--html", html,
                   str(SCRIPTS / script), "--", "--backend", "aot_eager", *script_args, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)
+
+
+def _warm(warm_doctor, script: str, *script_args: str, probes: bool = False) -> dict:
+    """Forked from the test process's warm worker (``tests/doctor_warm.py``): torch and dynamo
+    are imported there, nothing compiled, so the run's dynamo counters start at zero."""
+    run = warm_doctor.report(SCRIPTS / script, "--backend", "aot_eager", *script_args, steps=3, warmup=1,
+                             probes=probes, timeout=400)
+    assert run.exit_code == 0, run.stderr[-3000:]
+    return run.data
 
 
 #: the scripts whose graph breaks are counted alone (no pitstop in the process), script arguments included
@@ -158,8 +167,8 @@ def _compile_codes(d: dict) -> set[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("how", ["module", "method"])
-def test_a_clean_compiled_mlp_has_no_break_under_the_doctor_as_alone(how, alone):
-    d = _doctor("clean_mlp.py", "--how", how)
+def test_a_clean_compiled_mlp_has_no_break_under_the_doctor_as_alone(how, alone, warm_doctor):
+    d = _warm(warm_doctor, "clean_mlp.py", "--how", how)
     c = d["observations"]["compile"]
     assert c["compiled"] and c["graph_breaks"] == 0 == alone["clean_mlp.py", "--how", how]
     assert c["recompiles"] == [] and c["limit_hits"] == []
@@ -168,8 +177,8 @@ def test_a_clean_compiled_mlp_has_no_break_under_the_doctor_as_alone(how, alone)
 
 
 @pytest.mark.slow
-def test_an_item_branch_is_pit608_at_its_line(alone):
-    d = _doctor("item_branch.py")
+def test_an_item_branch_is_pit608_at_its_line(alone, warm_doctor):
+    d = _warm(warm_doctor, "item_branch.py")
     c = d["observations"]["compile"]
     assert c["graph_breaks"] == 1 == alone["item_branch.py",]
     line = next(n for n, t in enumerate((SCRIPTS / "item_branch.py").read_text().splitlines(), 1) if t.rstrip().endswith("# PIT608"))
@@ -193,11 +202,8 @@ def test_a_new_length_every_step_is_pit609_with_the_failing_guard_and_the_limit(
 
 
 @pytest.mark.slow
-def test_the_compile_probe_times_the_compiled_model_against_eager_without_recompiling():
-    out = run_cli("doctor", "--format", "json", "--steps", "3", "--warmup", "1", str(SCRIPTS / "clean_mlp.py"), "--",
-                  "--backend", "aot_eager", timeout=400)
-    assert out.returncode == 0, out.stderr[-3000:]
-    d = json.loads(out.stdout)
+def test_the_compile_probe_times_the_compiled_model_against_eager_without_recompiling(warm_doctor):
+    d = _warm(warm_doctor, "clean_mlp.py", probes=True)
     p = d["observations"]["probes"]["compile"]
     assert "skipped" not in p and "error" not in p, p
     assert set(p["seconds"]) == {"eager", "compiled"} and all(s > 0 for s in p["seconds"].values())

@@ -136,14 +136,6 @@ def test_an_accelerate_job_is_diagnosed_per_rank():
     assert _codes(diag, "PIT703") == [] and _codes(diag, "PIT702") == []
 
 
-def test_accumulation_without_no_sync_measures_all_reduces_per_optimizer_step():
-    diag = _job("--accum", "4", "--sampler", "--set-epoch")
-    (f,) = _codes(diag, "PIT702")
-    assert "4 times per optimizer step" in f.title
-    assert "4.0 gradient all-reduce rounds" in f.evidence and f.impact_seconds > 0
-    assert all(r.reductions == (4,) * len(r.reductions) for r in diag.observations.distributed.ranks)
-
-
 def test_script_without_init_process_group_is_independent_processes():
     diag = _job(module="independent", cwd=str(FIX))  # -m MODULE, from its directory
     d = diag.to_dict()
@@ -232,19 +224,25 @@ def test_sigterm_to_the_doctor_ends_every_rank_and_writes_a_partial_report(tmp_p
     assert _marked(mark) == []
 
 
-def test_without_distributed_sampler_ranks_get_identical_batches_and_a_traced_job_is_one_file_per_rank(tmp_path):
-    """One job (no sampler, ``--trace DIR``), two behaviours: the doctor finds that every rank
-    trained on the same batches (the loader shuffles with the same seed on every rank); and
+def test_identical_batches_accumulation_without_no_sync_and_a_traced_job_is_one_file_per_rank(tmp_path):
+    """One job (no sampler, 4 micro-batches without ``no_sync``, ``--trace DIR``), three
+    independent behaviours: the doctor finds that every rank trained on the same batches (the
+    loader shuffles with the same seed on every rank: PIT703, from the batches); that DDP
+    all-reduced after every micro-batch (PIT702, from the reductions counted per step); and
     ``--nproc-per-node 2 --trace DIR`` (refused before the GPU run of issue 27 needed it): each
     rank keeps its own traced steps, and ``pitstop trace DIR`` reads the folder as that job."""
     from pitstop.trace import trace
 
-    spec = RunSpec(script=TRAIN, args=(), steps=4, warmup=1, timeout=240.0, nproc_per_node=2, stdout="devnull",
-                   trace_dir=str(tmp_path / "traces"))
+    spec = RunSpec(script=TRAIN, args=("--accum", "4"), steps=4, warmup=1, timeout=240.0, nproc_per_node=2,
+                   stdout="devnull", trace_dir=str(tmp_path / "traces"))
     diag = diagnose_job(run_job(spec))
     assert diag.to_dict()["world_size"] == 2
     (f,) = [f for f in _codes(diag, "PIT703") if "identical batches" in f.title]
     assert f.severity == "high" and "RandomSampler" in f.evidence
+    (f,) = _codes(diag, "PIT702")
+    assert "4 times per optimizer step" in f.title
+    assert "4.0 gradient all-reduce rounds" in f.evidence and f.impact_seconds > 0
+    assert all(r.reductions == (4,) * len(r.reductions) for r in diag.observations.distributed.ranks)
     files = sorted(p.name for p in (tmp_path / "traces").iterdir())
     assert files == ["pitstop_trace_rank0.json", "pitstop_trace_rank1.json"]
     report = trace([tmp_path / "traces"], workers=1)

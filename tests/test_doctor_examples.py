@@ -1,7 +1,9 @@
 """pitstop doctor on the bundled examples: the planted problems are found, the clean twin is clean.
 
-One doctor run per example is shared by all the assertions about it (module-scoped fixtures);
-runs are short (``--steps 3 --warmup 1``) and evaluate every 2 steps so that the evaluation
+One doctor run per example is shared by all the assertions about it (module-scoped fixtures):
+the naive CNN (the README's main job, with ``--html``) through the CLI; its clean twin, the GPT and
+the MLP forked from the test process's warm worker (``tests/doctor_warm.py``). Runs
+are short (``--steps 3 --warmup 1``) and evaluate every 2 steps so that the evaluation
 code paths run inside the observed steps.
 """
 
@@ -23,11 +25,9 @@ pytestmark = pytest.mark.slow
 SCHEMA = json.loads((ROOT / "docs" / "doctor-schema.json").read_text(encoding="utf-8"))
 
 
-def _doctor(tmp: Path, module: str, *script_args: str, probes: bool = True) -> tuple[dict, Path]:
+def _doctor(tmp: Path, module: str, *script_args: str) -> tuple[dict, Path]:
     html = tmp / f"{module.rsplit('.', 1)[-1]}.html"
     args = ["doctor", "--format", "json", "--html", str(html), "--steps", "3", "--warmup", "1", "-m", module]
-    if not probes:
-        args.insert(1, "--no-probes")
     out = run_cli(*args, "--", "--eval-every", "2", *script_args, timeout=400)
     assert out.returncode == 0, out.stderr[-3000:]
     d = json.loads(out.stdout)
@@ -42,19 +42,28 @@ def cnn(tmp_path_factory):
     return _doctor(tmp_path_factory.mktemp("cnn"), "pitstop.examples.cnn", "--work", "12")
 
 
-@pytest.fixture(scope="module")
-def gpt(tmp_path_factory):
-    return _doctor(tmp_path_factory.mktemp("gpt"), "pitstop.examples.gpt", "--batch-size", "8", probes=False)[0]
+def _warm(warm_doctor, module: str, *script_args: str, probes: bool = False) -> dict:
+    """The same run forked from the warm worker (``tests/doctor_warm.py``)."""
+    run = warm_doctor.report(None, "--eval-every", "2", *script_args, module=module, steps=3, warmup=1, probes=probes,
+                             timeout=400)
+    assert run.exit_code == 0, run.stderr[-3000:]
+    assert run.data["check_errors"] == []
+    return run.data
 
 
 @pytest.fixture(scope="module")
-def mlp(tmp_path_factory):
-    return _doctor(tmp_path_factory.mktemp("mlp"), "pitstop.examples.mlp", probes=False)[0]
+def gpt(warm_doctor):
+    return _warm(warm_doctor, "pitstop.examples.gpt", "--batch-size", "8")
 
 
 @pytest.fixture(scope="module")
-def clean(tmp_path_factory):
-    return _doctor(tmp_path_factory.mktemp("clean"), "pitstop.examples.cnn_clean")[0]
+def mlp(warm_doctor):
+    return _warm(warm_doctor, "pitstop.examples.mlp")
+
+
+@pytest.fixture(scope="module")
+def clean(warm_doctor):
+    return _warm(warm_doctor, "pitstop.examples.cnn_clean", probes=True)
 
 
 def source_line(module: str, needle: str) -> int:

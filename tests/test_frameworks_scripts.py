@@ -1,7 +1,8 @@
 """Frameworks (issue 12) on the real installs: ``pitstop doctor`` and ``pitstop tune`` run the
 fixture scripts under ``tests/fixtures/frameworks/`` unchanged (CPU, tiny models built from
 configs, synthetic data, nothing downloaded). One doctor run per script and setting is
-shared by its assertions. Skipped only where a framework cannot be imported."""
+shared by its assertions; doctor runs are forked from the test process's warm worker
+(``tests/doctor_warm.py``), tune runs go through the CLI. Skipped only where a framework cannot be imported."""
 
 from __future__ import annotations
 
@@ -33,17 +34,16 @@ def _needs(script: str) -> None:
 _CACHE: dict[tuple, dict] = {}
 
 
-def doctor(script: str, *script_args: str, probes: bool = False) -> dict:
+def doctor(warm_doctor, script: str, *script_args: str, probes: bool = False) -> dict:
     key = (script, script_args, probes)
     if key not in _CACHE:
         _needs(script)
-        args = ["doctor", "--format", "json", "--steps", "3", "--warmup", "1"] + ([] if probes else ["--no-probes"])
-        out = run_cli(*args, str(SCRIPTS / f"{script}.py"), "--", "--steps", "12", *script_args, timeout=600)
-        assert out.returncode == 0, out.stderr[-3000:]
-        d = json.loads(out.stdout)
-        jsonschema.validate(d, SCHEMA)
-        assert d["check_errors"] == [], d["check_errors"]  # no crashed check or probe
-        _CACHE[key] = d
+        run = warm_doctor.report(SCRIPTS / f"{script}.py", "--steps", "12", *script_args, steps=3, warmup=1,
+                                 probes=probes)
+        assert run.exit_code == 0, run.stderr[-3000:]
+        jsonschema.validate(run.data, SCHEMA)
+        assert run.data["check_errors"] == [], run.data["check_errors"]  # no crashed check or probe
+        _CACHE[key] = run.data
     return _CACHE[key]
 
 
@@ -58,8 +58,8 @@ def _measured_share(d: dict) -> float:
     ("accelerate_loop", ("--mixed-precision", "bf16"), "accelerate", "AcceleratedOptimizer"),
     ("lbfgs_loop", (), None, None),
 ])
-def test_doctor_detects_the_framework_and_its_breakdown_is_one_step(script, args, name, driver):
-    d = doctor(script, *args, probes=script in ("lightning_cnn", "fabric_loop"))
+def test_doctor_detects_the_framework_and_its_breakdown_is_one_step(script, args, name, driver, warm_doctor):
+    d = doctor(warm_doctor, script, *args, probes=script in ("lightning_cnn", "fabric_loop"))
     assert d["framework"]["name"] == name
     if driver:
         assert driver in d["framework"]["driver"]
@@ -68,15 +68,15 @@ def test_doctor_detects_the_framework_and_its_breakdown_is_one_step(script, args
     assert d["breakdown"]["forward"]["share"] > 0 and d["breakdown"]["backward"]["share"] > 0
 
 
-def test_hf_trainer_with_dict_rows_and_default_data_collator_has_a_batch_size():
+def test_hf_trainer_with_dict_rows_and_default_data_collator_has_a_batch_size(warm_doctor):
     # batches are dicts of input_ids / attention_mask / labels: the batch dimension is their dim 0
-    d = doctor("hf_trainer_rows")
+    d = doctor(warm_doctor, "hf_trainer_rows")
     assert d["throughput"]["batch_size"] == 8 and d["throughput"]["batch_dim"] == 0
     assert d["observations"]["batch"]["input"] == "input_ids" and d["observations"]["batch"]["tokens_per_step"] == 256
 
 
-def test_lightning_optimizer_is_not_the_top_finding_and_syncs_point_at_self_log():
-    d = doctor("lightning_cnn", probes=True)
+def test_lightning_optimizer_is_not_the_top_finding_and_syncs_point_at_self_log(warm_doctor):
+    d = doctor(warm_doctor, "lightning_cnn", probes=True)
     assert d["breakdown"]["optimizer"]["share"] < 0.2
     assert not any(f["code"] == "PIT501" and f["severity"] == "high" for f in d["findings"])
     line = next(i for i, t in enumerate((SCRIPTS / "lightning_cnn.py").read_text().splitlines(), 1) if "self.log(" in t)
@@ -92,15 +92,15 @@ def test_lightning_optimizer_is_not_the_top_finding_and_syncs_point_at_self_log(
     ("hf_trainer", ("--bf16",), {"bf16": True}),
     ("accelerate_loop", ("--mixed-precision", "bf16"), {"mixed_precision": "bf16"}),
 ])
-def test_framework_bf16_is_recognised_from_what_ran(script, args, configured):
-    d = doctor(script, *args)
+def test_framework_bf16_is_recognised_from_what_ran(script, args, configured, warm_doctor):
+    d = doctor(warm_doctor, script, *args)
     assert d["precision"]["autocast"] == "bfloat16", d["precision"]
     assert configured.items() <= d["framework"]["configured"].items()
     assert not any(f["code"] == "PIT301" for f in d["findings"])  # no fp32 advice to a bf16 run
 
 
-def test_precision_probe_runs_under_fabric():
-    d = doctor("fabric_loop", probes=True)
+def test_precision_probe_runs_under_fabric(warm_doctor):
+    d = doctor(warm_doctor, "fabric_loop", probes=True)
     probe = d["probes"]["precision"]
     assert "error" not in probe and "skipped" not in probe, probe
     assert "Sequential" in probe["what"]  # the user's module, not Fabric's wrapper

@@ -216,12 +216,18 @@ class WarmRunner:
 
     kind = "warm worker (torch imported once, os.fork per run)"
 
-    def __init__(self, python: str = sys.executable, cwd: str | None = None, env: dict[str, str] | None = None):
+    def __init__(self, python: str = sys.executable, cwd: str | None = None, env: dict[str, str] | None = None,
+                 learn_packages: bool = True):
+        """``learn_packages``: after the first run, import into the worker the installed packages
+        that run imported, so later forks of the same script skip them (a tune search). Pass
+        False for a worker that runs different scripts: one script's packages would otherwise be
+        imported before another one starts."""
         self.python, self.cwd, self.env = python, cwd, env
         self.proc: subprocess.Popen | None = None
         self.last_stderr: list[str] = []
         self.current: int | None = None  # pid (and process group) of the run in progress
-        self.preloaded: list[str] | None = None  # after the first run: the packages the worker preloaded
+        # after the first run: the packages the worker preloaded ([] when not learning them)
+        self.preloaded: list[str] | None = None if learn_packages else []
         # the runner's naming (pitstop-doctor-<pid>-*): a tuner killed outright leaves nothing the next run
         # does not remove
         self.tmp = tempfile.TemporaryDirectory(prefix=f"pitstop-doctor-{os.getpid()}-warm-")
@@ -245,6 +251,11 @@ class WarmRunner:
             raise OSError("the warm worker did not start")
         return proc
 
+    def start(self) -> None:
+        """Start the worker now (torch imported, ready to fork) rather than at the first run."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.proc = self._start()
+
     def run(self, spec: Any) -> Any:
         from pitstop.lifecycle import exit_on_signals
 
@@ -254,8 +265,7 @@ class WarmRunner:
     def _run(self, spec: Any) -> Any:
         from pitstop.doctor.run.spec import RunResult, RunSpec
 
-        if self.proc is None or self.proc.poll() is not None:
-            self.proc = self._start()
+        self.start()
         if spec.script is not None and spec.cwd is None:
             spec = RunSpec.from_dict({**spec.to_dict(), "script": str(Path(spec.script).resolve())})
         with tempfile.TemporaryDirectory(dir=self.tmp.name) as tmp:
