@@ -73,19 +73,20 @@ def test_sniff(tmp_path):
             sniff(tmp_path / bad)
 
 
-def _doctor(tmp: Path, name: str, sleep: float) -> Path:
+def _doctor(warm_doctor, tmp: Path, name: str, sleep: float) -> Path:
+    """The report ``pitstop doctor --format json`` prints, from a run forked from the test
+    process's warm worker (``tests/doctor_warm.py``): the subject here is compare."""
     out = tmp / f"{name}.json"
-    r = run_cli("doctor", str(SLEEPY), "--steps", "6", "--warmup", "1", "--no-probes", "--format", "json",
-                "--", "--sleep", str(sleep), "--steps", "10")
-    assert r.returncode == 0, r.stderr[-2000:]
-    out.write_text(r.stdout)
+    run = warm_doctor.report(SLEEPY, "--sleep", str(sleep), "--steps", "10", steps=6, warmup=1, probes=False)
+    assert run.exit_code == 0, run.stderr[-2000:]
+    out.write_text(json.dumps(run.data))
     return out
 
 
 @pytest.fixture(scope="module")
-def doctor_pair(tmp_path_factory):
+def doctor_pair(tmp_path_factory, warm_doctor):
     tmp = tmp_path_factory.mktemp("compare")
-    return _doctor(tmp, "fast", 0.0), _doctor(tmp, "slow", 0.25)
+    return _doctor(warm_doctor, tmp, "fast", 0.0), _doctor(warm_doctor, tmp, "slow", 0.25)
 
 
 @pytest.mark.slow

@@ -103,11 +103,10 @@ def test_trace_cli_html_option(tmp_path):
 
 
 @pytest.mark.slow
-def test_live_cpu_doctor_trace_reads_as_host_only(tmp_path):
-    trace_dir = tmp_path / "trace"
-    r = run_cli("doctor", str(FIXTURES / "compare" / "sleepy.py"), "--steps", "3", "--warmup", "1", "--no-probes",
-                "--format", "json", "--trace", str(trace_dir))
-    assert r.returncode == 0, r.stderr[-2000:]
+def test_live_cpu_doctor_trace_reads_as_host_only(tmp_path, warm_doctor):
+    trace_dir = tmp_path / "trace"  # the doctor's --trace (its CLI form: test_doctor_api.py), run warm
+    r = warm_doctor.report(FIXTURES / "compare" / "sleepy.py", steps=3, warmup=1, probes=False, trace_dir=str(trace_dir))
+    assert r.exit_code == 0, r.stderr[-2000:]
     t = run_cli("trace", str(trace_dir), "--format", "json")
     assert t.returncode == 0, t.stderr
     rank = json.loads(t.stdout)["ranks"][0]
