@@ -7,7 +7,9 @@ Record (from the repository root; works with and without pytest-xdist)::
 Each process running tests appends one JSON line per test to ``DIR/cpu-<pid>.jsonl``: the test
 id, its wall time, the CPU of the process running it (``self``) and the CPU of the children it
 reaped meanwhile (``children``: doctor, tune and torchrun processes the test started). A process
-reaped by someone else (a grandchild whose parent exited first) is counted where it is reaped.
+reaped by someone else (a grandchild whose parent exited first) is counted where it is reaped:
+the runs forked from the suite's warm doctor worker (``tests/doctor_warm.py``) are counted at the
+test during which that worker is reaped, the last one of its test process.
 
 Report::
 
