@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import textwrap
 
-import hypothesmith
 import libcst as cst
 import pytest
 from hypothesis import given, settings
@@ -59,9 +58,18 @@ def test_fixes_always_leave_valid_python_and_settle(body):
     assert not any(f.fix for f in remaining) or note
 
 
+def _grammar() -> st.SearchStrategy[str]:
+    """hypothesmith's whole-grammar strategy, built when the test first draws from it: importing
+    hypothesmith and building its grammar costs ~1.5 s of CPU here (2-core AMD EPYC), which every
+    pytest-xdist worker would otherwise pay while collecting, whether it runs this test or not."""
+    import hypothesmith
+
+    return hypothesmith.from_grammar()
+
+
 @pytest.mark.slow
 @settings(max_examples=30, deadline=None)
-@given(hypothesmith.from_grammar())
+@given(st.deferred(_grammar))
 def test_linter_never_crashes_on_valid_python(src):
     try:
         findings = lint_source(src, "gen.py", ALL)
