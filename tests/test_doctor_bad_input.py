@@ -1,4 +1,10 @@
-"""pitstop doctor on scripts that fail, hang, exit early, never step, spawn workers, or do not exist."""
+"""pitstop doctor on scripts that fail, hang, exit early, never step, spawn workers, or do not exist.
+
+What the doctor makes of a script's own failure (the outcome, the message, the report's steps,
+the exit code ``pitstop doctor`` would exit with) is read from runs forked from the suite's warm
+worker (``tests/doctor_warm.py``: the same child bootstrap, the report built as the CLI builds
+it). The command line itself stays on the CLI: usage errors, a timeout of the child process, an
+exit code and the text report of a failed script, as a user sees them."""
 
 from __future__ import annotations
 
@@ -19,9 +25,15 @@ def doctor_json(cli, *args: str, timeout: float = 240):
     return out, (json.loads(out.stdout) if out.stdout.strip() else None)
 
 
-def test_script_that_raises_shows_traceback_and_what_was_measured(cli):
-    out, d = doctor_json(cli, TINY, *FAST, "--", "--raise-at", "3")
-    assert out.returncode == 3, out.stderr
+def _warm(warm_doctor, script: str, *args: str):
+    """``pitstop doctor --format json --steps 3 --warmup 1 --no-probes SCRIPT -- ARGS``, forked."""
+    return warm_doctor.report(script, *args, steps=3, warmup=1, probes=False, timeout=240)
+
+
+def test_script_that_raises_shows_traceback_and_what_was_measured(warm_doctor):
+    out = _warm(warm_doctor, TINY, "--raise-at", "3")
+    d = out.data
+    assert out.exit_code == 3, out.stderr
     assert d["outcome"] == "script_failed" and d["status"] == "error"
     assert "RuntimeError: boom at step 3" in d["traceback"]
     assert "tiny.py" in d["traceback"] and "pitstop/doctor" not in d["traceback"]
@@ -33,9 +45,10 @@ def test_script_that_raises_shows_traceback_and_what_was_measured(cli):
     assert "boom" in out.stderr  # the script's own stderr stays visible
 
 
-def test_script_that_never_steps_an_optimizer(cli):
-    out, d = doctor_json(cli, TINY, *FAST, "--", "--no-optimizer", "--steps", "5")
-    assert out.returncode == 5
+def test_script_that_never_steps_an_optimizer(warm_doctor):
+    out = _warm(warm_doctor, TINY, "--no-optimizer", "--steps", "5")
+    d = out.data
+    assert out.exit_code == 5
     assert d["outcome"] == "nothing"
     assert d["message"].startswith("nothing to diagnose")
     assert "0 optimizer steps" in d["message"] and "5 forward passes" in d["message"]
@@ -50,35 +63,39 @@ def test_script_that_hangs_is_killed_with_a_partial_report(cli):
     assert len(d["steps"]["records"]) == 2
 
 
-def test_sys_exit_zero_before_the_planned_steps_gives_a_partial_report(cli):
-    out, d = doctor_json(cli, TINY, *FAST, "--", "--exit-at", "3")
-    assert out.returncode == 0
+def test_sys_exit_zero_before_the_planned_steps_gives_a_partial_report(warm_doctor):
+    out = _warm(warm_doctor, TINY, "--exit-at", "3")
+    d = out.data
+    assert out.exit_code == 0
     assert d["status"] == "exited" and "partial report, 2 of 3 planned steps observed" in d["message"]
     assert d["steps"]["observed"] == 2
 
 
-def test_sys_exit_before_any_observed_step_is_nothing_to_diagnose(cli):
-    out, d = doctor_json(cli, TINY, *FAST, "--", "--exit-at", "1")
-    assert out.returncode == 5
+def test_sys_exit_before_any_observed_step_is_nothing_to_diagnose(warm_doctor):
+    out = _warm(warm_doctor, TINY, "--exit-at", "1")
+    d = out.data
+    assert out.exit_code == 5
     assert "nothing to diagnose" in d["message"] and "sys.exit(0)" in d["message"]
 
 
-def test_sys_exit_nonzero_is_a_failure(cli):
-    out, d = doctor_json(cli, TINY, *FAST, "--", "--exit-at", "2", "--exit-code", "7")
-    assert out.returncode == 3 and d["outcome"] == "script_failed" and "sys.exit(7)" in d["message"]
+def test_sys_exit_nonzero_is_a_failure(warm_doctor):
+    out = _warm(warm_doctor, TINY, "--exit-at", "2", "--exit-code", "7")
+    d = out.data
+    assert out.exit_code == 3 and d["outcome"] == "script_failed" and "sys.exit(7)" in d["message"]
 
 
-def test_child_that_dies_without_a_report_is_a_crash(cli):
-    out, d = doctor_json(cli, TINY, *FAST, "--", "--die-at", "2")
-    assert out.returncode == 3
+def test_child_that_dies_without_a_report_is_a_crash(warm_doctor):
+    out = _warm(warm_doctor, TINY, "--die-at", "2")
+    d = out.data
+    assert out.exit_code == 3
     assert d["status"] == "crashed" and "died without a report (exit status 9)" in d["message"]
 
 
 @pytest.mark.parametrize("spawn", [False, True], ids=["fork", "spawn"])
-def test_dataloader_workers_do_not_break_the_instrumentation(cli, spawn):
-    args = ("--", "--spawn") if spawn else ()
-    out, d = doctor_json(cli, str(FIXTURES / "doctor" / "workers.py"), *FAST, *args)
-    assert out.returncode == 0, out.stderr
+def test_dataloader_workers_do_not_break_the_instrumentation(warm_doctor, spawn):
+    out = _warm(warm_doctor, str(FIXTURES / "doctor" / "workers.py"), *(("--spawn",) if spawn else ()))
+    d = out.data
+    assert out.exit_code == 0, out.stderr
     assert d["status"] == "stopped" and d["steps"]["observed"] == 3
     loaders = d["observations"]["loaders"]
     assert loaders and loaders[0]["num_workers"] == 2 and loaders[0]["role"] == "train"
