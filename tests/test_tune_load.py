@@ -40,22 +40,22 @@ def busy(n: int = 2, limit: float = 300.0):
             p.wait()
 
 
-def _search():
+def _search(worker):
     from pitstop.tune.api import tune_script
 
     knobs = [planted.HalveSpinKnob(), planted.AddSpinKnob(), planted.NoopKnob()]
     return tune_script(str(TUNE / "tiny_train.py"), args=("--spin", "20"), steps=6, warmup=2, repeats=3, max_pairs=5,
-                       timeout=120, threads=1, knobs=knobs)
+                       timeout=120, threads=1, knobs=knobs, worker=worker)
 
 
 @pytest.fixture(scope="module")
-def quiet_and_busy():
+def quiet_and_busy(warm_doctor):
     from pitstop.machine import usable_cores
 
-    quiet = _search()
+    quiet = _search(warm_doctor.runner)
     # half the cores spinning, beside the suite's other workers: the machine is oversubscribed
     with busy(max(1, usable_cores() // 2)) as procs:
-        loaded = _search()
+        loaded = _search(warm_doctor.runner)
         assert all(p.poll() is None for p in procs)  # the load ran the whole time
     return quiet, loaded
 

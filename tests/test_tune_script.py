@@ -171,23 +171,23 @@ def test_saved_recipe_trains_with_pitstop_fit(cnn):
 
 
 @pytest.fixture(scope="module")
-def planted_result():
+def planted_result(warm_doctor):
     from pitstop.tune.api import tune_script
 
     knobs = [planted.PerturbLossKnob(), planted.CrashKnob(), planted.HangKnob(), planted.OOMKnob(), planted.NoopKnob()]
     return tune_script(str(TUNE / "tiny_train.py"), steps=5, warmup=2, repeats=2, max_pairs=3, timeout=15, threads=1,
-                       knobs=knobs)
+                       knobs=knobs, worker=warm_doctor.runner)
 
 
 @pytest.fixture(scope="module")
-def paced_result():
+def paced_result(warm_doctor):
     """tiny_train.py sleeping 40 ms per step: removing the sleep is a 2x+ speed-up and a 30 ms
     sleep per forward a slow-down, whatever else runs on the machine."""
     from pitstop.tune.api import tune_script
 
     knobs = [planted.SkipPaceKnob(), planted.SlowKnob()]
     return tune_script(str(TUNE / "tiny_train.py"), args=("--pace", "40"), steps=6, warmup=2, repeats=2, timeout=60,
-                       threads=1, knobs=knobs)
+                       threads=1, knobs=knobs, worker=warm_doctor.runner)
 
 
 def test_a_real_speedup_is_kept_a_slowdown_called_slower_and_the_best_is_the_winner(paced_result):

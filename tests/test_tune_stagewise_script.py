@@ -19,12 +19,12 @@ import planted_knobs as planted  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def path_result():
+def path_result(warm_doctor):
     from pitstop.tune.api import tune_script
 
     knobs = [planted.IOWorkersKnob(), planted.HalvePaceKnob()]
     return tune_script(str(TUNE / "stagewise_train.py"), steps=6, warmup=3, repeats=3, max_pairs=5, timeout=60,
-                       threads=1, knobs=knobs)
+                       threads=1, knobs=knobs, worker=warm_doctor.runner)
 
 
 def test_the_path_holds_both_tricks_and_the_second_only_pays_on_top_of_the_first(path_result):

@@ -16,26 +16,33 @@ sys.path.insert(0, str(TUNE))
 import planted_knobs as planted  # noqa: E402
 
 
-def test_a_forked_run_trains_exactly_like_a_fresh_process():
+def test_a_forked_run_trains_exactly_like_a_fresh_process(warm_doctor):
     from pitstop.tune.script import ScriptBackend
     from pitstop.tune.warm import WarmRunner
 
     if not WarmRunner.available():
         pytest.skip("no fork on this platform")
+    shared = warm_doctor.runner  # a worker the caller owns (the suite's), as several searches share one
+    shared.start()
+    shared_pid = shared.proc.pid
     runs = {}
-    # two forks of one warm worker (the second must not inherit anything from the first), one
-    # fresh process to compare them with (a second fresh run would only repeat the first: ~3 s CPU)
-    for warm, n in ((True, 2), (False, 1)):
-        backend = ScriptBackend(str(TUNE / "tiny_train.py"), threads=1, warm=warm)
+    # two forks of the search's own warm worker (the second must not inherit anything from the
+    # first), one of the shared worker, one fresh process to compare them with (a second fresh run
+    # would only repeat the first: ~3 s CPU)
+    for kind, n in (("own", 2), ("shared", 1), ("fresh", 1)):
+        backend = ScriptBackend(str(TUNE / "tiny_train.py"), threads=1, warm=kind != "fresh",
+                                worker=shared if kind == "shared" else None)
         try:
-            runs[warm] = [backend.run((), [], steps=4, warmup=1, timeout=60) for _ in range(n)]
+            runs[kind] = [backend.run((), [], steps=4, warmup=1, timeout=60) for _ in range(n)]
         finally:
             backend.close()
-        assert backend.worker_kind.startswith("warm" if warm else "a fresh")
-    for warm, done in runs.items():
-        assert all(r.ok for r in done), [r.message for r in done]
-    assert runs[True][0].losses == runs[True][1].losses == runs[False][0].losses  # same seed, same bits
-    assert all(len(r.cpu_times) == len(r.step_times) == 4 for r in runs[True])
+        assert backend.worker_kind.startswith("a fresh" if kind == "fresh" else "warm")
+        assert ("shared" in backend.worker_kind) == (kind == "shared")
+    for kind, done in runs.items():
+        assert all(r.ok for r in done), (kind, [r.message for r in done])
+    assert runs["own"][0].losses == runs["own"][1].losses == runs["shared"][0].losses == runs["fresh"][0].losses
+    assert all(len(r.cpu_times) == len(r.step_times) == 4 for r in runs["own"] + runs["shared"])
+    assert shared.proc.pid == shared_pid and shared.proc.poll() is None  # the caller's worker: left running
 
 
 def test_the_scripts_repeated_stderr_is_counted_not_printed():

@@ -103,13 +103,16 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
                 timeout: float = 300.0, margin: float | None = None, confidence: float | None = None, seed: int = 0,
                 progress: bool | None = False, knobs: Sequence[Knob] | None = None, cwd: str | None = None,
                 survey_steps: int | None = None, threads: int | None = None, max_pairs: int = 8, warm: bool = True,
-                nproc_per_node: int | None = None, try_values: Sequence[str] = ()) -> TuneResult:
+                nproc_per_node: int | None = None, try_values: Sequence[str] = (), worker: Any = None) -> TuneResult:
     """Script mode: tune an unmodified training script (``script`` path or ``module`` name,
     ``args`` its own arguments). Each run is a fresh child process under the doctor's bootstrap;
     with ``nproc_per_node`` each run is a whole torchrun job of that many ranks
     (:class:`pitstop.tune.job.JobBackend`: the slowest rank's step time, every rank's loss checked).
     ``try_values`` ("KNOB=VALUE", e.g. ``"autocast=fp16"``): values to try even where their knob
-    does not choose them by default (:attr:`TuneOptions.try_values`)."""
+    does not choose them by default (:attr:`TuneOptions.try_values`). ``worker``: a started
+    :class:`pitstop.tune.warm.WarmRunner` to fork the runs from, owned by the caller and left open
+    (searches of several scripts in one process import torch once; without it each search starts
+    its own warm worker, or fresh processes with ``warm=False``)."""
     from pitstop.tune.progress import make_progress
     from pitstop.tune.script import SURVEY_STEPS, ScriptBackend
     from pitstop.tune.verdict import DEFAULT_CONFIDENCE, DEFAULT_MARGIN
@@ -125,7 +128,7 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
 
         backend: ScriptBackend = JobBackend(**kw, nproc_per_node=nproc_per_node)
     else:
-        backend = ScriptBackend(**kw, warm=warm)
+        backend = ScriptBackend(**kw, warm=warm, worker=worker)
     knob_list = list(knobs) if knobs is not None else all_knobs()
     bar = make_progress(progress) if progress is not False else NullProgress()
     try:

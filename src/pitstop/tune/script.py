@@ -14,6 +14,7 @@ discarded during tuning (it would repeat for every run); a failing run's traceba
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -107,7 +108,11 @@ class ScriptBackend:
     def __init__(self, script: str | None = None, module: str | None = None, args: Sequence[str] = (), *,
                  seed: int = 0, cwd: str | None = None, survey_steps: int = SURVEY_STEPS, timeout: float = 300.0,
                  python: str = sys.executable, threads: int | None = None, warm: bool = True,
-                 passive_omp: bool | None = None) -> None:
+                 passive_omp: bool | None = None, worker: Any = None) -> None:
+        """``worker``: a :class:`pitstop.tune.warm.WarmRunner` the caller owns, to fork every run
+        from instead of starting one for this search (several searches in one process then import
+        torch once); it is left open after the search, and its environment, set when it started,
+        is the runs' (``OMP_WAIT_POLICY`` included)."""
         runner, spec = _doctor()
         if module is None and script is None:
             raise TuneInputError("give a script path or a module name")
@@ -125,7 +130,14 @@ class ScriptBackend:
         #: why runs wait passively at OpenMP barriers (None: the library's default)
         self.passive_omp = passive_omp_reason() if passive_omp is None else (
             "asked for" if passive_omp else None)
-        if warm and python == sys.executable:
+        self.own_worker = worker is None
+        if worker is not None:
+            self.worker = worker
+            self.worker_kind = f"{worker.kind}, shared with other searches"
+            policy = {**os.environ, **(worker.env or {})}.get("OMP_WAIT_POLICY", "").upper()
+            self.passive_omp = ("every run waits passively at OpenMP barriers (OMP_WAIT_POLICY=PASSIVE in the "
+                                "shared warm worker's environment)") if policy == "PASSIVE" else None
+        elif warm and python == sys.executable:
             from pitstop.tune.warm import WarmRunner
 
             if WarmRunner.available():
@@ -142,15 +154,16 @@ class ScriptBackend:
             try:
                 return self.worker.run(rs), list(self.worker.last_stderr)
             except OSError as exc:
-                self.worker.close()
+                if self.own_worker:
+                    self.worker.close()
                 self.worker = None
                 self.worker_kind = f"a fresh python process per run (the warm worker failed: {exc})"
         return runner.run_script(rs, check=False), []
 
     def close(self) -> None:
-        if self.worker is not None:
+        if self.worker is not None and self.own_worker:
             self.worker.close()
-            self.worker = None
+        self.worker = None
 
     def context(self) -> Context:
         runner, spec = _doctor()
