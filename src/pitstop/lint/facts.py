@@ -25,7 +25,9 @@ class FileFacts:
     def info(self) -> Any:
         """This file's :class:`pitstop.lint.project.ModuleInfo` (the project index's line scan)."""
         if self._info is None:
-            self._info = scan_source(self.source if self.source is not None else self.module.code, self.path)
+            text = self.source if self.source is not None else self.module.code
+            known = self.project.scan_of(self.path, text) if self.project is not None else None
+            self._info = known if known is not None else scan_source(text, self.path)
         return self._info
 
     @property

@@ -77,6 +77,9 @@ class ModuleInfo:
     #: over pre-tokenized rows, work a worker process would not take off the training loop
     pad_functions: frozenset = frozenset()
     calls: CallInfo = field(default_factory=CallInfo)  # the call graph's part of this file
+    #: ``hash`` of the text scanned (this process's and its forks'): a file linted as it was indexed
+    #: reuses the index's scan (:meth:`ProjectIndex.scan_of`) instead of scanning its text again
+    digest: int = 0
 
     def assigned_once(self, name: str) -> bool:
         return name in self.module_once
@@ -125,7 +128,7 @@ def scan_source(text: str, path: str = "") -> ModuleInfo:
                       _on_device(text, datasets),
                       _device_functions(text) if _TO_DEVICE.search(text) else frozenset(),
                       _pad_functions(text) if ".pad(" in text or "pad_sequence(" in text else frozenset(),
-                      scan_calls(text))
+                      scan_calls(text), hash(text))
 
 
 def _blocks(text: str, pattern: re.Pattern, group: int) -> dict:
@@ -275,6 +278,12 @@ class ProjectIndex:
                 if info is not None:
                     return info
         return None
+
+    def scan_of(self, path: str, text: str) -> ModuleInfo | None:
+        """The index's scan of ``path`` when it was made from ``text`` (a file linted as it lies
+        on disk; not a text a fix round changed), else None."""
+        info = self.modules.get(os.path.abspath(path))
+        return info if info is not None and info.digest == hash(text) else None
 
     def dataset_kind(self, path: str, name: str, _depth: int = 0) -> str | None:
         """``"on_device"`` / ``"in_memory"`` / ``"unsharded_iterable"`` / ``"other"`` for a Dataset class ``name``
