@@ -38,6 +38,8 @@ def test_a_forked_run_trains_exactly_like_a_fresh_process(warm_doctor):
             backend.close()
         assert backend.worker_kind.startswith("a fresh" if kind == "fresh" else "warm")
         assert ("shared" in backend.worker_kind) == (kind == "shared")
+        if kind == "shared":  # the runs' OpenMP policy is the one the worker started with
+            assert bool(backend.passive_omp) == ((shared.omp_wait_policy or "").upper() == "PASSIVE")
     for kind, done in runs.items():
         assert all(r.ok for r in done), (kind, [r.message for r in done])
     assert runs["own"][0].losses == runs["own"][1].losses == runs["shared"][0].losses == runs["fresh"][0].losses

@@ -14,7 +14,6 @@ discarded during tuning (it would repeat for every run); a failing run's traceba
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -127,17 +126,20 @@ class ScriptBackend:
         self.survey: Any = None
         self.worker: Any = None
         self.worker_kind = "a fresh python process per run"
-        #: why runs wait passively at OpenMP barriers (None: the library's default)
-        self.passive_omp = passive_omp_reason() if passive_omp is None else (
-            "asked for" if passive_omp else None)
         self.own_worker = worker is None
-        if worker is not None:
+        #: why runs wait passively at OpenMP barriers (None: the library's default)
+        self.passive_omp: str | None = None
+        if worker is not None:  # its environment was fixed when it started: the runs' policy is its
+            worker.start()
             self.worker = worker
             self.worker_kind = f"{worker.kind}, shared with other searches"
-            policy = {**os.environ, **(worker.env or {})}.get("OMP_WAIT_POLICY", "").upper()
-            self.passive_omp = ("every run waits passively at OpenMP barriers (OMP_WAIT_POLICY=PASSIVE in the "
-                                "shared warm worker's environment)") if policy == "PASSIVE" else None
-        elif warm and python == sys.executable:
+            if (worker.omp_wait_policy or "").upper() == "PASSIVE":
+                self.passive_omp = ("every run waits passively at OpenMP barriers (OMP_WAIT_POLICY=PASSIVE in the "
+                                    "shared warm worker's environment)")
+        else:
+            self.passive_omp = passive_omp_reason() if passive_omp is None else (
+                "asked for" if passive_omp else None)
+        if worker is None and warm and python == sys.executable:
             from pitstop.tune.warm import WarmRunner
 
             if WarmRunner.available():

@@ -223,6 +223,8 @@ class WarmRunner:
         False for a worker that runs different scripts: one script's packages would otherwise be
         imported before another one starts."""
         self.python, self.cwd, self.env = python, cwd, env
+        #: ``OMP_WAIT_POLICY`` of the running worker, which its forks inherit (set when it starts)
+        self.omp_wait_policy: str | None = None
         self.proc: subprocess.Popen | None = None
         self.last_stderr: list[str] = []
         self.current: int | None = None  # pid (and process group) of the run in progress
@@ -238,6 +240,7 @@ class WarmRunner:
 
     def _start(self) -> subprocess.Popen:
         env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
+        self.omp_wait_policy = env.get("OMP_WAIT_POLICY")
         src = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         proc = subprocess.Popen([self.python, "-m", "pitstop.tune.warm", str(os.getpid())], cwd=self.cwd, env=env,
