@@ -45,7 +45,7 @@ class WarmDoctor:
 
     def report(self, script: str | Path | None, *args: str, module: str | None = None, steps: int = 10,
                warmup: int = 2, probes: bool = True, timeout: float = 600.0, seed: int | None = 0,
-               trace_dir: str | None = None) -> WarmReport:
+               trace_dir: str | None = None, cpuinfo: str | Path | None = None) -> WarmReport:
         """What ``pitstop doctor --format json [--no-probes] --steps S --warmup W SCRIPT -- ARGS``
         reports (``-m MODULE`` with ``script=None, module=...``), from a run forked from the warm
         worker."""
@@ -55,7 +55,8 @@ class WarmDoctor:
         from pitstop.jsoncodec import dumps
 
         spec = RunSpec(script=None if script is None else str(script), module=module, args=tuple(args), steps=steps, warmup=warmup, timeout=timeout, seed=seed,
-                       probes=probes, trace_dir=trace_dir, stdout="stderr")
+                       probes=probes, trace_dir=trace_dir, stdout="stderr",
+                       cpuinfo=None if cpuinfo is None else str(cpuinfo))
         if self.runner is not None:
             result = self.runner.run(spec)
             stderr = "\n".join(self.runner.last_stderr)

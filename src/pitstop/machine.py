@@ -24,8 +24,14 @@ from typing import Any
 
 __all__ = ["usable_cores", "machine_cores", "machine_load", "runnable_others", "CpuFeatures", "cpu_features",
            "HardwareNote", "bf16_slowdown_note", "onednn_cap", "BF16_FLAGS", "LARGE_SLOWDOWN", "ONEDNN_ISAS",
-           "ONEDNN_CAP_VARS"]
+           "ONEDNN_CAP_VARS", "FLAGS_OF_INTEREST", "PROC_CPUINFO"]
 
+#: where Linux describes the CPU; a file in its format given instead (``pitstop doctor --cpuinfo``)
+#: describes another CPU: what pitstop would say there (the tests inject CPUs this way).
+PROC_CPUINFO = "/proc/cpuinfo"
+
+#: the /proc/cpuinfo flags pitstop reads or reports (vector ISA, native bf16/fp16, AMX tiles).
+FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
 #: /proc/cpuinfo flags of native bf16 arithmetic (AVX512-BF16 dot products, AMX tiles).
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 #: a candidate / baseline speed ratio at or below which a slowdown is large (2x slower or worse).
@@ -42,11 +48,39 @@ _CAP_VARS_TEXT = "/".join(ONEDNN_CAP_VARS)
 
 @dataclass(frozen=True)
 class CpuFeatures:
-    """The CPU's model name and its ``/proc/cpuinfo`` flags (empty where the OS has no such file)."""
+    """The CPU's model name and its ``/proc/cpuinfo`` flags (empty where the OS has no such file).
+
+    ``source`` is the file the description was read from: :data:`PROC_CPUINFO`, or a file given
+    in its place (an injected CPU: the report says so)."""
 
     model: str
     flags: frozenset[str] = frozenset()
     cap: str | None = None   # oneDNN's ISA cap from the environment (None: oneDNN uses what the CPU has)
+    source: str = PROC_CPUINFO
+
+    @property
+    def injected(self) -> bool:
+        """The description was read from another file than the OS's own."""
+        return self.source != PROC_CPUINFO
+
+    def describe(self) -> str:
+        """One line: the model, the flags of interest, the cap, and where it was read if injected."""
+        have = [f for f in FLAGS_OF_INTEREST if f in self.flags]
+        text = f"{self.model} ({', '.join(have) if have else 'none of ' + '/'.join(FLAGS_OF_INTEREST[:3])})"
+        if self.cap:
+            text += f", oneDNN capped at {self.cap}"
+        return text + (f", described by {self.source}" if self.injected else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"model": self.model, "flags": sorted(self.flags), "native_bf16": self.native_bf16,
+                             "amx": self.amx, "source": self.source}
+        if self.cap:
+            d["cap"] = self.cap
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CpuFeatures:
+        return cls(str(d["model"]), frozenset(d.get("flags") or ()), d.get("cap"), str(d.get("source") or PROC_CPUINFO))
 
     @property
     def known(self) -> bool:
@@ -89,9 +123,10 @@ def onednn_cap(environ: Mapping[str, str] | None = None) -> str | None:
     return value if value in ONEDNN_ISAS else None
 
 
-def cpu_features(path: str = "/proc/cpuinfo", environ: Mapping[str, str] | None = None) -> CpuFeatures:
-    """The model name and flags of the first CPU listed in ``path``, and oneDNN's ISA cap in
-    ``environ`` (:func:`onednn_cap`)."""
+def cpu_features(path: str | None = None, environ: Mapping[str, str] | None = None) -> CpuFeatures:
+    """The model name and flags of the first CPU listed in ``path`` (default
+    :data:`PROC_CPUINFO`), and oneDNN's ISA cap in ``environ`` (:func:`onednn_cap`)."""
+    path = path or PROC_CPUINFO
     model, flags = None, frozenset()
     for line in _cpuinfo(path).splitlines():
         key, _, value = line.partition(":")
@@ -102,7 +137,8 @@ def cpu_features(path: str = "/proc/cpuinfo", environ: Mapping[str, str] | None 
             flags = frozenset(value.split())
         if model is not None and flags:
             break
-    return CpuFeatures(model or platform.processor() or platform.machine() or "unknown CPU", flags, onednn_cap(environ))
+    return CpuFeatures(model or platform.processor() or platform.machine() or "unknown CPU", flags, onednn_cap(environ),
+                       path)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from pitstop.machine import onednn_cap
 __all__ = ["pick_device", "device_info", "cpu_model", "cpu_flags", "load_average"]
 
 #: CPU flags that decide whether low-precision kernels are fast (bf16/fp16 matrix units).
-_FLAGS_OF_INTEREST = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_fp16")
 
 
 def pick_device(requested: str | None = None) -> str:
@@ -37,10 +36,10 @@ def cpu_model() -> str:
 
 def cpu_flags() -> list[str]:
     """The flags of interest present in /proc/cpuinfo (empty where it does not exist)."""
-    from pitstop.machine import cpu_features
+    from pitstop.machine import FLAGS_OF_INTEREST, cpu_features
 
     have = cpu_features().flags
-    return [f for f in _FLAGS_OF_INTEREST if f in have]
+    return [f for f in FLAGS_OF_INTEREST if f in have]
 
 
 def load_average() -> list[float] | None:

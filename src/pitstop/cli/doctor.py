@@ -24,6 +24,20 @@ def _check_outputs(html: Path | None, trace: str | None) -> None:
         check_writable_dir(Path(trace), "--trace")
 
 
+def _cpuinfo(path: Path | None) -> str | None:
+    """``--cpuinfo FILE``: a readable file in ``/proc/cpuinfo``'s format (it has a ``flags``
+    line), as an absolute path (the script may run in another directory)."""
+    if path is None:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise CliError(f"--cpuinfo {path}: cannot read it ({exc.strerror or exc})") from None
+    if not any(line.partition(":")[0].strip() == "flags" for line in text.splitlines()):
+        raise CliError(f"--cpuinfo {path}: no 'flags' line; give a file in /proc/cpuinfo's format")
+    return str(path.resolve())
+
+
 def _nnodes(args: argparse.Namespace) -> int:
     """``--nnodes`` as a number of nodes, checked with the options a multi-node job needs."""
     try:
@@ -61,6 +75,9 @@ class DoctorCommand(Command):
         parser.add_argument("--html", type=Path, metavar="PATH", help="also write a self-contained HTML report")
         parser.add_argument("--trace", metavar="DIR", help="also write a torch.profiler Chrome/Perfetto trace of a few steps")
         parser.add_argument("--no-probes", action="store_true", help="skip the hardware probes (a few seconds each) that gate PIT104/301/501")
+        parser.add_argument("--cpuinfo", type=Path, metavar="FILE",
+                            help="describe the CPU from FILE (the format of /proc/cpuinfo) instead of this machine's: "
+                                 "what the doctor says on another CPU (speeds are still measured here)")
         parser.add_argument("--seed", type=int, default=0, help="seed python/numpy/torch before the script (default 0)")
         parser.add_argument("--nproc-per-node", type=int, metavar="N",
                             help="run the script as a torchrun job of N ranks on this node (torch.distributed.run), "
@@ -102,13 +119,14 @@ class DoctorCommand(Command):
             raise CliError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         _check_outputs(args.html, args.trace)
+        cpuinfo = _cpuinfo(args.cpuinfo)
         nnodes = _nnodes(args)
         try:
             spec = RunSpec(script=args.script, module=module, args=tuple(args.script_args), steps=args.steps,
                            warmup=args.warmup, timeout=args.timeout, trace_dir=args.trace, seed=args.seed,
                            probes=not args.no_probes, stdout="stderr" if args.format == "json" else "inherit",
                            nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
-                           rdzv_endpoint=args.rdzv_endpoint)
+                           rdzv_endpoint=args.rdzv_endpoint, cpuinfo=cpuinfo)
             if nnodes > 1:
                 from pitstop.cli.doctor_nodes import run_multinode
 

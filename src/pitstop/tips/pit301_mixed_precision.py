@@ -374,7 +374,7 @@ class PrecisionProbe(Probe, tip="PIT301"):
 
             from pitstop.machine import bf16_slowdown_note
 
-            result = replace(result, hardware=bf16_slowdown_note(g.ratio))
+            result = replace(result, hardware=bf16_slowdown_note(g.ratio, ctx.obs.processor))
         yield self.name, result
 
 

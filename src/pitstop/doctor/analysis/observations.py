@@ -22,6 +22,7 @@ from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, CpuRec
                                     OptimizerRecord, SampledSite, Settings, Site, StepTime)
 from pitstop.doctor.analysis.dist_records import JobRecord
 from pitstop.jsoncodec import record_from_json, record_to_json
+from pitstop.machine import CpuFeatures
 from pitstop.trace.result import RankResult
 
 __all__ = ["Observations", "PHASES"]
@@ -75,6 +76,9 @@ class Observations:
     #: num_workers), ``machine_cores``, ``load_avg`` (1-minute, at the end),
     #: ``steal_share`` (hypervisor steal over the run, Linux), ``own_threads``.
     cpu: CpuRecord | None = None
+    #: the CPU's model, flags and oneDNN cap as the run read them (``pitstop.machine.CpuFeatures``:
+    #: ``/proc/cpuinfo``, or the file given with ``--cpuinfo``: ``source`` says which).
+    processor: CpuFeatures | None = None
     steps_observed: int = 0
     #: seconds: median, p90, mean, min, max of the observed steps' wall times.
     step_time: StepTime | None = None

@@ -192,7 +192,8 @@ def _sites(table: dict[tuple[str, str], list[float]]) -> list[Site]:
     return sorted(rows, key=lambda r: -r.calls)
 
 
-def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: float = 1.0) -> Observations:
+def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: float = 1.0,
+                 cpuinfo: str | None = None) -> Observations:
     if inst.full:
         inst.settle_all()
     device = device_of(inst)
@@ -206,10 +207,13 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     if device == "cuda":
         gpu = cuda_device()
         o.device_name, o.capability = gpu.name, list(gpu.capability)
-    else:
-        from pitstop.machine import onednn_cap
+    from pitstop.machine import cpu_features
 
-        cap = f"; oneDNN capped at {c}" if (c := onednn_cap()) else ""
+    o.processor = cpu_features(cpuinfo)
+    if device != "cuda":
+        c = o.processor.cap
+        cap = f"; oneDNN capped at {c}" if c else ""
+        cap += f"; CPU described by {o.processor.source}" if o.processor.injected else ""
         o.device_name = (f"{platform.machine()} CPU ({torch.backends.cpu.get_cpu_capability()}{cap}), "
                          f"{torch.get_num_threads()} threads")
     o.capacity = mem.capacity_bytes(device)

@@ -103,7 +103,7 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
                 from pitstop.doctor.record.collect import observations
 
                 try:
-                    obs = observations(inst, probes=spec.probes)
+                    obs = observations(inst, probes=spec.probes, cpuinfo=spec.cpuinfo)
                     result.observations = obs
                 except Exception as exc:  # never lose the steps because a probe failed
                     result.message += f" (observations failed: {type(exc).__name__}: {exc})"
@@ -111,7 +111,7 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
                 from pitstop.doctor.record.collect import observations
 
                 try:
-                    result.observations = observations(inst, probes=False)
+                    result.observations = observations(inst, probes=False, cpuinfo=spec.cpuinfo)
                 except Exception:
                     pass
             inst.release()

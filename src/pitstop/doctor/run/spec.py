@@ -106,6 +106,10 @@ class RunSpec:
     nnodes: str = "1"
     node_rank: int = 0
     rdzv_endpoint: str | None = None
+    #: a file in ``/proc/cpuinfo``'s format that describes the CPU instead of the OS's own
+    #: (``--cpuinfo``): what the doctor would say on another CPU (tests inject CPUs this way;
+    #: the speed measured is still this machine's, and the report says the CPU was described).
+    cpuinfo: str | None = None
 
     def __post_init__(self) -> None:
         if (self.script is None) == (self.module is None):
