@@ -24,6 +24,18 @@ def _check_outputs(html: Path | None, trace: str | None) -> None:
         check_writable_dir(Path(trace), "--trace")
 
 
+def _memory_budget(value: str | None) -> int | None:
+    """``--memory-budget`` in bytes (``12GiB``, ``16GB``, ``500MiB``, a number of bytes)."""
+    if value is None:
+        return None
+    from pitstop.tune.peak import parse_bytes
+
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise CliError(f"--memory-budget: {exc}") from None
+
+
 def _nnodes(args: argparse.Namespace) -> int:
     """``--nnodes`` as a number of nodes, checked with the options a multi-node job needs."""
     try:
@@ -62,6 +74,10 @@ class DoctorCommand(Command):
         parser.add_argument("--trace", metavar="DIR", help="also write a torch.profiler Chrome/Perfetto trace of a few steps")
         parser.add_argument("--no-probes", action="store_true", help="skip the hardware probes (a few seconds each) that gate PIT104/301/501")
         parser.add_argument("--seed", type=int, default=0, help="seed python/numpy/torch before the script (default 0)")
+        parser.add_argument("--memory-budget", metavar="SIZE",
+                            help="say what fits in SIZE of device memory (e.g. 12GiB, 16GB, 500MiB): the largest batch "
+                                 "and what each memory fix saves, for a run that fits today too (default: the device's "
+                                 "capacity, shown when the run runs out of memory)")
         parser.add_argument("--nproc-per-node", type=int, metavar="N",
                             help="run the script as a torchrun job of N ranks on this node (torch.distributed.run), "
                                  "every rank instrumented, one merged report")
@@ -102,13 +118,14 @@ class DoctorCommand(Command):
             raise CliError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         _check_outputs(args.html, args.trace)
+        budget = _memory_budget(args.memory_budget)
         nnodes = _nnodes(args)
         try:
             spec = RunSpec(script=args.script, module=module, args=tuple(args.script_args), steps=args.steps,
                            warmup=args.warmup, timeout=args.timeout, trace_dir=args.trace, seed=args.seed,
                            probes=not args.no_probes, stdout="stderr" if args.format == "json" else "inherit",
                            nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
-                           rdzv_endpoint=args.rdzv_endpoint)
+                           rdzv_endpoint=args.rdzv_endpoint, memory_budget=budget)
             if nnodes > 1:
                 from pitstop.cli.doctor_nodes import run_multinode
 

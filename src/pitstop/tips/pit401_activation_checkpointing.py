@@ -112,12 +112,12 @@ from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 class CheckpointKnob(Knob, tip="PIT401"):
     """Activation checkpointing of the model's repeated blocks: a memory knob. It makes a
     step slower, never faster, so it is not A/B-timed on its own: the batch-size sweep of
-    ``pitstop.tune(...)`` uses it to find how much larger a batch fits, and what that batch
-    does to samples/s."""
+    ``pitstop.tune(...)`` and the memory-budget search (``pitstop tune --memory-budget``,
+    :mod:`pitstop.tune.memfit.search`) use it to find what fits. In script mode each block's forward
+    runs under ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` while training."""
 
     name = "checkpoint"
     title = "activation checkpointing"
-    modes = ("api",)
     memory_role = "recompute"
     order = 60
 
@@ -135,11 +135,36 @@ class CheckpointKnob(Knob, tip="PIT401"):
     def recipe_fields(self, value, ctx):
         return {"checkpoint_activations": tuple(value)}
 
+    def apply_in_child(self, value, **options):
+        from pitstop.tune.patch import on_model
+
+        on_model(lambda model: checkpoint_blocks(model, value), order=self.order)
+
     def snippet(self, value, ctx):
         return f"""
             recipe = pitstop.Recipe(checkpoint_activations={tuple(value)!r})   # recompute in backward
             # by hand: out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
         """
+
+
+def checkpoint_blocks(model, patterns):
+    """Run the forward of each submodule whose name matches ``patterns`` (fnmatch) under
+    ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` while training (script mode)."""
+    from fnmatch import fnmatch
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    def wrap(module, forward):
+        def recompute(*args, **kwargs):
+            if module.training and torch.is_grad_enabled():
+                return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+            return forward(*args, **kwargs)
+        return recompute
+
+    for name, module in model.named_modules():
+        if name and any(fnmatch(name, p) for p in patterns):
+            module.forward = wrap(module, module.forward)
 
 
 # --- memory fix face ---

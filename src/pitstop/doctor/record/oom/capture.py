@@ -33,7 +33,7 @@ from pitstop.doctor.analysis.oom_records import (SCRIPT_EXIT_RAISED, AllocatorFa
 from pitstop.doctor.record.memory import capacity_bytes
 from pitstop.doctor.record.oom.watch import storage_of
 
-__all__ = ["is_oom", "capture", "phase_of", "allocator_facts", "cpu_capacity"]
+__all__ = ["is_oom", "capture", "phase_of", "allocator_facts", "snapshot_facts", "cpu_capacity"]
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _LOSS_WORDS = ("loss", "entropy", "nll", "kl_div")
@@ -154,6 +154,21 @@ def _parts(inst: Any, device: str, total: int | None, source: str) -> tuple[Memo
     return parts, blocks
 
 
+def snapshot_facts(snap: dict) -> tuple[int | None, list[ModuleBytes]]:
+    """From a ``torch.cuda.memory._snapshot()``: the largest free block in the reserve, and the
+    source lines (outside torch) holding the most allocated bytes (five, largest first)."""
+    sites: dict[str, int] = {}
+    largest = None
+    for seg in snap.get("segments", []):
+        for block in seg.get("blocks", []):
+            if block.get("state") == "inactive":
+                largest = max(largest or 0, int(block.get("size", 0)))
+            elif block.get("state") == "active_allocated":
+                site = _site_of(block.get("frames", []))
+                sites[site] = sites.get(site, 0) + int(block.get("size", 0))
+    return largest, [ModuleBytes(module=k, bytes=v) for k, v in sorted(sites.items(), key=lambda kv: -kv[1])[:5]]
+
+
 def allocator_facts(history: str) -> AllocatorFacts:
     """The CUDA caching allocator now: its counters and, when recorded, its live blocks' sites."""
     stats = torch.cuda.memory_stats()
@@ -161,16 +176,7 @@ def allocator_facts(history: str) -> AllocatorFacts:
     largest = None
     if history == "recorded":
         try:
-            snap = torch.cuda.memory._snapshot()
-            sites: dict[str, int] = {}
-            for seg in snap.get("segments", []):
-                for block in seg.get("blocks", []):
-                    if block.get("state") == "inactive":
-                        largest = max(largest or 0, int(block.get("size", 0)))
-                    elif block.get("state") == "active_allocated":
-                        site = _site_of(block.get("frames", []))
-                        sites[site] = sites.get(site, 0) + int(block.get("size", 0))
-            top = [ModuleBytes(module=k, bytes=v) for k, v in sorted(sites.items(), key=lambda kv: -kv[1])[:5]]
+            largest, top = snapshot_facts(torch.cuda.memory._snapshot())
         except Exception as exc:
             history = f"snapshot failed ({type(exc).__name__}: {exc})"
     return AllocatorFacts(allocated=int(stats.get("allocated_bytes.all.current", 0)),

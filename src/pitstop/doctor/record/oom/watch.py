@@ -167,7 +167,9 @@ class MemWatch:
         if (torch.is_grad_enabled() and not self.log.passive and self.log.index == self.profile_at
                 and self.bounds is not None and not self.bounds.in_backward):
             self._forwards += 1
-            if self.ledger is None:
+            if self.ledger is None and _compiled(module):
+                self.skip_profile("the model is torch.compile'd (a dispatch mode around compiled code would recompile it)")
+            elif self.ledger is None:
                 self._enter_ledger(module, args)
 
     # -- saved tensors -----------------------------------------------------------------------
@@ -284,6 +286,12 @@ class MemWatch:
             self.history = "recorded"
         except Exception as exc:  # an older torch, or a build without it
             self.history = f"not available ({type(exc).__name__}: {exc})"
+
+
+def _compiled(model: Any) -> bool:
+    """The model, or a module inside it, runs compiled (``torch.compile(model)``, ``Module.compile()``)."""
+    return any(type(m).__name__ == "OptimizedModule" or getattr(m, "_compiled_call_impl", None) is not None
+               for m in model.modules())
 
 
 def _tensors(obj: Any) -> list[Any]:
