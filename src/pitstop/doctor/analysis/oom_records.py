@@ -150,7 +150,9 @@ class OomRecord:
     def where(self) -> str:
         """Step, phase and module in words."""
         bits = []
-        if self.phase:
+        if self.phase and self.module == OUTSIDE:
+            bits.append(f"{self.phase} outside the model's modules (the loss, the script's own code)")
+        elif self.phase:
             bits.append(self.phase + (f" of {self.module}" if self.module else ""))
         elif self.module:
             bits.append(f"in {self.module}")

@@ -250,7 +250,8 @@ def capture(exc: BaseException, inst: Any, script: str | None) -> OomRecord | No
         kind="raised", error=type(exc).__name__, message=first, device=device, step=log.index,
         step_kind=log.kind(), phase=phase, module=name, line=_script_line(frames, script), tried=msg.tried,
         capacity=capacity, capacity_source=cap_source, free=msg.free, parts=parts, allocator=allocator,
-        batch_size=inst.batch_size if inst.full else None, script_exit=SCRIPT_EXIT_RAISED,
+        batch_size=(inst.batch_size or (watch.batch if watch is not None else None)) if inst.full else None,
+        script_exit=SCRIPT_EXIT_RAISED,
         blocks=blocks or [], blocks_pattern=watch.blocks_pattern if watch is not None else "", notes=notes)
 
 

@@ -62,6 +62,8 @@ class MemWatch:
         #: storage key -> (weak reference to what autograd keeps, module), this step
         self.saved: dict[tuple[str, int], tuple[Any, str]] = {}
         self.last_unpacked: str | None = None
+        #: samples of the last training forward of an outermost model (dim 0 of its first tensor)
+        self.batch: int | None = None
         self.block_seconds: dict[str, float] = {}
         self._block_t0: dict[int, float] = {}
         self.ledger: StorageLedger | None = None
@@ -164,6 +166,10 @@ class MemWatch:
                 self.block_of.update({id(m): name for name, m in items})
             if self.cuda and not self.history:
                 self._record_history()
+        if torch.is_grad_enabled() and not (self.bounds is not None and self.bounds.in_backward):
+            first = next(iter(_tensors(args)), None)
+            if first is not None and first.dim():
+                self.batch = int(first.shape[0])
         if (torch.is_grad_enabled() and not self.log.passive and self.log.index == self.profile_at
                 and self.bounds is not None and not self.bounds.in_backward):
             self._forwards += 1
