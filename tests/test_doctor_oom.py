@@ -98,3 +98,17 @@ def test_sigkill_while_memory_grows_is_a_likely_oom_not_a_crash_of_pitstop(warm_
     rss = [s["rss"] for s in oom["rss"]]
     assert rss[-1] - min(rss) >= 64 * 2**20 and rss[-1] == max(rss)  # it grew up to the kill
     assert oom["step"] == 3
+
+
+def test_html_report_shows_the_failure_and_what_fits(backward_oom):
+    from pitstop.report.doctor_html import doctor_html
+
+    page = doctor_html(backward_oom[0].diagnosis)
+    assert "Out of memory" in page and "What fits" in page and "backward of blocks.2." in page
+
+
+@pytest.mark.parametrize("command", ["doctor", "tune"])
+def test_a_memory_budget_that_is_no_size_is_a_usage_error(cli, command):
+    out = cli(command, str(FIXTURES / "doctor" / "tiny.py"), "--memory-budget", "12XB")
+    assert out.returncode == 2
+    assert "--memory-budget: memory size '12XB' not understood" in out.stderr and "Traceback" not in out.stderr

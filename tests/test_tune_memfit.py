@@ -61,7 +61,7 @@ def test_api_mode_fits_the_budget_keeps_the_effective_batch_and_the_losses():
     model, opt, loss_fn, loader = _training()
     plain = ApiBackend(model, opt, loss_fn, loader).run((), all_knobs(), memory_only=True)
     budget = int(0.8 * plain.peak_memory)  # the plain step does not fit
-    fit = tune_memory(model, opt, loss_fn, loader, budget=budget, steps=3, warmup=1)
+    fit = tune_memory(model, opt, loss_fn, loader, budget=budget, steps=2, warmup=1)
     rows = {(r.variant, r.accumulate): r for r in fit.rows}
     assert rows["plain", 1].fits is False and rows["plain", 1].status == "over_budget"
     c = fit.chosen
@@ -77,7 +77,7 @@ def test_script_mode_keeps_the_scripts_batch_with_checkpointing(warm_doctor):
     from pitstop.tune.memfit.script import tune_memory_script
 
     budget = int(4.2 * 2**20)  # the plain step takes 4.1 MiB (+10% margin: over); checkpointed 3.3 MiB
-    fit = tune_memory_script(LOADER_SCRIPT, budget=budget, steps=3, warmup=2, worker=warm_doctor.runner)
+    fit = tune_memory_script(LOADER_SCRIPT, budget=budget, steps=2, warmup=1, worker=warm_doctor.runner)
     rows = {(r.variant, r.micro_batch): r for r in fit.rows}
     assert fit.effective_batch == 64 and rows["plain", 64].status == "over_budget"
     c = fit.chosen

@@ -183,9 +183,12 @@ class MemoryRecorder:
             self.uninstall(watch=False)
             self.install(self.backward)
 
-    def uninstall(self, *, watch: bool = True) -> None:
+    def uninstall(self, *, watch: bool = True, keep_hooks: bool = True) -> None:
+        """Remove the saved-tensor hooks and stop the watch (``keep_hooks``: its global forward
+        hooks stay, inert, until :meth:`release` or an uninstall without it: compiled graphs
+        guard on them, so removing them mid-run, before the profiled GPU steps, would recompile)."""
         if watch and self.watch is not None:
-            self.watch.uninstall()
+            self.watch.uninstall(keep_hooks=keep_hooks)
         if self._saved_hooks is not None:
             try:
                 self._saved_hooks.__exit__(None, None, None)
@@ -215,6 +218,11 @@ class MemoryRecorder:
         if self.watch is not None:
             self.watch.unpacked(t)
         return t
+
+    def release(self) -> None:
+        """Remove the forward hooks :meth:`uninstall` kept."""
+        if self.watch is not None:
+            self.watch.uninstall()
 
     def add_params(self, module) -> None:
         """A model's parameters are not activations."""

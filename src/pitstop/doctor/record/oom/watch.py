@@ -77,20 +77,32 @@ class MemWatch:
         self._allocator_reset = False
         self.history: str = "" if cuda else "the CUDA allocator's history needs a CUDA run"
         self._handles: list[Any] = []
+        self.inert = False  # uninstalled: the hooks kept for compiled graphs do nothing
         self._compiling = compiling_check()
 
     # -- install -----------------------------------------------------------------------------
     def install(self) -> None:
         from torch.nn.modules import module as module_mod
 
+        self.inert = False
         self._handles = [module_mod.register_module_forward_pre_hook(self._pre),
                          module_mod.register_module_forward_hook(self._post)]
 
-    def uninstall(self) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles = []
+    def uninstall(self, *, keep_hooks: bool = False) -> None:
+        """Remove the hooks (``keep_hooks``: the global forward hooks stay, inert, for compiled
+        graphs that guard on them; a later call removes them)."""
+        self.inert = True
+        if not keep_hooks:
+            for h in self._handles:
+                h.remove()
+            self._handles = []
         self._leave_ledger()
+        if self.history == "recorded":  # the allocator records for the doctor only while it watches
+            try:
+                torch.cuda.memory._record_memory_history(enabled=None)
+            except Exception:
+                pass
+            self.history = "recorded, stopped"
 
     def skip_profile(self, reason: str) -> None:
         """No profiled memory step in this run (``reason`` goes in the notes)."""
@@ -121,7 +133,7 @@ class MemWatch:
 
     # -- forward hooks -------------------------------------------------------------------------
     def _pre(self, module: Any, args: Any) -> None:
-        if self._compiling():
+        if self._compiling() or self.inert:
             return
         key = id(module)
         if key in self.roots or not self.stack:
@@ -140,7 +152,7 @@ class MemWatch:
                     k for t in _tensors(args) if (k := storage_of(t)) is not None)
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if self._compiling():
+        if self._compiling() or self.inert:
             return
         st = self.stack
         while st and st[-1][0] is not module:  # frames an exception unwound without their hooks
@@ -288,7 +300,8 @@ class MemWatch:
         if not torch.cuda.is_initialized():
             return
         try:
-            torch.cuda.memory._record_memory_history(enabled="state", stacks="python", max_entries=HISTORY_ENTRIES)
+            torch.cuda.memory._record_memory_history(enabled="state", context="state", stacks="python",
+                                                   max_entries=HISTORY_ENTRIES)
             self.history = "recorded"
         except Exception as exc:  # an older torch, or a build without it
             self.history = f"not available ({type(exc).__name__}: {exc})"
