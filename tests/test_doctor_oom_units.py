@@ -173,3 +173,47 @@ def test_cuda_allocator_facts_read_on_a_gpu():
     x = torch.empty(2**20, device="cuda")
     facts = allocator_facts("not recorded")
     assert facts.allocated >= x.numel() * 4 and facts.reserved >= facts.allocated
+
+
+def _observations(*, world_size=None, amsgrad=False):
+    from pitstop.doctor.analysis.observations import Observations
+    from pitstop.doctor.analysis.oom_records import MemoryProfile
+    from pitstop.doctor.analysis.records import OptimizerRecord, Settings
+
+    mib = 2**20
+    peak = MemoryParts(params=100 * mib, grads=0, optimizer_state=(300 if amsgrad else 200) * mib,
+                       activations=400 * mib, temporaries=50 * mib, phase="backward", total=750 * mib)
+    ratio = 3.0 if amsgrad else 2.0
+    opt = OptimizerRecord(cls="AdamW", param_bytes=100 * mib, state_bytes=int(ratio * 100 * mib), state_ratio=ratio,
+                          options={"amsgrad": amsgrad})
+    prof = MemoryProfile(step=1, batch=16, peak=peak.attributed, at_peak=peak, moments=[peak], saved=400 * mib)
+    return Observations(optimizers=[opt], settings=Settings(world_size=world_size), memory_profile=prof,
+                        capacity=16 * 2**30)
+
+
+def test_optimizer_state_and_sharding_fixes_are_computed_from_the_sizes():
+    from pitstop.doctor.analysis.fits import assess
+
+    fit = assess(_observations(world_size=4, amsgrad=True), None, budget=700 * 2**20)
+    by = {f.estimate.title: f for f in fit.fixes}
+    assert fit.peak == 850 * 2**20 and fit.fits is False and fit.shown
+    assert by["AdamW without amsgrad"].saves == 100 * 2**20  # 3x -> 2x of 100 MiB of parameters
+    assert by["SGD with momentum instead of AdamW"].saves == 200 * 2**20  # 3x -> 1x
+    assert by["FSDP2 over the 4 ranks"].saves == (100 + 300) * 2**20 * 3 // 4  # params + state, 3/4 of them
+    assert "PIT706" not in {f.estimate.code for f in assess(_observations(), None, budget=700 * 2**20).fixes}
+
+
+def test_expandable_segments_only_when_fragmentation_left_no_free_block_large_enough():
+    from dataclasses import replace
+
+    from pitstop.doctor.analysis.fits import assess
+    from pitstop.doctor.analysis.oom_records import AllocatorFacts, OomRecord
+
+    mib = 2**20
+    fragmented = AllocatorFacts(allocated=700 * mib, reserved=760 * mib, inactive_split=50 * mib, largest_free=8 * mib)
+    oom = OomRecord(kind="raised", error="OutOfMemoryError", device="cuda", tried=20 * mib, capacity=800 * mib,
+                    capacity_source="the CUDA error message", allocator=fragmented)
+    codes = {f.estimate.code: f for f in assess(_observations(), oom).fixes}
+    assert codes["PIT405"].saves == 50 * mib and codes["PIT405"].estimate.time_cost == 0.0
+    roomy = replace(oom, allocator=replace(fragmented, largest_free=40 * mib))  # a free block was large enough
+    assert "PIT405" not in {f.estimate.code for f in assess(_observations(), roomy).fixes}
