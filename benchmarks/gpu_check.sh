@@ -30,6 +30,8 @@
 #   examples      doctor (+ trace) on pitstop.examples.gpu_cnn and .gpu_transformer, pitstop
 #                 trace on both traces, pitstop tune on gpu_cnn                           (d)
 #   tune_path     benchmarks/gpu_tune_path.py --out DIR, when the file exists             (f)
+#   oom           benchmarks/gpu_oom.py --out DIR: a GPT that runs out of memory, the doctor's
+#                 explanation, then the batch it predicts, run (issue 44)                 (f)
 #
 # When a .whl folder exists (msgspec, libcst, ... built elsewhere), they are installed first
 # into /tmp/site with pip --no-index and put on PYTHONPATH before src/.
@@ -207,6 +209,7 @@ fi
 
 
 extra tune_path 150 benchmarks/gpu_tune_path.py
+extra oom 150 benchmarks/gpu_oom.py
 
 # -- (b) + (c) selftest, bench over every benchmark inside it --------------------------------
 if wanted selftest; then

@@ -26,10 +26,12 @@ __all__ = ["WarmDoctor", "WarmReport"]
 
 class WarmReport:
     """One run's report: ``data`` (the ``--format json`` document), ``exit_code`` (what
-    ``pitstop doctor`` would have exited with) and ``stderr`` (what the script wrote there)."""
+    ``pitstop doctor`` would have exited with), ``stderr`` (what the script wrote there) and
+    ``diagnosis`` (the typed :class:`Diagnosis` the document was made from, for renderers)."""
 
     def __init__(self, data: dict, exit_code: int, stderr: str) -> None:
         self.data, self.exit_code, self.stderr = data, exit_code, stderr
+        self.diagnosis = None
 
 
 class WarmDoctor:
@@ -45,17 +47,18 @@ class WarmDoctor:
 
     def report(self, script: str | Path | None, *args: str, module: str | None = None, steps: int = 10,
                warmup: int = 2, probes: bool = True, timeout: float = 600.0, seed: int | None = 0,
-               trace_dir: str | None = None, cpuinfo: str | Path | None = None) -> WarmReport:
+               trace_dir: str | None = None, memory_budget: int | None = None,
+               cpuinfo: str | Path | None = None) -> WarmReport:
         """What ``pitstop doctor --format json [--no-probes] --steps S --warmup W SCRIPT -- ARGS``
-        reports (``-m MODULE`` with ``script=None, module=...``), from a run forked from the warm
-        worker."""
+        reports (``-m MODULE`` with ``script=None, module=...``; ``--memory-budget`` in bytes), from a
+        run forked from the warm worker."""
         from pitstop.doctor.analysis.diagnosis import diagnose
         from pitstop.doctor.run.runner import run_script
         from pitstop.doctor.run.spec import RunSpec
         from pitstop.jsoncodec import dumps
 
         spec = RunSpec(script=None if script is None else str(script), module=module, args=tuple(args), steps=steps, warmup=warmup, timeout=timeout, seed=seed,
-                       probes=probes, trace_dir=trace_dir, stdout="stderr",
+                       probes=probes, trace_dir=trace_dir, stdout="stderr", memory_budget=memory_budget,
                        cpuinfo=None if cpuinfo is None else str(cpuinfo))
         if self.runner is not None:
             result = self.runner.run(spec)
@@ -63,7 +66,9 @@ class WarmDoctor:
         else:
             result, stderr = run_script(spec), ""
         diag = diagnose(result)
-        return WarmReport(json.loads(dumps(diag.to_dict())), diag.exit_code, stderr)
+        report = WarmReport(json.loads(dumps(diag.to_dict())), diag.exit_code, stderr)
+        report.diagnosis = diag
+        return report
 
     def close(self) -> None:
         if self.runner is not None:

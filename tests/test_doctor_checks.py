@@ -13,10 +13,11 @@ from doctor_obs import findings_of, loader, model, observations, optimizer, prob
 
 from pitstop import catalog
 from pitstop.doctor.analysis.check import Check, Thresholds
+from pitstop.doctor.analysis.probe import Probe
 
 catalog.load_all()
 CHECKS = {c.__name__: c for c in catalog.implementations("D") if issubclass(c, Check)}
-PROBES = {c.__name__: c for c in catalog.implementations("D") if not issubclass(c, Check)}
+PROBES = {c.__name__: c for c in catalog.implementations("D") if issubclass(c, Probe)}
 
 MIB = 2**20
 

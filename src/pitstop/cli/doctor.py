@@ -38,6 +38,18 @@ def _cpuinfo(path: Path | None) -> str | None:
     return str(path.resolve())
 
 
+def _memory_budget(value: str | None) -> int | None:
+    """``--memory-budget`` in bytes (``12GiB``, ``16GB``, ``500MiB``, a number of bytes)."""
+    if value is None:
+        return None
+    from pitstop.tune.peak import parse_bytes
+
+    try:
+        return parse_bytes(value)
+    except ValueError as exc:
+        raise CliError(f"--memory-budget: {exc}") from None
+
+
 def _nnodes(args: argparse.Namespace) -> int:
     """``--nnodes`` as a number of nodes, checked with the options a multi-node job needs."""
     try:
@@ -79,6 +91,10 @@ class DoctorCommand(Command):
                             help="describe the CPU from FILE (the format of /proc/cpuinfo) instead of this machine's: "
                                  "what the doctor says on another CPU (speeds are still measured here)")
         parser.add_argument("--seed", type=int, default=0, help="seed python/numpy/torch before the script (default 0)")
+        parser.add_argument("--memory-budget", metavar="SIZE",
+                            help="say what fits in SIZE of device memory (e.g. 12GiB, 16GB, 500MiB): the largest batch "
+                                 "and what each memory fix saves, for a run that fits today too (default: the device's "
+                                 "capacity, shown when the run runs out of memory)")
         parser.add_argument("--nproc-per-node", type=int, metavar="N",
                             help="run the script as a torchrun job of N ranks on this node (torch.distributed.run), "
                                  "every rank instrumented, one merged report")
@@ -120,13 +136,14 @@ class DoctorCommand(Command):
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         _check_outputs(args.html, args.trace)
         cpuinfo = _cpuinfo(args.cpuinfo)
+        budget = _memory_budget(args.memory_budget)
         nnodes = _nnodes(args)
         try:
             spec = RunSpec(script=args.script, module=module, args=tuple(args.script_args), steps=args.steps,
                            warmup=args.warmup, timeout=args.timeout, trace_dir=args.trace, seed=args.seed,
                            probes=not args.no_probes, stdout="stderr" if args.format == "json" else "inherit",
                            nproc_per_node=args.nproc_per_node, nnodes=args.nnodes, node_rank=args.node_rank,
-                           rdzv_endpoint=args.rdzv_endpoint, cpuinfo=cpuinfo)
+                           rdzv_endpoint=args.rdzv_endpoint, cpuinfo=cpuinfo, memory_budget=budget)
             if nnodes > 1:
                 from pitstop.cli.doctor_nodes import run_multinode
 

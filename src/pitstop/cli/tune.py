@@ -58,6 +58,10 @@ class TuneCommand(Command):
         parser.add_argument("--nproc-per-node", type=int, default=None, metavar="N",
                             help="run every trial as a torchrun job of N ranks (DDP scripts): the slowest rank's "
                                  "step time, the loss checked on every rank")
+        parser.add_argument("--memory-budget", metavar="SIZE",
+                            help="instead of the speed search: the cheapest combination that fits in SIZE of device "
+                                 "memory (e.g. 12GiB) and keeps the effective batch (checkpointing, bf16; smaller "
+                                 "DataLoader batches when nothing else fits), losses checked")
         parser.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                             help="progress bar on stderr (auto: when stderr is a terminal)")
         split_at_double_dash(parser)
@@ -101,6 +105,8 @@ class TuneCommand(Command):
         except ValueError as exc:
             raise CliError(str(exc).replace("--only:", "--try:").replace("try_values:", "--try:")) from None
         progress = {"auto": None, "on": True, "off": False}[args.progress]
+        if args.memory_budget is not None:
+            return _memory_budget(args, module)
         try:
             result = tune_script(script=args.script, module=module, args=args.script_args, steps=args.steps,
                                  warmup=args.warmup, repeats=args.repeats, budget=args.budget, only=args.only,
@@ -129,3 +135,33 @@ class TuneCommand(Command):
                                "above are complete; save the recipe they print by hand)") from None
             print(f"recipe written to {args.save_recipe} (load it with pitstop.Recipe.load)", file=sys.stderr)
         return EXIT_OK
+
+
+def _memory_budget(args: argparse.Namespace, module: str | None) -> int:
+    """``pitstop tune --memory-budget SIZE``: the memory-budget search (:mod:`pitstop.tune.memfit.script`)."""
+    from pitstop.tune.memfit.script import tune_memory_script
+    from pitstop.tune.options import TuneError
+    from pitstop.tune.peak import parse_bytes
+    from pitstop.tune.script import TuneInputError
+
+    try:
+        budget = parse_bytes(args.memory_budget)
+    except ValueError as exc:
+        raise CliError(f"--memory-budget: {exc}") from None
+    try:
+        fit = tune_memory_script(script=args.script, module=module, args=args.script_args, budget=budget,
+                                 steps=args.steps, warmup=args.warmup, timeout=args.timeout, seed=args.seed)
+    except TuneInputError as exc:
+        raise CliError(str(exc)) from None
+    except TuneError as exc:
+        print(f"pitstop tune: {exc}", file=sys.stderr)
+        return EXIT_SCRIPT_FAILED
+    if args.format == "json":
+        from pitstop.jsoncodec import dumps, to_json
+
+        sys.stdout.write(dumps(to_json(fit)) + "\n")
+    else:
+        from pitstop.report.tune_memory import render_budget
+
+        render_budget(fit)
+    return EXIT_OK if fit.chosen is not None else EXIT_SCRIPT_FAILED

@@ -10,6 +10,7 @@ import html
 
 from pitstop.doctor.analysis.diagnosis import Diagnosis
 from pitstop.doctor.analysis.observations import PHASES
+from pitstop.report.doctor_memory import fit_lines, oom_lines
 from pitstop.report.doctor_probes import speedup_cell, unavailable_text
 from pitstop.report.doctor_ranks import rank_rows
 from pitstop.report.doctor_terminal import (compile_lines, framework_line, gpu_rows, impact_label, shows_framework,
@@ -54,6 +55,10 @@ def doctor_html(diag: Diagnosis) -> str:
     sections.append(("Summary", _table(["measure", "value"], summary)))
     if r.traceback:
         sections.append(("The script failed", f"<pre>{_esc(r.traceback)}</pre>"))
+    if r.oom is not None:
+        sections.append(("Out of memory", f"<pre>{_esc(chr(10).join(oom_lines(r.oom)))}</pre>"))
+    if diag.memory_fit is not None and diag.memory_fit.shown:
+        sections.append(("What fits", f"<pre>{_esc(chr(10).join(fit_lines(diag.memory_fit)))}</pre>"))
 
     if o.breakdown:
         parts = [(ph, o.seconds(ph) * 1e3) for ph in PHASES]

@@ -11,6 +11,7 @@ from pitstop.doctor.analysis.check import Finding
 from pitstop.doctor.analysis.diagnosis import Diagnosis, PrecisionSeen, Throughput
 from pitstop.doctor.analysis.observations import PHASES, Observations
 from pitstop.doctor.analysis.records import FrameworkRecord, MemoryRecord
+from pitstop.report.doctor_memory import render_memory
 from pitstop.report.doctor_probes import probe_line
 from pitstop.report.doctor_ranks import render_ranks
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
@@ -185,6 +186,7 @@ def render(diag: Diagnosis, file: IO[str] | None = None) -> None:
             con.print(f"  batch: {tp.batch_how}")
     if diag.world_size > 1:
         render_ranks(diag, con)
+    render_memory(diag, con)
     if o.memory is not None and observed:
         table = Table(title="Memory", title_justify="left")
         for col in ("part", "bytes", "note"):

@@ -112,12 +112,12 @@ from pitstop.tune.knob import Applicability, Knob  # noqa: E402
 class CheckpointKnob(Knob, tip="PIT401"):
     """Activation checkpointing of the model's repeated blocks: a memory knob. It makes a
     step slower, never faster, so it is not A/B-timed on its own: the batch-size sweep of
-    ``pitstop.tune(...)`` uses it to find how much larger a batch fits, and what that batch
-    does to samples/s."""
+    ``pitstop.tune(...)`` and the memory-budget search (``pitstop tune --memory-budget``,
+    :mod:`pitstop.tune.memfit.search`) use it to find what fits. In script mode each block's forward
+    runs under ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` while training."""
 
     name = "checkpoint"
     title = "activation checkpointing"
-    modes = ("api",)
     memory_role = "recompute"
     order = 60
 
@@ -135,8 +135,83 @@ class CheckpointKnob(Knob, tip="PIT401"):
     def recipe_fields(self, value, ctx):
         return {"checkpoint_activations": tuple(value)}
 
+    def apply_in_child(self, value, **options):
+        from pitstop.tune.patch import on_model
+
+        on_model(lambda model: checkpoint_blocks(model, value), order=self.order)
+
     def snippet(self, value, ctx):
         return f"""
             recipe = pitstop.Recipe(checkpoint_activations={tuple(value)!r})   # recompute in backward
             # by hand: out = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
         """
+
+
+def checkpoint_blocks(model, patterns):
+    """Run the forward of each submodule whose name matches ``patterns`` (fnmatch) under
+    ``torch.utils.checkpoint.checkpoint(..., use_reentrant=False)`` while training (script mode)."""
+    from fnmatch import fnmatch
+
+    import torch
+    from torch.utils.checkpoint import checkpoint
+
+    def wrap(module, forward):
+        def recompute(*args, **kwargs):
+            if module.training and torch.is_grad_enabled():
+                return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+            return forward(*args, **kwargs)
+        return recompute
+
+    for name, module in model.named_modules():
+        if name and any(fnmatch(name, p) for p in patterns):
+            module.forward = wrap(module, module.forward)
+
+
+# --- memory fix face ---
+from pitstop.doctor.analysis.fits import FixEstimate, MemoryFix  # noqa: E402
+
+
+class CheckpointFix(MemoryFix, tip="PIT401"):
+    """Checkpointing the repeated blocks keeps only each block's inputs; in backward one block
+    at a time is rebuilt. At each moment of the profiled step that could be the peak, it saves
+    what the blocks then held besides their inputs, less the internals of a block whose
+    backward was running (rebuilt then); it costs one more forward of the blocks (their
+    forward time, measured in the observed steps)."""
+
+    title = "activation checkpointing of the repeated blocks"
+
+    def estimate(self, basis, obs, *, limit, need, oom):
+        p = obs.memory_profile
+        blocks, pattern = (p.blocks, p.blocks_pattern) if p is not None and p.blocks else (
+            (oom.blocks, oom.blocks_pattern) if oom is not None and oom.blocks else ((), ""))
+        if len(blocks) < 2:
+            return
+        saved = [_moment_saving(m, blocks) for m in basis.moments]
+        if max(saved, default=0) <= 0:
+            return
+        inner = [max(0, b.saved - b.input) for b in blocks]
+        timed = [b.seconds for b in blocks if b.seconds is not None]
+        cost, why = None, "the blocks' forward was not timed (no observed step)"
+        if timed and len(timed) == len(blocks) and obs.step_time is not None and obs.step_time.median:
+            cost = min(sum(timed), obs.breakdown.forward if obs.breakdown else sum(timed)) / obs.step_time.median
+            why = f"one more forward of the {len(blocks)} blocks: {1e3 * sum(timed):.1f} ms per observed step"
+        yield FixEstimate(
+            code=self.tip, title=f"checkpoint {pattern} ({len(blocks)} blocks)", moment_saved=saved,
+            how="measured" if p is not None and p.blocks else "computed",
+            basis=(f"the {len(blocks)} blocks saved {mib(sum(b.saved for b in blocks))} for backward, of which "
+                   f"{mib(sum(b.input for b in blocks))} are their inputs (kept when checkpointed); one block at a "
+                   f"time is rebuilt in backward ({mib(max(inner))})"),
+            time_cost=cost, cost_basis=why,
+            fix=f"Recipe(checkpoint_activations=({pattern!r},)), or torch.utils.checkpoint.checkpoint(block, x, "
+                "use_reentrant=False) in the forward",
+            caveat="a block's side effects (BatchNorm statistics) run twice")
+
+
+def _moment_saving(moment, blocks) -> float:
+    """Bytes checkpointing frees at one moment: the blocks' internals alive then, less a block
+    being back-propagated (rebuilt at that time)."""
+    alive = {b.name: sum(m.bytes for m in moment.by_module if m.module == b.name or m.module.startswith(b.name + "."))
+             for b in blocks}
+    held = sum(max(0, alive[b.name] - b.input) for b in blocks)
+    running = [max(0, b.saved - b.input) for b in blocks if b.saved and b.input < alive[b.name] < 0.95 * b.saved]
+    return max(0.0, held - max(running, default=0))

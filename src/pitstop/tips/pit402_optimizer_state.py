@@ -193,3 +193,44 @@ class OptimizerStateCheck(Check, tip="PIT402"):
                 "(ZeroRedundancyOptimizer / FSDP)" + ("" if pressure else "; memory is not near capacity, so this is for information"),
             kind="memory", share=state / m.peak if m.peak else None, nbytes=state,
             severity="medium" if pressure else "low")
+
+
+# --- memory fix face ---
+from pitstop.doctor.analysis.fits import FixEstimate, MemoryFix  # noqa: E402
+
+
+class OptimizerStateFix(MemoryFix, tip="PIT402"):
+    """Less optimizer state: an option that adds state dropped (amsgrad, centered), SGD with
+    momentum instead of Adam/AdamW (1x the parameters instead of 2x, the ratios measured in this
+    tip's truth), or 8-bit Adam state (bitsandbytes: 2 bytes per parameter instead of 8).
+    Computed from the state measured in ``optimizer.state`` at the peak."""
+
+    title = "less optimizer state"
+
+    def estimate(self, basis, obs, *, limit, need, oom):
+        state = basis.optimizer_state
+        for o in obs.optimizers:
+            if not o.state_bytes or not state:
+                continue
+            share = min(1.0, o.state_bytes / state)
+            mine = int(state * share)  # this optimizer's part of the state alive at the peak
+            ratio = o.state_ratio or 0.0
+            if o.cls in ("Adam", "AdamW") and o.options.get("amsgrad") and ratio > 2:
+                drop = int(mine * (ratio - 2) / ratio)
+                yield self._est(f"{o.cls} without amsgrad", drop, f"{o.cls}(amsgrad=True) keeps {ratio:.1f}x its "
+                                f"parameters; without it 2x", f"{o.cls}(..., amsgrad=False)")
+            if o.cls in ("Adam", "AdamW") and ratio >= 1.5:
+                sgd = int(mine * (ratio - 1) / ratio)
+                yield self._est("SGD with momentum instead of " + o.cls, sgd,
+                                f"{o.cls} keeps {mib(o.state_bytes)} ({ratio:.1f}x its parameters); SGD(momentum) 1x",
+                                "torch.optim.SGD(params, lr=..., momentum=0.9)",
+                                caveat="another optimizer trains differently: compare the loss curves first")
+                eight = int(mine * 0.75)
+                yield self._est(f"8-bit {o.cls} state (bitsandbytes)", eight,
+                                f"{mib(o.state_bytes)} of fp32 moments (8 bytes per parameter) held in 2 bytes per parameter",
+                                f"bitsandbytes.optim.{o.cls}8bit(params, ...)",
+                                caveat="CUDA only; quantized moments: compare the loss curves")
+
+    def _est(self, title, saved, basis, fix, caveat=""):
+        return FixEstimate(code=self.tip, title=title, fixed_saved=saved, how="computed",
+                           basis=basis, time_cost=None, cost_basis="not measured here", fix=fix, caveat=caveat)

@@ -133,3 +133,31 @@ class PeakMemoryCheck(Check, tip="PIT405"):
                 evidence=f"called {sum(s.calls for s in deprecated)} times during the observed steps.",
                 fix="torch.cuda.reset_peak_memory_stats()", kind="correctness", severity="low",
                 where=[s.where for s in deprecated])
+
+
+# --- memory fix face ---
+from pitstop.doctor.analysis.fits import FixEstimate, MemoryFix  # noqa: E402
+
+
+class FragmentationFix(MemoryFix, tip="PIT405"):
+    """When the CUDA allocator failed with memory reserved but in pieces too small for the
+    request (its free pieces of split blocks at the failure), expandable segments let it grow
+    a segment instead: those bytes come back. Read from the allocator's own statistics."""
+
+    title = "expandable segments (allocator fragmentation)"
+
+    def estimate(self, basis, obs, *, limit, need, oom):
+        a = oom.allocator if oom is not None else None
+        if a is None or not a.inactive_split or not a.cached:
+            return
+        lost = min(a.inactive_split, a.cached)
+        if oom.tried and a.largest_free is not None and a.largest_free >= oom.tried:
+            return  # a free block was large enough: fragmentation was not the cause
+        yield FixEstimate(
+            code=self.tip, title="PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", fixed_saved=lost,
+            how="measured",
+            basis=(f"the allocator held {mib(a.cached)} reserved but unallocated, {mib(a.inactive_split)} of it in "
+                   f"free pieces of split blocks" + (f" (largest free block {mib(a.largest_free)})"
+                                                     if a.largest_free is not None else "")),
+            time_cost=0.0, cost_basis="an allocator setting: no time cost expected",
+            fix="set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True in the environment before the script starts")

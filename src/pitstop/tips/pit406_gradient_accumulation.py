@@ -9,7 +9,7 @@ class GradientAccumulation(Tip):
     code = "PIT406"
     slug = "gradient-accumulation"
     title = "Reach a large effective batch in limited memory by accumulating k micro-batches"
-    faces = "KE"
+    faces = "DKE"
     seeds = ("001", "002", "004")
     truth = (
         "Accumulation reproduces the big batch's gradient only if each micro-batch loss is "
@@ -109,3 +109,33 @@ class AccumulateKnob(Knob, tip="PIT406"):
             recipe = pitstop.Recipe(accumulate={int(value)})   # the engine divides the loss by {int(value)}
             # by hand: (loss / {int(value)}).backward() every micro-batch, optimizer.step() every {int(value)}
         """
+
+
+# --- memory fix face ---
+from pitstop.doctor.analysis.fits import FixEstimate, MemoryFix  # noqa: E402
+
+
+class AccumulationFix(MemoryFix, tip="PIT406"):
+    """Accumulating k micro-batches of b/k samples keeps the effective batch and holds the
+    activations of b/k, while every gradient stays alive from the first micro-batch's backward
+    on: the smallest k that fits the limit with a 10% margin (2 when none does, or when the
+    run fits already)."""
+
+    title = "gradient accumulation"
+
+    def estimate(self, basis, obs, *, limit, need, oom):
+        b = int(round(basis.batch))
+        if b < 2:
+            return
+        ks = [k for k in range(2, b + 1) if b % k == 0]
+        k = next((k for k in ks if limit is not None and basis.peak(b / k) <= limit / 1.1), ks[0])
+        yield FixEstimate(
+            code=self.tip, title=f"accumulate {k} micro-batches of {b // k} (effective batch {b} kept)",
+            batch=b / k, grads_held=True, how="computed",
+            basis=(f"{basis.per_sample / 2**10:.1f} KiB per sample at the peak (measured) x {b - b // k} samples fewer "
+                   f"per forward; the gradients ({basis.full_grads / 2**20:.1f} MiB) stay alive between micro-batches"),
+            time_cost=None, cost_basis=f"{k} passes of {b // k} samples instead of one of {b}: smaller matrix products, "
+                                       "slower per sample; pitstop tune measures it",
+            fix=f"Recipe(accumulate={k}) with a loader batch of {b // k}, or (loss / {k}).backward() per micro-batch and "
+                f"optimizer.step() every {k}",
+            caveat="BatchNorm sees micro-batch statistics")

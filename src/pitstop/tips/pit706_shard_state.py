@@ -63,3 +63,37 @@ class ShardStateTip(Tip):
         "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models (SC 2020): https://arxiv.org/abs/1910.02054",
         "Beyond the seeds; related: PIT705 (fsdp-overlap), PIT402 (optimizer state), PIT401 (activation checkpointing)",
     )
+
+
+# --- memory fix face ---
+from pitstop.doctor.analysis.fits import FixEstimate, MemoryFix  # noqa: E402
+from pitstop.units import mib  # noqa: E402
+
+
+def sharded_bytes(replicated: int, world_size: int) -> int:
+    """Bytes of parameters + gradients + optimizer state one rank keeps under FSDP2 (each rank a
+    1/world_size shard) when DDP keeps ``replicated`` on every rank. (The all-gathered unit's
+    parameters come on top while it computes; issue 43 measures the whole per-rank figure.)"""
+    return -(-replicated // max(1, world_size))
+
+
+class ShardFix(MemoryFix, tip="PIT706"):
+    """Sharding parameters, gradients and optimizer state over the job's ranks (FSDP2):
+    computed from the bytes each rank held at the peak and the world size."""
+
+    title = "shard the training state over the ranks"
+
+    def estimate(self, basis, obs, *, limit, need, oom):
+        n = obs.settings.world_size or 1
+        if n < 2:
+            return
+        replicated = basis.params + basis.grads + basis.optimizer_state
+        saved = replicated - sharded_bytes(replicated, n)
+        if saved <= 0:
+            return
+        yield FixEstimate(
+            code=self.tip, title=f"FSDP2 over the {n} ranks", fixed_saved=saved,
+            how="computed", basis=f"each rank holds {mib(replicated)} of parameters, gradients and optimizer state; "
+                                  f"sharded {mib(sharded_bytes(replicated, n))} (1/{n}, the gathered unit on top)",
+            time_cost=None, cost_basis="all-gathers and reduce-scatters each step (PIT705)",
+            fix="fully_shard(block) for each block, then fully_shard(model); Recipe(strategy='fsdp2')")

@@ -59,5 +59,6 @@ def context_from_observations(obs: Observations | dict[str, Any], *, notes: tupl
         step_boundary=obs.step_boundary,
         backward_calls=obs.backward_calls,
         scaler_calls=obs.scaler_calls,
+        blocks=(obs.memory_profile.blocks_pattern,) if obs.memory_profile and obs.memory_profile.blocks_pattern else (),
         notes=notes,
     )

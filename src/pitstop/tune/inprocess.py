@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, RandomSampler
 
 from pitstop.doctor.record.clocks import StepClocks
 from pitstop.doctor.record.batch import first_tensor
+from pitstop.doctor.record.oom.blocks import find_blocks
 from pitstop.engine.data import adapt_loader, batch_size_of
 from pitstop.gpu import cuda_device
 from pitstop.machine import usable_cores
@@ -45,22 +46,6 @@ from pitstop.tune.run import Run
 from pitstop.tune.options import merge_recipe_fields
 
 __all__ = ["ApiBackend", "find_blocks"]
-
-
-def _param_layers(module: nn.Module) -> int:
-    return sum(1 for m in module.modules() if any(True for _ in m.parameters(recurse=False)))
-
-
-def find_blocks(model: nn.Module) -> tuple[str, ...]:
-    """Submodules worth recomputing in backward (activation checkpointing): the items of the
-    outermost ``ModuleList``/``Sequential`` that holds at least two *blocks* (items with two
-    or more parametrized layers), as ``"name.*"``. A sequence of single layers is no
-    candidate: checkpointing one conv saves its input anyway, so it saves nothing."""
-    for name, module in model.named_modules():
-        if name and isinstance(module, (nn.ModuleList, nn.Sequential)):
-            if sum(1 for m in module if _param_layers(m) >= 2) >= 2:
-                return (f"{name}.*",)
-    return ()
 
 
 class ApiBackend:

@@ -196,6 +196,16 @@ class ScriptBackend:
         ctx = self.ctx or Context()
         return self._base_setups() + tuple(spec.Setup(TARGET, setup_kwargs(k, v, ctx)) for k, v in pairs)
 
+    def profile(self, settings: tuple[Setting, ...], knobs: Sequence[Knob], *, steps: int = 1, warmup: int = 2,
+                timeout: float = 300.0) -> Any:
+        """One short run in the doctor's full mode (no probes) with ``settings``: the doctor's
+        :class:`RunResult`, whose observations hold the profiled memory step (``memory_profile``;
+        the memory-budget search, :mod:`pitstop.tune.memfit.script`)."""
+        _, spec = _doctor()
+        rs = spec.RunSpec(**self._spec, steps=steps, warmup=warmup, timeout=timeout, setups=self.setups(settings, knobs),
+                          mode="full", probes=False, stdout="devnull")
+        return self._run_spec(rs)[0]
+
     def run(self, settings: tuple[Setting, ...], knobs: Sequence[Knob], *, round: int = 0, timeout: float = 300.0,
             steps: int = 10, warmup: int = 3) -> Run:
         runner, spec = _doctor()

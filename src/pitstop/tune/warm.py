@@ -266,6 +266,8 @@ class WarmRunner:
             return self._run(spec)
 
     def _run(self, spec: Any) -> Any:
+        from pitstop.doctor.run.oomkill import KillWatch
+        from pitstop.doctor.run.runner import crashed_result
         from pitstop.doctor.run.spec import RunResult, RunSpec
 
         self.start()
@@ -278,6 +280,7 @@ class WarmRunner:
                 paths["packages"] = str(Path(tmp) / "packages.json")
             Path(paths["spec"]).write_text(json.dumps(spec.to_dict()), encoding="utf-8")
             started = time.perf_counter()
+            kills = KillWatch()
             try:
                 self.proc.stdin.write(json.dumps({**paths, "timeout": spec.timeout}) + "\n")
                 self.proc.stdin.flush()
@@ -304,9 +307,7 @@ class WarmRunner:
             elif reply.get("killed"):
                 result = _partial(spec, paths["result"], time.perf_counter() - started)
             else:
-                how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-                result = RunResult(spec=spec, status="crashed", elapsed=time.perf_counter() - started,
-                                   message=f"the child process died without a report ({how})")
+                result = crashed_result(spec, paths["result"], code, time.perf_counter() - started, kills)
             result.returncode = code
             return result
 

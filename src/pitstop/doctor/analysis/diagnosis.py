@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pitstop.doctor.analysis.check import Check, Finding, Thresholds, in_framework_terms
+from pitstop.doctor.analysis.fits import MemoryFit, assess
 from pitstop.doctor.analysis.observations import PHASES, Observations
 from pitstop.doctor.analysis.probe import gate_note
 from pitstop.doctor.analysis.records import FrameworkRecord
@@ -90,6 +91,8 @@ class Diagnosis:
     rank_status: list[dict[str, Any]] = field(default_factory=list)
     stragglers: list[int] = field(default_factory=list)
     signum: int | None = None
+    #: what fits in the device's memory or ``--memory-budget`` (``doctor/analysis/fits.py``)
+    memory_fit: MemoryFit | None = None
 
     # -- verdict ------------------------------------------------------------------------
     @property
@@ -120,7 +123,8 @@ class Diagnosis:
         if self.outcome in ("timeout", "interrupted"):
             return f"{r.message}; partial report of {n} observed steps"
         if self.outcome == "script_failed":
-            return f"{r.message}; report of what was measured before ({n} observed steps)"
+            oom = f"out of memory ({r.oom.where}): " if r.oom is not None else ""
+            return f"{oom}{r.message}; report of what was measured before ({n} observed steps)"
         if n < planned:
             return f"{r.message}: partial report, {n} of {planned} planned steps observed"
         on = o.device_name or r.device
@@ -258,6 +262,8 @@ class Diagnosis:
             "world_size": self.world_size,
             "ranks": self.ranks_json(),
             "stragglers": list(self.stragglers),
+            "oom": to_json(r.oom) or {},
+            "memory_fit": to_json(self.memory_fit) or {},
             "observations": o.to_dict(),
         }
 
@@ -279,6 +285,7 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
         obs.device = result.device
     diag = Diagnosis(result=result, observations=obs, thresholds=th)
     diag.probe_notes = {name: note for name, p in obs.probes.items() if (note := gate_note(p, th.probe_speedup))}
+    diag.memory_fit = assess(obs, result.oom, budget=result.spec.memory_budget)
     if not result.observed or result.observations is None:
         return diag
     if obs.gpu is None and result.trace_path and obs.on_cuda:

@@ -21,6 +21,7 @@ from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, CpuRec
                                     FrameworkRecord, GraphRecord, Kernels, LoaderRecord, MemoryRecord, ModelRecord,
                                     OptimizerRecord, SampledSite, Settings, Site, StepTime)
 from pitstop.doctor.analysis.dist_records import JobRecord
+from pitstop.doctor.analysis.oom_records import MemoryProfile
 from pitstop.jsoncodec import record_from_json, record_to_json
 from pitstop.machine import CpuFeatures
 from pitstop.trace.result import RankResult
@@ -96,6 +97,10 @@ class Observations:
     #: "cuda max_memory_allocated" or "process peak RSS"), ``capacity``,
     #: ``growth_per_step`` (slope of per-step memory in use), ``samples`` (per step).
     memory: MemoryRecord | None = None
+    #: one step followed storage by storage (``doctor/record/oom/watch.py``): its peak and what the
+    #: peak was made of, activations saved by module and by repeated block, the optimizer
+    #: step's peak, the 16-bit autocast ratio of saved bytes (``doctor/analysis/oom_records.py``)
+    memory_profile: MemoryProfile | None = None
     #: one record per optimizer that stepped: ``cls`` (JSON ``class``), ``mode`` ("for-loop", "foreach",
     #: "fused"), ``fused_available``, ``params``, ``param_bytes``, ``state_bytes``,
     #: ``state_ratio`` (measured state / param bytes), ``options`` (the first param group's

@@ -21,6 +21,7 @@ from pitstop.doctor.record import frameworks
 from pitstop.doctor.record import memory as mem
 from pitstop.doctor.analysis.compile_records import CompileRecord
 from pitstop.doctor.record.instrument import Instrumentation
+from pitstop.doctor.record.oom.precision import memory_profile
 from pitstop.doctor.analysis.observations import Observations
 from pitstop.gpu import cuda_device, peak_for
 from pitstop.doctor.analysis.probe_records import ProbeResult
@@ -231,6 +232,7 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.graph = from_json(GraphRecord | None, dict(inst.graph))
     o.h2d = H2D(**{k: v / n_obs for k, v in inst.h2d.items()}) if n_obs and inst.h2d else None
     o.memory = _memory(inst, device, models)
+    o.memory_profile = memory_profile(inst, models, o.autocast_dtype)
     o.flops = _flops(inst, o)
     o.compile = _compile_info(inst, models)
     o.framework = from_json(FrameworkRecord, (inst.framework or frameworks.detect_imports()).to_dict())

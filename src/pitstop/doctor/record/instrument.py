@@ -139,7 +139,7 @@ class Instrumentation:
         if self.sampler is not None:
             self.sampler.stop()
         self.profiled.stop()
-        self.memory.uninstall()
+        self.memory.uninstall(keep_hooks=keep_forward_hooks)
         self.sync.uninstall()
         self.bounds.uninstall()
         if not keep_forward_hooks:
@@ -150,6 +150,7 @@ class Instrumentation:
     def release(self) -> None:
         """Remove the forward hooks :meth:`uninstall` kept."""
         self.forward.uninstall()
+        self.memory.release()
 
     # -- routing the end of a step -----------------------------------------------------------
     def _end_step(self) -> None:

@@ -118,10 +118,6 @@ def graph_nodes(limit: int = 500_000) -> int:
     return len(seen)
 
 
-def _unpack(t: Any) -> Any:
-    return t
-
-
 class MemoryRecorder:
     """Memory while the script runs (full mode).
 
@@ -134,7 +130,9 @@ class MemoryRecorder:
       step, and how many of the losses of earlier steps are still alive at the last one.
 
     ``log`` is the step clock; ``backward`` (set at :meth:`install`) says whether a
-    backward runs now (autograd packs with grad mode off then: not the forward's saves)."""
+    backward runs now (autograd packs with grad mode off then: not the forward's saves).
+    ``watch`` (:class:`~pitstop.doctor.record.oom.watch.MemWatch`, made at :meth:`install`) sees
+    every saved tensor with the module that saved it, and profiles one step's memory."""
 
     def __init__(self, log: Any, *, cuda: bool) -> None:
         self.log, self.cuda = log, cuda
@@ -152,13 +150,22 @@ class MemoryRecorder:
         self._compiled = False  # the script compiles: the pack hook is kept out of dynamo
         self._compiling = compiling_check()
         self.backward: Any = None
+        self.watch: Any = None
 
     def install(self, backward: Any) -> None:
         import torch
 
         self.backward = backward
-        pack = torch.compiler.disable(self._pack) if self._compiled else self._pack
-        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
+        if self.watch is None:
+            from pitstop.doctor.record.oom.watch import MemWatch
+
+            warmup = dict(self.log.plan).get("warmup", 0)
+            self.watch = MemWatch(self.log, backward, cuda=self.cuda, profile_at=warmup - 1 if warmup else None)
+            self.watch.install()
+        pack, unpack = self._pack, self._unpack
+        if self._compiled:
+            pack, unpack = torch.compiler.disable(pack), torch.compiler.disable(unpack)
+        self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, unpack)
         self._saved_hooks.__enter__()
 
     def compiled_code(self) -> None:
@@ -170,11 +177,18 @@ class MemoryRecorder:
         if self._compiled or not hasattr(torch, "compiler"):
             return
         self._compiled = True
+        if self.watch is not None:
+            self.watch.skip_profile("the script compiles (a dispatch mode around compiled code would recompile it)")
         if self._saved_hooks is not None:
-            self.uninstall()
+            self.uninstall(watch=False)
             self.install(self.backward)
 
-    def uninstall(self) -> None:
+    def uninstall(self, *, watch: bool = True, keep_hooks: bool = True) -> None:
+        """Remove the saved-tensor hooks and stop the watch (``keep_hooks``: its global forward
+        hooks stay, inert, until :meth:`release` or an uninstall without it: compiled graphs
+        guard on them, so removing them mid-run, before the profiled GPU steps, would recompile)."""
+        if watch and self.watch is not None:
+            self.watch.uninstall(keep_hooks=keep_hooks)
         if self._saved_hooks is not None:
             try:
                 self._saved_hooks.__exit__(None, None, None)
@@ -195,7 +209,20 @@ class MemoryRecorder:
                     self._acts[key] = t.untyped_storage().nbytes()
                 except Exception:
                     pass
-        return t.detach()
+        alias = t.detach()
+        if self.watch is not None:
+            self.watch.packed(t, alias)
+        return alias
+
+    def _unpack(self, t: Any) -> Any:
+        if self.watch is not None:
+            self.watch.unpacked(t)
+        return t
+
+    def release(self) -> None:
+        """Remove the forward hooks :meth:`uninstall` kept."""
+        if self.watch is not None:
+            self.watch.uninstall()
 
     def add_params(self, module) -> None:
         """A model's parameters are not activations."""
@@ -231,6 +258,8 @@ class MemoryRecorder:
 
     def end_step(self, kind: str) -> None:
         """The step ends: its activations (observed steps) and a fresh count for the next."""
+        if self.watch is not None:
+            self.watch.end_step(kind)
         if kind == "observed" and self._acts:
             self.activations.append(sum(self._acts.values()))
         self._acts = {}

@@ -73,7 +73,7 @@ def _script_traceback(exc: BaseException) -> str:
 
 
 def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, *, message: str = "",
-            exit_code: int | None = None, tb: str | None = None, timed_out: bool = False) -> None:
+            exit_code: int | None = None, tb: str | None = None, timed_out: bool = False, oom=None) -> None:
     global _written
     with _lock:
         if _written:
@@ -82,7 +82,7 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
         from pitstop.doctor.record.collect import device_of
         from pitstop.doctor.record.memory import peak_rss_bytes
 
-        result = RunResult(spec=spec, status=status, message=message, exit_code=exit_code, traceback=tb)
+        result = RunResult(spec=spec, status=status, message=message, exit_code=exit_code, traceback=tb, oom=oom)
         if inst is not None:
             inst.uninstall(keep_forward_hooks=inst.full and inst.compile_watch.used)  # compiled graphs guard on them
             import torch
@@ -103,7 +103,9 @@ def _finish(spec: RunSpec, inst, status: str, started: float, result_path: str, 
                 from pitstop.doctor.record.collect import observations
 
                 try:
-                    obs = observations(inst, probes=spec.probes, cpuinfo=spec.cpuinfo)
+                    obs = observations(inst, probes=spec.probes and oom is None, cpuinfo=spec.cpuinfo)
+                    if oom is not None and spec.probes:
+                        obs.notes.append("probes skipped: the script ran out of memory")
                     result.observations = obs
                 except Exception as exc:  # never lose the steps because a probe failed
                     result.message += f" (observations failed: {type(exc).__name__}: {exc})"
@@ -171,6 +173,26 @@ def _run_setups(spec: RunSpec) -> None:
         fn(**setup.kwargs)
 
 
+def _rss_watch(result_path: str, inst):
+    """The memory trail the parent reads if the kernel kills this process (``doctor/record/oom/trail.py``)."""
+    from pitstop.doctor.record.oom.capture import cpu_capacity
+    from pitstop.doctor.record.oom.trail import RssWatch
+
+    return RssWatch(result_path, inst, cpu_capacity()[0]).start()
+
+
+def _capture_oom(exc: BaseException, inst, spec: RunSpec):
+    """What was allocated when the script ran out of memory (None for other errors), read while
+    the traceback still holds the failing frames (``doctor/record/oom/capture.py``)."""
+    try:
+        from pitstop.doctor.record.oom.capture import capture
+
+        return capture(exc, inst, spec.script)
+    except Exception as err:  # the diagnosis of a failure must never add one of its own
+        sys.stderr.write(f"pitstop: out-of-memory analysis failed: {type(err).__name__}: {err}\n")
+        return None
+
+
 def run_in_process(spec: RunSpec, result_path: str) -> str:
     """Everything the child does; separate from :func:`main` for readability."""
     started = time.perf_counter()
@@ -191,10 +213,12 @@ def run_in_process(spec: RunSpec, result_path: str) -> str:
                            distributed=spec.nproc_per_node is not None)
     inst_box.append(inst)
     inst.install()
+    rss = _rss_watch(result_path, inst)
     try:
         _run_setups(spec)
     except BaseException as exc:
         done.set()
+        rss.stop()
         _finish(spec, inst, "setup_error", started, result_path, tb=traceback.format_exc(),
                 message=f"setup failed: {type(exc).__name__}: {exc}")
         return "setup_error"
@@ -230,8 +254,10 @@ def run_in_process(spec: RunSpec, result_path: str) -> str:
         status, kw["tb"] = "error", _script_traceback(exc)
         kw["message"] = f"the script raised {type(exc).__name__}: {exc}"
         sys.stderr.write(kw["tb"])
+        kw["oom"] = _capture_oom(exc, inst, spec)
     finally:
         done.set()
+        rss.stop()
     sys.stdout.flush()
     _finish(spec, inst, status, started, result_path, **kw)
     return status

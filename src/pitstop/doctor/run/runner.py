@@ -31,10 +31,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from pitstop.doctor.run.oomkill import KillWatch
 from pitstop.doctor.run.spec import RunResult, RunSpec, StepRecord
 from pitstop.lifecycle import exit_on_signals, guard_pipe, kill_group, pid_alive, temporary_directory
 
-__all__ = ["run_script", "GRACE_S", "FINISH_GRACE_S", "EXIT_GRACE_S", "ScriptNotFoundError", "ScriptSyntaxError", "check_target",
+__all__ = ["run_script", "crashed_result", "GRACE_S", "FINISH_GRACE_S", "EXIT_GRACE_S", "ScriptNotFoundError", "ScriptSyntaxError", "check_target",
            "child_command", "child_env", "PARTIAL_SUFFIX", "FINISHING_SUFFIX"]
 
 #: seconds the parent waits past ``spec.timeout`` for the child's own partial report before
@@ -164,6 +165,19 @@ def _partial(spec: RunSpec, result_path: Path, elapsed: float) -> RunResult:
                               f"not respond (it may hold the interpreter lock) and was killed {GRACE_S:g} s later"))
 
 
+def crashed_result(spec: RunSpec, result_path: str | Path, returncode: int, elapsed: float,
+                   kills: KillWatch) -> RunResult:
+    """The result of a child that died without a report: a likely out-of-memory when the kernel
+    killed it while its memory grew (``doctor/run/oomkill.py``), else a crash with its status."""
+    oom = kills.record(result_path, returncode)
+    if oom is not None:
+        return RunResult(spec=spec, status="crashed", elapsed=elapsed, oom=oom, device=oom.device,
+                         message=f"the script was {oom.message}")
+    how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
+    return RunResult(spec=spec, status="crashed", elapsed=elapsed,
+                     message=f"the child process died without a report ({how})")
+
+
 def run_script(spec: RunSpec, *, check: bool = True) -> RunResult:
     """Run ``spec`` in a fresh child process and return what it measured.
 
@@ -182,6 +196,7 @@ def run_script(spec: RunSpec, *, check: bool = True) -> RunResult:
             spec = RunSpec.from_dict({**spec.to_dict(), "script": str(Path(spec.script).resolve())})
         spec_path.write_text(json.dumps(spec.to_dict()), encoding="utf-8")
         started = time.perf_counter()
+        kills = KillWatch()
         guard, keep = guard_pipe()  # the child's group dies when `keep` closes: here, or when this process dies
         proc = None
         try:
@@ -206,8 +221,6 @@ def run_script(spec: RunSpec, *, check: bool = True) -> RunResult:
         elif killed:
             result = _partial(spec, result_path, elapsed)
         else:
-            how = f"killed by signal {-returncode}" if returncode < 0 else f"exit status {returncode}"
-            result = RunResult(spec=spec, status="crashed", elapsed=elapsed,
-                               message=f"the child process died without a report ({how})")
+            result = crashed_result(spec, result_path, returncode, elapsed, kills)
         result.returncode = returncode
         return result

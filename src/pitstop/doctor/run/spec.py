@@ -18,6 +18,7 @@ from typing import Any
 
 from pitstop.doctor.analysis.compile_records import CompileRecord
 from pitstop.doctor.analysis.observations import Observations
+from pitstop.doctor.analysis.oom_records import OomRecord
 from pitstop.jsoncodec import dumps, record_from_json, record_to_json
 
 __all__ = ["Setup", "SetupFailed", "RunSpec", "StepRecord", "RunResult", "STATUSES", "MODES", "MAX_TIMEOUT"]
@@ -110,6 +111,9 @@ class RunSpec:
     #: (``--cpuinfo``): what the doctor would say on another CPU (tests inject CPUs this way;
     #: the speed measured is still this machine's, and the report says the CPU was described).
     cpuinfo: str | None = None
+    #: bytes the training must fit in (``--memory-budget``): the report says what fits in it
+    #: (``doctor/analysis/fits.py``); None: the device's capacity
+    memory_budget: int | None = None
 
     def __post_init__(self) -> None:
         if (self.script is None) == (self.module is None):
@@ -126,6 +130,8 @@ class RunSpec:
             raise ValueError(f"trace_steps must be >= 1, got {self.trace_steps}")
         if self.nproc_per_node is not None and self.nproc_per_node < 1:
             raise ValueError(f"nproc_per_node must be >= 1, got {self.nproc_per_node}")
+        if self.memory_budget is not None and self.memory_budget < 1:
+            raise ValueError(f"memory_budget must be a number of bytes >= 1, got {self.memory_budget}")
         object.__setattr__(self, "args", tuple(self.args))
         object.__setattr__(self, "setups", tuple(s if isinstance(s, Setup) else Setup.from_dict(s) for s in self.setups))
 
@@ -196,6 +202,7 @@ class RunResult:
     trace_path: str | None = None
     returncode: int | None = None     # the child process's exit status
     compile: CompileRecord | None = None  # what dynamo reported, when the script compiled (both modes)
+    oom: OomRecord | None = None      # the script ran out of memory (raised, or killed while its memory grew)
 
     @property
     def observed(self) -> list[StepRecord]:
