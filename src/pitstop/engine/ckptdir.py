@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pitstop.atomic import remove_stale_temps, writable_dir_problem, write_atomic
+from pitstop.engine.shard_ckpt import remove_sharded
 from pitstop.lifecycle import pid_alive
 
 __all__ = ["CheckpointDirError", "CheckpointDirLocked", "check_checkpoint_dir", "DirLock", "Manifest",
@@ -196,6 +197,7 @@ class Manifest:
         if keep is not None and len(files) > keep:
             for name in files[:-keep]:
                 (self.directory / name).unlink(missing_ok=True)
+                remove_sharded(self.directory / name)  # an FSDP2 checkpoint's sharded part
                 deleted.append(self.directory / name)
             self.runs[run] = files[-keep:]
         self.save()
