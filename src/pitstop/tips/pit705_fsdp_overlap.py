@@ -67,3 +67,109 @@ class FsdpOverlapTip(Tip):
         "Zhao et al., PyTorch FSDP: Experiences on Scaling Fully Sharded Data Parallel (VLDB 2023): https://arxiv.org/abs/2304.11277",
         "Beyond the seeds; related: PIT706 (shard-state), PIT704 (straggler)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.analysis.check import Check, mib, ms, pct  # noqa: E402
+
+
+def _shard(obs):
+    """This rank's :class:`~pitstop.doctor.analysis.dist_records.ShardRecord`, or None."""
+    d = obs.distributed
+    return d.ranks[0].shard if d is not None and d.ranks and d.ranks[0].shard is not None else None
+
+
+def _blocks_code(blocks: tuple[str, ...]) -> str:
+    """``model.blocks`` from ``("blocks.0", "blocks.1")``: the list a loop wraps."""
+    prefix = blocks[0].rsplit(".", 1)[0] if blocks and "." in blocks[0] else ""
+    return f"model.{prefix}" if prefix else "model.children()"
+
+
+def shard_causes(shard, on_gpu: bool) -> list[tuple[str, str, str]]:
+    """``(cause, evidence, fix)`` for what leaves FSDP's collectives exposed, the one to fix
+    first first. On CPU (gloo: blocking collectives, nothing overlaps) only the causes whose
+    fix moves fewer bytes are named."""
+    causes = []
+    units, blocks = shard.units, shard.blocks
+    total = sum(u.numel for u in units) or 1
+    if shard.root_only:
+        big = max(units, key=lambda u: u.numel)
+        causes.append((
+            "root only",
+            f"one unit ({big.name or 'the root'}) holds {pct(big.numel / total)} of the parameters while the model has "
+            f"{len(blocks)} blocks ({', '.join(blocks[:3])}{' ...' if len(blocks) > 3 else ''}): every parameter is "
+            "gathered before the first layer runs, nothing can overlap it, and the whole model stays gathered",
+            f"wrap each block first: `for block in {_blocks_code(blocks)}: fully_shard(block)`, then "
+            "`fully_shard(model)` (FSDP1: auto_wrap_policy=ModuleWrapPolicy({Block}))"))
+    gather = shard.param_dtype or shard.stored_dtype
+    if gather == "float32":
+        causes.append((
+            "fp32 all-gathers", f"all-gathers move fp32 parameters ({mib(shard.mean('all_gather_bytes'))} per step)",
+            "gather in bf16: `fully_shard(..., mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16, "
+            "reduce_dtype=torch.float32))` halves the all-gather bytes (FSDP1: MixedPrecision(param_dtype=bfloat16))"))
+    last = next((u for u in units if blocks and u.name == blocks[-1]), None)
+    if shard.framework == "fsdp2" and last is not None and last.reshard_after_forward:
+        causes.append((
+            "last block resharded",
+            f"the last block ({last.name}) is resharded after forward and gathered again at once for backward",
+            f"keep it: `fully_shard({_blocks_code(blocks)}[-1], reshard_after_forward=False)`"))
+    prefetch = any(u.forward_prefetch or u.backward_prefetch for u in units) or shard.forward_prefetch
+    if on_gpu and not shard.root_only and not prefetch:
+        causes.append((
+            "no prefetch", "no unit prefetches the next one's all-gather explicitly",
+            "`block.set_modules_to_forward_prefetch([next_block])` and `set_modules_to_backward_prefetch([previous])` "
+            "(FSDP1: forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE)"))
+    return causes
+
+
+def _saved(cause: str, shard, step: float, on_gpu: bool) -> float | None:
+    """The share of the step a cause's fix could save (None: cannot be sized here)."""
+    ag = shard.mean("all_gather_s")
+    if cause == "fp32 all-gathers":
+        return 0.5 * ag / step
+    if cause == "last block resharded":
+        last = next(u for u in shard.units if u.name == shard.blocks[-1])
+        return 0.5 * last.all_gather_s / step if last.all_gathers else None
+    if cause == "root only" and on_gpu:
+        return (ag + shard.mean("reduce_scatter_s")) * (1 - 1 / max(2, len(shard.blocks))) / step
+    return None
+
+
+class FsdpExposedCheck(Check, tip="PIT705"):
+    looks_at = ("a sharded model's units and settings, and the seconds per step the rank spent inside FSDP's "
+                "all-gathers and reduce-scatters")
+    gpu_role = "trace"  # on CUDA the collectives return at once: a trace says what the compute waited for
+
+    def skip_reason(self, obs):
+        if _shard(obs) is None:
+            return "no FSDP-sharded model in this run (fully_shard / FullyShardedDataParallel under torchrun)"
+        return super().skip_reason(obs)
+
+    def check(self, obs, th):
+        shard = _shard(obs)
+        step = obs.mean_step
+        if not step or not shard.all_gather_s:
+            return
+        ag, rs = shard.mean("all_gather_s"), shard.mean("reduce_scatter_s")
+        exposed = (ag + rs) / step
+        causes = shard_causes(shard, obs.on_cuda)
+        if not causes or (exposed < th.exposed_communication and not shard.root_only):
+            return
+        cause, why, fix = causes[0]
+        saved = _saved(cause, shard, step, obs.on_cuda)
+        where = ""
+        if not obs.on_cuda and cause == "root only":
+            where = ("; on CPU with gloo every collective blocks, so wrapping per block overlaps nothing here (it "
+                     "lowers the peak: one block gathered at a time); the overlap it enables is a GPU's")
+        elif saved is not None:
+            where = f"; the fix could save about {pct(saved)} of the step (estimated from the bytes it no longer moves)"
+        measured = (f"{shard.framework.upper()}, {len(shard.units)} unit(s) over {shard.world_size} ranks: "
+                    f"{ms(ag)} in {shard.mean('all_gathers'):.0f} all-gather(s) and {ms(rs)} in "
+                    f"{shard.mean('reduce_scatters'):.0f} reduce-scatter(s) per step = {pct(exposed)} of the "
+                    f"{ms(step)} step, all of it time the compute waited for")
+        others = "; ".join(f"{c}: {f}" for c, _, f in causes[1:])
+        severity = None if saved is not None else ("medium" if exposed >= th.exposed_communication else "low")
+        yield self.finding(
+            th, title=f"Sharded training waits for its collectives: {cause}",
+            evidence=f"{measured}; {why}{where}.", fix=fix + (f"; also {others}" if others else ""),
+            share=saved if saved is not None else exposed, seconds=(ag + rs), severity=severity)

@@ -63,3 +63,58 @@ class ShardStateTip(Tip):
         "Rajbhandari et al., ZeRO: Memory Optimizations Toward Training Trillion Parameter Models (SC 2020): https://arxiv.org/abs/1910.02054",
         "Beyond the seeds; related: PIT705 (fsdp-overlap), PIT402 (optimizer state), PIT401 (activation checkpointing)",
     )
+
+
+# --- doctor face ---
+from pitstop.doctor.analysis.check import Check, mib, pct  # noqa: E402
+from pitstop.doctor.analysis.records import MemoryRecord  # noqa: E402
+from pitstop.doctor.analysis.sharding import comm_bytes_per_step, per_rank_bytes  # noqa: E402
+
+
+class ReplicatedStateCheck(Check, tip="PIT706"):
+    looks_at = ("a DDP rank's parameters, gradients and optimizer state (each rank holds them whole) against its "
+                "accounted memory, and what FSDP2 would leave each rank")
+
+    def skip_reason(self, obs):
+        d = obs.distributed
+        rank = d.ranks[0] if d is not None and d.ranks else None
+        if rank is None or rank.world_size < 2 or not d.initialized:
+            return "not a data-parallel job of two ranks or more"
+        if rank.shard is not None:
+            return f"the model is sharded already ({rank.shard.framework})"
+        if not any(m.ddp for m in obs.models):
+            return "no DistributedDataParallel model in this run"
+        return super().skip_reason(obs)
+
+    def check(self, obs, th):
+        rank = obs.distributed.ranks[0]
+        m = obs.memory or MemoryRecord()
+        params, state = m.params or 0, m.optimizer_state or 0
+        grads = m.grads if m.grads is not None else params
+        replicated = params + grads + state
+        accounted = m.accounted
+        pressure = bool(m.pressure and m.pressure > th.memory_share)
+        if not accounted or not replicated or (replicated / accounted < th.shard_state_share and not pressure):
+            return
+        world = rank.world_size
+        blocks = rank.block_bytes
+        largest = max(blocks) if blocks else 0
+        sharded = per_rank_bytes(params, grads, state, world, largest_unit=largest)
+        regathered = params - (blocks[-1] if blocks else 0)  # every block but the last gathered again in backward
+        comm = comm_bytes_per_step(params, grads, world, regathered=regathered)
+        now = rank.mean("allreduce_bytes")
+        gathered = f" plus {mib(largest)} while its largest block computes (gathered whole)" if largest else ""
+        yield self.finding(
+            th, title=f"Every rank holds the whole training state: FSDP2 would leave each of the {world} ranks "
+                      f"{pct(sharded.state / replicated)} of it",
+            evidence=f"each rank holds parameters {mib(params)} + gradients {mib(grads)} + optimizer state {mib(state)} "
+                     f"= {mib(replicated)}, {pct(replicated / accounted)} of its accounted memory; sharded over {world} "
+                     f"ranks (FSDP2, from these sizes) each would hold {mib(sharded.state)}{gathered}. The cost: "
+                     f"all-gathers of {mib(comm.all_gather)} and reduce-scatters of {mib(comm.reduce_scatter)} per "
+                     f"step and rank (DDP all-reduces {mib(now)} per step now)"
+                     + ("" if pressure else "; memory is not near capacity, so this is for information") + ".",
+            fix="shard with FSDP2: `fully_shard(block)` for each block, then `fully_shard(model)`, and build the "
+                "optimizer after it (pitstop's engine: Recipe(strategy='fsdp2')); only the optimizer state: "
+                "torch.distributed.optim.ZeroRedundancyOptimizer",
+            kind="memory", share=(replicated - sharded.peak) / m.peak if m.peak else None,
+            nbytes=replicated - sharded.peak, severity="medium" if pressure else "low")
