@@ -173,3 +173,49 @@ class FsdpExposedCheck(Check, tip="PIT705"):
             th, title=f"Sharded training waits for its collectives: {cause}",
             evidence=f"{measured}; {why}{where}.", fix=fix + (f"; also {others}" if others else ""),
             share=saved if saved is not None else exposed, seconds=(ag + rs), severity=severity)
+
+
+# --- trace face ---
+from pitstop.trace.check import TraceCheck  # noqa: E402
+
+
+class FsdpExposedTrace(TraceCheck, tip="PIT705"):
+    looks_at = ("FSDP's all-gathers and reduce-scatters (NCCL/RCCL kernels by name, FSDP2's per-unit annotations; "
+                "on CPU the blocking host time) and the part no compute overlaps")
+
+    def check(self, rank, th):
+        c = rank.collectives
+        if c is None or not c.sharding or c.fsdp_exposed_share < th.exposed_communication:
+            return
+        ag, rs = c.kind("all_gather"), c.kind("reduce_scatter")
+        on_gpu = c.source == "gpu kernels"
+        parts = [f"{k.kind.replace('_', '-')} {ms(k.seconds_per_step)} per step in {k.calls_per_step:g} call(s), "
+                 f"{ms(k.exposed_per_step)} exposed" for k in (ag, rs) if k is not None]
+        top = ", ".join(f"{u.unit or '(root)'} {ms(u.all_gather_s + u.reduce_scatter_s)}" for u in c.units[:3])
+        evidence = (f"{c.sharding.upper()} ({c.source}): {'; '.join(parts)}; {pct(c.fsdp_exposed_share)} of the step "
+                    "waited for them" + (f"; most exposed units: {top}" if top else ""))
+        severity = None
+        if c.root_only:
+            title = "FSDP gathers every parameter through the root unit: nothing overlaps"
+            fix = ("wrap each block before the root (`for block in model.layers: fully_shard(block)`, then "
+                   "`fully_shard(model)`): block k+1's all-gather then runs while block k computes")
+        elif (ag.exposed_per_step if ag else 0.0) >= (rs.exposed_per_step if rs else 0.0):
+            title = "FSDP's all-gathers are exposed: the compute waits for parameters"
+            fix = ("prefetch explicitly (`block.set_modules_to_forward_prefetch([next_block])`, "
+                   "`set_modules_to_backward_prefetch([previous_block])`), gather in bf16 "
+                   "(`MixedPrecisionPolicy(param_dtype=torch.bfloat16)`: half the bytes), and keep the last block "
+                   "gathered (`reshard_after_forward=False`)")
+        else:
+            title = "FSDP's reduce-scatters are exposed: backward waits for gradient reductions"
+            fix = ("reduce fewer times (`set_requires_gradient_sync(False)` on all but the last micro-batch of an "
+                   "accumulation), and let the next block's backward overlap them (one unit per block)")
+        if not on_gpu:  # gloo: blocking collectives; only moving fewer bytes shortens them here
+            evidence += "; on CPU (gloo) every collective blocks, so all of it is exposed and nothing overlaps it here"
+            if not c.root_only:
+                title = "FSDP's collectives take the step (CPU, gloo: nothing overlaps)"
+                fix = ("move fewer bytes: gather in bf16 (`MixedPrecisionPolicy(param_dtype=torch.bfloat16)`), keep "
+                       "the last block gathered (`reshard_after_forward=False`); prefetch and per-block overlap pay "
+                       "on GPUs (NCCL on its own streams)")
+            severity = "medium"
+        yield self.finding(th, rank, title=title, evidence=evidence, fix=fix, impact=c.fsdp_exposed_share,
+                           severity=severity)
