@@ -219,3 +219,50 @@ class FsdpExposedTrace(TraceCheck, tip="PIT705"):
             severity = "medium"
         yield self.finding(th, rank, title=title, evidence=evidence, fix=fix, impact=c.fsdp_exposed_share,
                            severity=severity)
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class Fsdp2SettingsKnob(Knob, tip="PIT705"):
+    name = "fsdp2-settings"
+    title = "FSDP2: prefetch the next block's all-gather, or keep blocks gathered after forward"
+    modes = ("script",)
+
+    def applies(self, ctx):
+        if ctx.strategy != "fsdp2":
+            return Applicability(False, "the job does not shard with FSDP2 (fully_shard)")
+        return Applicability(True)
+
+    def values(self, ctx):
+        return ["prefetch", "keep-gathered"]
+
+    def label(self, value):
+        return {"prefetch": "shard_prefetch", "keep-gathered": "reshard_after_forward=False"}[value]
+
+    def recipe_fields(self, value, ctx):
+        if value == "prefetch":
+            return {"strategy": "fsdp2", "shard_prefetch": True}
+        return {"strategy": "fsdp2", "reshard_after_forward": False}
+
+    def child_kwargs(self, value, ctx):
+        return {}
+
+    def apply_in_child(self, value, **options):
+        from pitstop.tune.patch import on_model
+        from pitstop.tune.sharding import fsdp2_settings
+
+        on_model(lambda model: fsdp2_settings(model, value), order=15)
+
+    def snippet(self, value, ctx):
+        if value == "prefetch":
+            return """
+                blocks = list(model.layers)  # the blocks you fully_shard-ed, in forward order
+                for a, b in zip(blocks, blocks[1:]):
+                    a.set_modules_to_forward_prefetch([b])
+                    b.set_modules_to_backward_prefetch([a])
+            """
+        return """
+            model.set_reshard_after_forward(False)  # every unit stays gathered from forward to backward: more memory
+        """

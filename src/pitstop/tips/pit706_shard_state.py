@@ -118,3 +118,50 @@ class ReplicatedStateCheck(Check, tip="PIT706"):
                 "torch.distributed.optim.ZeroRedundancyOptimizer",
             kind="memory", share=(replicated - sharded.peak) / m.peak if m.peak else None,
             nbytes=replicated - sharded.peak, severity="medium" if pressure else "low")
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class ShardKnob(Knob, tip="PIT706"):
+    name = "fsdp2"
+    title = "FSDP2 instead of DDP (parameters, gradients, optimizer state sharded)"
+    modes = ("script",)  # a torchrun job; the in-process API tuner runs one process
+    order = 5  # the model is replaced at DDP construction, before any other knob sees it
+
+    def applies(self, ctx):
+        if ctx.strategy != "ddp":
+            return Applicability(False, "the job does not use DistributedDataParallel"
+                                 + (f" (it shards with {ctx.strategy})" if ctx.strategy else ""))
+        if ctx.world_size < 2:
+            return Applicability(False, "one rank: nothing to shard over")
+        return Applicability(True)
+
+    def values(self, ctx):
+        return ["fsdp2"]
+
+    def label(self, value):
+        return "strategy=fsdp2"
+
+    def recipe_fields(self, value, ctx):
+        return {"strategy": "fsdp2"}
+
+    def child_kwargs(self, value, ctx):
+        return {}
+
+    def apply_in_child(self, value, **options):
+        from pitstop.tune.sharding import ddp_as_fsdp2
+
+        ddp_as_fsdp2()
+
+    def snippet(self, value, ctx):
+        return """
+            from torch.distributed.fsdp import fully_shard
+            # instead of model = DDP(model): one unit per block (your model's block list), then the root
+            for block in model.layers:
+                fully_shard(block)
+            fully_shard(model)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=...)  # built after fully_shard: shards only
+            # no_sync(): model.set_requires_gradient_sync(False) on all but the last micro-batch
+        """
