@@ -16,7 +16,7 @@ from torch import nn
 from conftest import FIXTURES
 from pitstop.engine import Recipe
 from pitstop.engine.recipe import RecipeError
-from pitstop.engine.shard_ckpt import remove_sharded, sharded_name
+from pitstop.engine.ckptdir import remove_sharded, sharded_name
 from pitstop.engine.sharded import rebuild_optimizer, shard_blocks
 
 SCRIPT = str(FIXTURES / "engine" / "fsdp_train.py")

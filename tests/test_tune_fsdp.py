@@ -74,7 +74,7 @@ def one_rank_group():
 
 def test_fsdp2_settings_set_prefetch_and_keep_units_gathered(one_rank_group):
     from pitstop.engine.sharded import shard_model
-    from pitstop.tune.sharding import fsdp2_settings, units_of
+    from pitstop.engine.sharded import fsdp2_settings, units_of
 
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Linear(4, 2))
     plan = shard_model(model, torch.device("cpu"))

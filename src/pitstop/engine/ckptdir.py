@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -28,11 +29,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pitstop.atomic import remove_stale_temps, writable_dir_problem, write_atomic
-from pitstop.engine.shard_ckpt import remove_sharded
 from pitstop.lifecycle import pid_alive
 
 __all__ = ["CheckpointDirError", "CheckpointDirLocked", "check_checkpoint_dir", "DirLock", "Manifest",
-           "LOCK_NAME", "MANIFEST_NAME", "new_run_id", "check_keep", "open_checkpoint_dir"]
+           "LOCK_NAME", "MANIFEST_NAME", "new_run_id", "check_keep", "open_checkpoint_dir", "sharded_name",
+           "remove_sharded"]
 
 LOCK_NAME = "pitstop.lock"
 MANIFEST_NAME = "pitstop-checkpoints.json"
@@ -156,6 +157,17 @@ class DirLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def sharded_name(pt_name: str) -> str:
+    """The directory of an FSDP2 checkpoint's sharded part (:mod:`pitstop.engine.shard_ckpt`):
+    ``step-000000004.pt`` -> ``step-000000004.dcp``."""
+    return pt_name[: -len(".pt")] + ".dcp" if pt_name.endswith(".pt") else pt_name + ".dcp"
+
+
+def remove_sharded(pt_path: Path) -> None:
+    """Delete the sharded part that belongs to the checkpoint file ``pt_path`` (if any)."""
+    shutil.rmtree(pt_path.parent / sharded_name(pt_path.name), ignore_errors=True)
 
 
 class Manifest:

@@ -30,14 +30,12 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-__all__ = ["TMP_SUFFIX", "sharded_name", "save_sharded", "load_sharded", "remove_sharded"]
+from pitstop.engine.checkpoint import CheckpointError
+from pitstop.engine.ckptdir import sharded_name
+
+__all__ = ["TMP_SUFFIX", "save_sharded", "load_sharded"]
 
 TMP_SUFFIX = ".pitstop-tmp"
-
-
-def sharded_name(pt_name: str) -> str:
-    """``step-000000004.pt`` -> ``step-000000004.dcp``."""
-    return pt_name[: -len(".pt")] + ".dcp" if pt_name.endswith(".pt") else pt_name + ".dcp"
 
 
 def _fsync_dir(path: Path) -> None:
@@ -84,8 +82,6 @@ def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path)
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    from pitstop.engine.checkpoint import CheckpointError
-
     if not path.is_dir():
         raise CheckpointError(f"{path}: the sharded part of this checkpoint is missing (a checkpoint of "
                               "Recipe(strategy='fsdp2') is the .pt file and this directory)")
@@ -94,7 +90,3 @@ def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path)
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
-
-def remove_sharded(pt_path: Path) -> None:
-    """Delete the sharded part that belongs to the checkpoint file ``pt_path`` (if any)."""
-    shutil.rmtree(pt_path.parent / sharded_name(pt_path.name), ignore_errors=True)

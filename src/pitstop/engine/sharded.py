@@ -33,7 +33,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-__all__ = ["ShardPlan", "shard_blocks", "shard_model", "rebuild_optimizer", "mixed_precision_policy", "is_sharded"]
+__all__ = ["ShardPlan", "shard_blocks", "shard_model", "rebuild_optimizer", "mixed_precision_policy", "is_sharded",
+           "units_of", "fsdp2_settings"]
 
 
 @dataclass(frozen=True)
@@ -154,3 +155,28 @@ def rebuild_optimizer(optimizer: torch.optim.Optimizer, before: dict[int, str], 
     cls = type(optimizer)
     accepted = inspect.signature(cls.__init__).parameters
     return cls(groups, **{k: v for k, v in optimizer.defaults.items() if k in accepted})
+
+
+def units_of(model: nn.Module) -> list[nn.Module]:
+    """The FSDP2 units below ``model`` (not the root), in registration order."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for name, m in model.named_modules() if name and isinstance(m, FSDPModule)]
+
+
+def fsdp2_settings(model: nn.Module, value: str) -> None:
+    """Change the settings of a model sharded already (``tune``'s PIT705 knob, before its first
+    training forward): ``"prefetch"``: each unit issues the next one's all-gather in forward and
+    the previous one's in backward; ``"keep-gathered"``: every unit keeps its parameters gathered
+    from forward to backward (``set_reshard_after_forward(False)``)."""
+    blocks = units_of(model)
+    if not blocks:
+        raise ValueError("the model has no FSDP2 unit below its root (fully_shard per block first)")
+    if value == "prefetch":
+        for a, b in zip(blocks, blocks[1:]):
+            a.set_modules_to_forward_prefetch([b])
+            b.set_modules_to_backward_prefetch([a])
+    elif value == "keep-gathered":
+        model.set_reshard_after_forward(False)  # recurse: every unit
+    else:
+        raise ValueError(f"unknown FSDP2 setting {value!r}")

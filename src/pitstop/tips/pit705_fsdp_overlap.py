@@ -251,7 +251,7 @@ class Fsdp2SettingsKnob(Knob, tip="PIT705"):
 
     def apply_in_child(self, value, **options):
         from pitstop.tune.patch import on_model
-        from pitstop.tune.sharding import fsdp2_settings
+        from pitstop.engine.sharded import fsdp2_settings
 
         on_model(lambda model: fsdp2_settings(model, value), order=15)
 

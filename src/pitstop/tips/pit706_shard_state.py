@@ -14,6 +14,12 @@ class ShardStateTip(Tip):
     truth = ("memory per rank before and after, measured; the step may get slower (all-gathers): the doctor "
              "and tune say by how much, and the engine applies it with a sharded checkpoint that resumes exactly")
 
+    engine = ("Recipe(strategy='fsdp2') shards the model with FSDP2 under torchrun: fully_shard per block (the "
+              "largest ModuleList's children, or Recipe.shard_units) and at the root, MixedPrecisionPolicy from "
+              "Recipe.precision, the optimizer rebuilt on the shards, set_requires_gradient_sync(False) on the "
+              "accumulated micro-batches, clipping on DTensors, and checkpoints written with "
+              "torch.distributed.checkpoint that resume bitwise and on another number of ranks.")
+
     what = """
         Under DistributedDataParallel each rank keeps a full copy of the parameters, their
         gradients and the optimizer state (Adam: two more tensors per parameter). When that
@@ -151,7 +157,7 @@ class ShardKnob(Knob, tip="PIT706"):
         return {}
 
     def apply_in_child(self, value, **options):
-        from pitstop.tune.sharding import ddp_as_fsdp2
+        from pitstop.tune.patch import ddp_as_fsdp2
 
         ddp_as_fsdp2()
 
