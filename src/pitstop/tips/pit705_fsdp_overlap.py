@@ -202,7 +202,7 @@ class FsdpExposedTrace(TraceCheck, tip="PIT705"):
         elif (ag.exposed_per_step if ag else 0.0) >= (rs.exposed_per_step if rs else 0.0):
             title = "FSDP's all-gathers are exposed: the compute waits for parameters"
             fix = ("prefetch explicitly (`block.set_modules_to_forward_prefetch([next_block])`, "
-                   "`set_modules_to_backward_prefetch([previous_block])`), gather in bf16 "
+                   "`set_modules_to_backward_prefetch([previous_block])`), gather in bf16 where they are fp32 "
                    "(`MixedPrecisionPolicy(param_dtype=torch.bfloat16)`: half the bytes), and keep the last block "
                    "gathered (`reshard_after_forward=False`)")
         else:
@@ -213,9 +213,10 @@ class FsdpExposedTrace(TraceCheck, tip="PIT705"):
             evidence += "; on CPU (gloo) every collective blocks, so all of it is exposed and nothing overlaps it here"
             if not c.root_only:
                 title = "FSDP's collectives take the step (CPU, gloo: nothing overlaps)"
-                fix = ("move fewer bytes: gather in bf16 (`MixedPrecisionPolicy(param_dtype=torch.bfloat16)`), keep "
-                       "the last block gathered (`reshard_after_forward=False`); prefetch and per-block overlap pay "
-                       "on GPUs (NCCL on its own streams)")
+                fix = ("move fewer bytes: gather in bf16 where the all-gathers are fp32 "
+                       "(`MixedPrecisionPolicy(param_dtype=torch.bfloat16)`; the trace does not show the dtype, "
+                       "`pitstop doctor` does), keep the last block gathered (`reshard_after_forward=False`); "
+                       "prefetch and per-block overlap pay on GPUs (NCCL on its own streams)")
             severity = "medium"
         yield self.finding(th, rank, title=title, evidence=evidence, fix=fix, impact=c.fsdp_exposed_share,
                            severity=severity)
