@@ -13,8 +13,10 @@ one thread per rank):
   two arms' losses (same math: they must agree);
 - two **memory** jobs (DDP, then FSDP2), one model per process: per rank, the training state
   it holds after a step (parameters, gradients and AdamW state: the local shards under FSDP2,
-  counted from the tensors) and the growth of its peak RSS from just before the model was built
-  (what the allocator really took, transient all-gathers and DDP's buckets included).
+  counted from the tensors), the peak of live tensor bytes during one step (PyTorch's
+  ``MemTracker``, through :func:`pitstop.engine.phase_memory.memtracker_peak`: gathered
+  parameters, DDP's buckets and activations included), and the growth of the process's peak RSS
+  from just before the model was built (what the C allocator took, whatever it kept).
 
     python benchmarks/fsdp_vs_ddp.py [--ranks 2 4] [--width 1024] [--blocks 6] [--rounds 8] [--steps 3]
 """
@@ -154,14 +156,17 @@ def _rank_mem(args) -> None:
     model = _wrap(_model(args), args.strategy)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     state = 0
-    for i in range(4):
+    for i in range(3):
         x, y = batches[i]
         torch.nn.functional.mse_loss(model(x), y).backward()
         opt.step()
         state = _state_bytes(model, opt)  # gradients still held: the state right after a step
         opt.zero_grad(set_to_none=True)
+    from pitstop.engine.phase_memory import memtracker_peak
+
+    tensor_peak = memtracker_peak(lambda: _step(model, opt, batches[3]), model, opt)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    _write(args, rank, {"rank": rank, "state": state, "peak_growth": peak - before})
+    _write(args, rank, {"rank": rank, "state": state, "tensor_peak": tensor_peak, "peak_growth": peak - before})
     dist.barrier()
     dist.destroy_process_group()
 
@@ -205,8 +210,8 @@ def main() -> None:
     print(f"model: {args.blocks} blocks of width {args.width}, {params / 1e6:.1f}M parameters "
           f"({params * 4 / MIB:.0f} MiB fp32), AdamW, batch {args.batch} per rank; gloo, 1 thread per rank")
     print("| ranks | rank | DDP step | FSDP2 step | FSDP2 / DDP [90% CI] | loss diff | DDP state | FSDP2 state "
-          "| DDP peak RSS growth | FSDP2 peak RSS growth |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| DDP tensor peak | FSDP2 tensor peak | DDP peak RSS growth | FSDP2 peak RSS growth |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for n in args.ranks:
         timing = _launch(n, "--rank-mode", "time", "--rounds", str(args.rounds), "--steps", str(args.steps), *common)
         mem = {s: _launch(n, "--rank-mode", "mem", "--strategy", s, *common) for s in ("ddp", "fsdp2")}
@@ -217,6 +222,7 @@ def main() -> None:
             med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
             print(f"| {n} | {t['rank']} | {med(d) * 1e3:.0f} ms | {med(f) * 1e3:.0f} ms | {ci.ratio:.2f} "
                   f"[{ci.low:.2f}, {ci.high:.2f}] | {diff:.1e} | {md['state'] / MIB:.0f} MiB | {mf['state'] / MIB:.0f} MiB "
+                  f"| {md['tensor_peak'] / MIB:.0f} MiB | {mf['tensor_peak'] / MIB:.0f} MiB "
                   f"| {md['peak_growth'] / MIB:.0f} MiB | {mf['peak_growth'] / MIB:.0f} MiB |", flush=True)
 
 

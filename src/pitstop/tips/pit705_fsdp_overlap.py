@@ -172,7 +172,7 @@ class FsdpExposedCheck(Check, tip="PIT705"):
         yield self.finding(
             th, title=f"Sharded training waits for its collectives: {cause}",
             evidence=f"{measured}; {why}{where}.", fix=fix + (f"; also {others}" if others else ""),
-            share=saved if saved is not None else exposed, seconds=(ag + rs), severity=severity)
+            share=saved, seconds=(ag + rs), severity=severity)
 
 
 # --- trace face ---

@@ -120,7 +120,8 @@ class ReplicatedStateCheck(Check, tip="PIT706"):
                      f"step and rank (DDP all-reduces {mib(now)} per step now)"
                      + ("" if pressure else "; memory is not near capacity, so this is for information") + ".",
             fix="shard with FSDP2: `fully_shard(block)` for each block, then `fully_shard(model)`, and build the "
-                "optimizer after it (pitstop's engine: Recipe(strategy='fsdp2')); only the optimizer state: "
+                "optimizer after it (pitstop's engine: Recipe(strategy='fsdp2')); `pitstop tune --nproc-per-node "
+                f"{world} --only PIT706` measures what it costs the step; only the optimizer state: "
                 "torch.distributed.optim.ZeroRedundancyOptimizer",
             kind="memory", share=(replicated - sharded.peak) / m.peak if m.peak else None,
             nbytes=replicated - sharded.peak, severity="medium" if pressure else "low")
