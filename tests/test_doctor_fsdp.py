@@ -1,12 +1,13 @@
 """``pitstop doctor --nproc-per-node 2`` on sharded jobs (issue 43): real 2-rank gloo jobs under
-torch.distributed.run of tests/fixtures/fsdp/train.py, four in all (each ~10 CPU-s), shared by
+torch.distributed.run of tests/fixtures/fsdp/train.py, five in all (each ~10 CPU-s), shared by
 the tests below through module fixtures:
 
 - FSDP2 with one unit at the root only, and FSDP2 per block (its per-rank traces kept: the real
   CPU gloo trace ``pitstop trace`` reads): the doctor tells them apart and names each one's fix;
 - FSDP1 (``FullyShardedDataParallel``) per block;
 - DDP of the same model: PIT706's per-rank bytes under FSDP2, predicted from the DDP job's sizes,
-  against what the FSDP2 job measured.
+  against what the FSDP2 job measured; and the baseline of one tune trial job (PIT706's knob),
+  the fifth job.
 
 Lightning's FSDPStrategy, Accelerate's FSDP plugin and the HF Trainer's ``fsdp=`` refuse a CPU
 (docs/guide/fsdp.md quotes them): FSDP1 is tested as those frameworks build it, directly.
@@ -27,10 +28,11 @@ pytestmark = pytest.mark.slow
 TRAIN = str(ROOT / "tests" / "fixtures" / "fsdp" / "train.py")
 
 
-def _job(*args: str, trace_dir: str | None = None):
+def _job(*args: str, trace_dir: str | None = None, raw: bool = False):
     spec = RunSpec(script=TRAIN, args=args, steps=4, warmup=1, timeout=240.0, nproc_per_node=2, stdout="devnull",
                    probes=False, trace_dir=trace_dir, trace_steps=2)
-    return diagnose_job(run_job(spec))
+    job = run_job(spec)
+    return (diagnose_job(job), job) if raw else diagnose_job(job)
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +47,12 @@ def block(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def ddp():
-    return _job("--ddp")
+def ddp(tmp_path_factory):
+    """The DDP job, accumulating 2 micro-batches under no_sync(); also the baseline of the tune
+    trial below (same script and arguments: the same losses, rank by rank)."""
+    report = tmp_path_factory.mktemp("ddp_report")
+    diag, job = _job("--ddp", "--accum", "2", "--report", str(report), raw=True)
+    return diag, job, report
 
 
 def _pit705(diag):
@@ -114,9 +120,10 @@ def test_fsdp1_per_block_is_recognised_with_its_settings():
 
 
 def test_pit706_predicts_the_per_rank_bytes_a_real_fsdp2_run_measures(ddp, block):
-    (f,) = [f for f in ddp.findings if f.code == "PIT706"]
+    diag = ddp[0]
+    (f,) = [f for f in diag.findings if f.code == "PIT706"]
     assert "[all 2 ranks]" in f.evidence and "Recipe(strategy='fsdp2')" in f.fix
-    m = ddp.observations.memory
+    m = diag.observations.memory
     predicted = per_rank_bytes(m.params, m.grads, m.optimizer_state, 2).state
     assert f"each would hold {predicted / 2**20:.1f} MiB" in f.evidence
     measured = block[0].observations.memory  # rank 0 of the FSDP2 job: shards of params, grads, AdamW state
@@ -124,3 +131,33 @@ def test_pit706_predicts_the_per_rank_bytes_a_real_fsdp2_run_measures(ddp, block
     assert real == pytest.approx(predicted, rel=0.05)
     assert real < 0.55 * (m.params + m.grads + m.optimizer_state)  # what DDP holds on every rank
     assert not [f for f in block[0].findings if f.code == "PIT706"]  # sharded already
+
+
+def test_tune_s_fsdp2_trial_of_the_ddp_job_trains_shards_with_every_rank_s_losses_equal(ddp, tmp_path):
+    """``pitstop tune --nproc-per-node 2``'s run of the PIT706 knob (DDP(...) returns the module
+    sharded by FSDP2 in every rank): one trial job, its baseline the DDP job above (a doctor run of
+    the same script and arguments; only losses and per-rank fields are compared, not speed)."""
+    from pitstop.tips.pit706_shard_state import ShardKnob
+    from pitstop.tune.equivalence import check_losses
+    from pitstop.tune.job import JobBackend, run_from_job
+    from pitstop.tune.knob import Context
+
+    _, job, report = ddp
+    knob = ShardKnob()
+    backend = JobBackend(TRAIN, args=("--ddp", "--accum", "2", "--report", str(tmp_path)), nproc_per_node=2,
+                         timeout=240)
+    backend.ctx = Context(strategy="ddp", world_size=2)
+    trial = backend.run((knob.setting("fsdp2"),), [knob], steps=4, warmup=1, timeout=240)
+    base = run_from_job(job, 4)
+    assert base.ok and trial.ok, (base.message, trial.message)
+    # the trial's ranks trained FSDP2 shards (DDP(...) returned the sharded module), the baseline's DDP
+    assert [(report / f"rank{r}.txt").read_text().split() for r in (0, 1)] == [["DistributedDataParallel",
+                                                                                 "Parameter"]] * 2
+    assert [(tmp_path / f"rank{r}.txt").read_text().split() for r in (0, 1)] == [["FSDPNet", "DTensor"]] * 2
+    for run in (base, trial):  # each rank's median step and peak memory, side by side
+        assert len(run.rank_step_times) == len(run.rank_peaks) == 2 and all(run.rank_peaks)
+        assert all(t and t > 0 for t in run.rank_step_times) and len(run.rank_losses) == 2
+        assert run.to_dict()["rank_peaks"] == run.rank_peaks
+    for r in (0, 1):  # the same math on every rank (no_sync() included): the loss check holds
+        check = check_losses([base.rank_losses[r]], [trial.rank_losses[r]])
+        assert check.status == "ok", check.message

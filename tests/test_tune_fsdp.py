@@ -1,9 +1,7 @@
-"""Tune's sharding knobs (PIT706: FSDP2 instead of DDP; PIT705: FSDP2 prefetch / keep gathered).
-
-One A/B pair of real 2-rank torchrun jobs (gloo, CPU) as ``pitstop tune --nproc-per-node 2`` runs
-them: the DDP script unchanged, then with the FSDP2 knob applied in every rank before the script.
-The knob's child setup and the FSDP2 settings are also checked in process on a one-rank group.
-"""
+"""Tune's sharding knobs (PIT706: FSDP2 instead of DDP; PIT705: FSDP2 prefetch / keep gathered):
+what they apply to, and the FSDP2 settings checked in process on a one-rank group. The PIT706
+knob's real trial job (2 ranks, gloo) is in tests/test_doctor_fsdp.py, whose DDP job is its
+baseline."""
 
 from __future__ import annotations
 
@@ -11,42 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import ROOT
 from pitstop.tips.pit705_fsdp_overlap import Fsdp2SettingsKnob
 from pitstop.tips.pit706_shard_state import ShardKnob
-from pitstop.tune.equivalence import check_losses
 from pitstop.tune.knob import Context
-
-TRAIN = str(ROOT / "tests" / "fixtures" / "fsdp" / "train.py")
-
-
-@pytest.mark.slow
-def test_ddp_vs_fsdp2_each_rank_s_step_peak_and_loss(tmp_path):
-    from pitstop.tune.job import JobBackend
-
-    base_dir, trial_dir = tmp_path / "ddp", tmp_path / "fsdp2"
-    knob = ShardKnob()
-    ctx = Context(strategy="ddp", world_size=2)
-    assert knob.applies(ctx) and knob.recipe_fields("fsdp2", ctx) == {"strategy": "fsdp2"}
-    runs = {}
-    for name, folder, settings in (("ddp", base_dir, ()), ("fsdp2", trial_dir, (knob.setting("fsdp2"),))):
-        folder.mkdir()
-        backend = JobBackend(TRAIN, args=("--ddp", "--accum", "2", "--report", str(folder)), nproc_per_node=2,
-                             timeout=240)
-        backend.ctx = ctx
-        runs[name] = backend.run(settings, [knob], steps=4, warmup=1, timeout=240)
-    base, trial = runs["ddp"], runs["fsdp2"]
-    assert base.ok and trial.ok, (base.message, trial.message)
-    # the trial's ranks trained FSDP2 shards (DDP(...) returned the sharded module), the baseline's DDP
-    assert [(base_dir / f"rank{r}.txt").read_text().split() for r in (0, 1)] == [["DistributedDataParallel", "Parameter"]] * 2
-    assert [(trial_dir / f"rank{r}.txt").read_text().split() for r in (0, 1)] == [["FSDPNet", "DTensor"]] * 2
-    for run in (base, trial):  # each rank's median step and peak memory, side by side
-        assert len(run.rank_step_times) == len(run.rank_peaks) == 2 and all(run.rank_peaks)
-        assert all(t and t > 0 for t in run.rank_step_times) and len(run.rank_losses) == 2
-        assert run.to_dict()["rank_peaks"] == run.rank_peaks
-    for r in (0, 1):  # the same math on every rank (no_sync() included): the loss check holds
-        check = check_losses([base.rank_losses[r]], [trial.rank_losses[r]])
-        assert check.status == "ok", check.message
 
 
 def test_the_knobs_apply_where_they_can_and_say_why_not_elsewhere():
