@@ -89,4 +89,3 @@ def load_sharded(model: nn.Module, optimizer: torch.optim.Optimizer, path: Path)
     state: dict[str, Any] = {"model": msd, "optimizer": osd}
     dcp.load(state, checkpoint_id=str(path))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
-
