@@ -111,35 +111,38 @@ def _kind_times(scope: Scope, spans: dict[str, Spans], exposed: dict[str, Spans]
 def _gpu(scope: Scope, comm: np.ndarray, fsdp2: np.ndarray, tags: list[tuple[str, str]]) -> Collectives:
     tl = scope.timeline
     g, ops = tl.gpu, tl.ops
-    ext_kind: dict[int, str] = {}
-    if len(ops):
-        for r in np.flatnonzero(ops.external >= 0).tolist():
+    compute_rows = scope.gpu_in & (g.kind == GPU_KERNEL) & ~comm
+    compute = Spans.of(g.start[compute_rows], g.end[compute_rows])
+    rows = np.flatnonzero(comm)
+    by_name = {i: kernel_kind(g.names[i]) for i in np.unique(g.name[rows]).tolist()}  # one regex per name
+    kinds = np.array([by_name[int(i)] or "" for i in g.name[rows]], dtype=object)
+    if (kinds == "").any():  # the name does not say (RCCL's generic kernel): the launching operator does
+        ext_kind: dict[int, str] = {}
+        for r in np.flatnonzero(ops.external >= 0).tolist() if len(ops) else ():
             k = op_kind(ops.name_of(r))
             if k is not None:
                 ext_kind.setdefault(int(ops.external[r]), k)
-    compute_rows = scope.gpu_in & (g.kind == GPU_KERNEL) & ~comm
-    compute = Spans.of(g.start[compute_rows], g.end[compute_rows])
-    starts: dict[str, list] = {}
-    ends: dict[str, list] = {}
-    calls: dict[str, int] = {}
+        for j in np.flatnonzero(kinds == "").tolist():
+            kinds[j] = ext_kind.get(int(g.external[rows[j]]), "other")
+    spans, calls = {}, {}
+    for kind in KINDS:
+        mine = rows[kinds == kind]
+        if len(mine):
+            spans[kind] = Spans.of(g.start[mine], g.end[mine])
+            calls[kind] = len(mine)
+    exposed = {k: sp.minus(compute) for k, sp in spans.items()}
     units: dict[str, list[float]] = {}
-    if len(fsdp2):
+    if len(fsdp2):  # each kernel's unit: the FSDP2 annotation its launch fell in
         ann_start, ann_end = ops.start[fsdp2], ops.end[fsdp2]
-    for r in np.flatnonzero(comm).tolist():
-        kind = kernel_kind(g.name_of(r)) or ext_kind.get(int(g.external[r]), "other")
-        starts.setdefault(kind, []).append(g.start[r])
-        ends.setdefault(kind, []).append(g.end[r])
-        calls[kind] = calls.get(kind, 0) + 1
-        launch = scope.launch_ts[r]
-        if len(fsdp2) and not np.isnan(launch):
+        for j, r in enumerate(rows.tolist()):
+            launch = scope.launch_ts[r]
+            if kinds[j] not in exposed or np.isnan(launch):
+                continue
             inside = np.flatnonzero((ann_start <= launch) & (launch < ann_end))
             if len(inside):
                 k, unit = tags[int(inside[-1])]
-                part = Spans.of([g.start[r]], [g.end[r]]).minus(compute).intersect(scope.window).total
-                row = units.setdefault(unit, [0.0, 0.0])
-                row[0 if k == "all_gather" else 1] += part
-    spans = {k: Spans.of(starts[k], ends[k]) for k in starts}
-    exposed = {k: s.minus(compute) for k, s in spans.items()}
+                part = exposed[kinds[j]].covered(max(g.start[r], scope.window.first), min(g.end[r], scope.window.last))
+                units.setdefault(unit, [0.0, 0.0])[0 if k == "all_gather" else 1] += part
     return _result(scope, "gpu kernels", _framework(ops, fsdp2), spans, exposed, calls, units, tags)
 
 
