@@ -181,6 +181,14 @@ class _Run:
         own = manifest.files(manifest.current) if manifest.current is not None else []
         # SYNC: disk read onto the device
         found = load_latest(self.checkpoint_dir, map_location=self.step.device, candidates=own or None)
+        if self.step.shard_plan is not None:  # FSDP2: every rank must load the same shards (a collective)
+            names = all_gather_objects(found[0].name if found is not None else None, self.info)
+            if len(set(names)) > 1:
+                from pitstop.engine.checkpoint import CheckpointError
+
+                raise CheckpointError(f"{self.checkpoint_dir}: the ranks found different checkpoints to resume from "
+                                      f"({', '.join(f'rank {r}: {n}' for r, n in enumerate(names))}); is the "
+                                      "directory the same on every node?")
         if found is None:
             return None
         self.result.resumed_from, ckpt = found
@@ -284,6 +292,10 @@ class _Run:
             self.result.checkpoint = path
             for hook in self.hooks["on_checkpoint"]:
                 hook(state, path)
+        if sharded is not None:  # FSDP2: no rank goes on (to a resume, say) before the .pt naming the shards exists
+            import torch.distributed as dist
+
+            dist.barrier()
 
 
 def _check_args(recipe: Any, max_steps: Any, epochs: Any, checkpoint_every: Any, log_every: Any, eval_every: Any,
