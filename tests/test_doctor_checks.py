@@ -353,6 +353,13 @@ def test_fsdp_findings_name_the_cause_and_the_numbers():
     (f,) = findings_of(CHECKS["FsdpExposedCheck"], fp32)
     assert f.title.endswith("fp32 all-gathers") and f.impact_share == pytest.approx(0.15)
     assert "MixedPrecisionPolicy(param_dtype=torch.bfloat16" in f.fix and "reshard_after_forward=False" in f.fix
+    # CUDA: the calls return at once (launches), so a small host time does not hide a cause: the
+    # trace of the profiled steps sizes it (gpu_role "trace")
+    cuda = observations(device="cuda", distributed=_job(_rank(0, shard=_shard(
+        param_dtype="bfloat16", all_gather_s=[0.001] * 5, reduce_scatter_s=[0.001] * 5))))
+    (f,) = findings_of(CHECKS["FsdpExposedCheck"], cuda)
+    assert f.title.endswith("last block resharded") and "also no prefetch" in f.fix
+    assert "host time inside the calls" in f.evidence and "set_modules_to_forward_prefetch" in f.fix
     (f,) = findings_of(CHECKS["ReplicatedStateCheck"], CASES["ReplicatedStateCheck"][0])
     # 400 MiB replicated over 2 ranks: 200 MiB each, plus a 50 MiB block gathered while it computes
     assert "= 400.0 MiB, 88.9% of its accounted memory" in f.evidence and "each would hold 200.0 MiB" in f.evidence

@@ -87,8 +87,8 @@ def _blocks_code(blocks: tuple[str, ...]) -> str:
 
 def shard_causes(shard, on_gpu: bool) -> list[tuple[str, str, str]]:
     """``(cause, evidence, fix)`` for what leaves FSDP's collectives exposed, the one to fix
-    first first. On CPU (gloo: blocking collectives, nothing overlaps) only the causes whose
-    fix moves fewer bytes are named."""
+    first first. "No prefetch" is a GPU cause only: with gloo the collectives block, and an
+    earlier all-gather overlaps nothing."""
     causes = []
     units, blocks = shard.units, shard.blocks
     total = sum(u.numel for u in units) or 1
@@ -153,7 +153,8 @@ class FsdpExposedCheck(Check, tip="PIT705"):
         ag, rs = shard.mean("all_gather_s"), shard.mean("reduce_scatter_s")
         exposed = (ag + rs) / step
         causes = shard_causes(shard, obs.on_cuda)
-        if not causes or (exposed < th.exposed_communication and not shard.root_only):
+        # on CUDA the host times are launches: the trace of the profiled steps decides (gpu_role)
+        if not causes or (not obs.on_cuda and exposed < th.exposed_communication and not shard.root_only):
             return
         cause, why, fix = causes[0]
         saved = _saved(cause, shard, step, obs.on_cuda)
@@ -166,7 +167,8 @@ class FsdpExposedCheck(Check, tip="PIT705"):
         measured = (f"{shard.framework.upper()}, {len(shard.units)} unit(s) over {shard.world_size} ranks: "
                     f"{ms(ag)} in {shard.mean('all_gathers'):.0f} all-gather(s) and {ms(rs)} in "
                     f"{shard.mean('reduce_scatters'):.0f} reduce-scatter(s) per step = {pct(exposed)} of the "
-                    f"{ms(step)} step, all of it time the compute waited for")
+                    f"{ms(step)} step" + (", host time inside the calls (on the GPU they overlap as the trace shows)"
+                                          if obs.on_cuda else ", all of it time the compute waited for"))
         others = "; ".join(f"{c}: {f}" for c, _, f in causes[1:])
         severity = None if saved is not None else ("medium" if exposed >= th.exposed_communication else "low")
         yield self.finding(
