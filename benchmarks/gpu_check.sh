@@ -32,6 +32,9 @@
 #   tune_path     benchmarks/gpu_tune_path.py --out DIR, when the file exists             (f)
 #   oom           benchmarks/gpu_oom.py --out DIR: a GPT that runs out of memory, the doctor's
 #                 explanation, then the batch it predicts, run (issue 44)                 (f)
+#   fsdp          pitstop doctor --nproc-per-node N --trace on benchmarks/gpu_fsdp.py (FSDP2 per block, bf16
+#                 all-gathers; N = the GPUs, at most 2), then pitstop trace on its traces: the units, and
+#                 with N >= 2 the all-gathers / reduce-scatters classified and their exposed time  (issue 43)
 #
 # When a .whl folder exists (msgspec, libcst, ... built elsewhere), they are installed first
 # into /tmp/site with pip --no-index and put on PYTHONPATH before src/.
@@ -210,6 +213,22 @@ fi
 
 extra tune_path 150 benchmarks/gpu_tune_path.py
 extra oom 150 benchmarks/gpu_oom.py
+
+# -- FSDP2 through doctor and trace (issue 43) -----------------------------------------------------
+if wanted fsdp; then
+    if [ -n "$CUDA_WHY" ]; then skip fsdp "$CUDA_WHY"; else
+        d="$DIR/fsdp"
+        mkdir -p "$d"
+        NGPU=$(timeout 60 "$PY" -c "import torch; print(min(2, max(1, torch.cuda.device_count())))" 2>/dev/null || echo 1)
+        [ "$DEV" = cpu ] && NGPU=2
+        run "doctor fsdp2 x$NGPU" 120 "$d/doctor.json" "${PITSTOP[@]}" doctor --nproc-per-node "$NGPU" "${DOCTOR_STEPS[@]}" \
+            --format json --trace "$d/trace" benchmarks/gpu_fsdp.py -- --device "$DEV" --steps "$SCRIPT_STEPS"
+        if ls "$d"/trace/*.json* >/dev/null 2>&1; then
+            run "trace fsdp2" 60 "$d/trace.json" "${PITSTOP[@]}" trace --format json "$d/trace"
+            run "trace fsdp2 (text)" 40 "$d/trace.txt" "${PITSTOP[@]}" trace "$d/trace"
+        else skip "trace fsdp2" "the doctor wrote no trace"; fi
+    fi
+fi
 
 # -- (b) + (c) selftest, bench over every benchmark inside it --------------------------------
 if wanted selftest; then

@@ -143,8 +143,8 @@ def find_free_port() -> int:
 #: xdist worker (``tests/conftest.py::pytest_xdist_make_scheduler``), every other test goes to
 #: whichever worker is free
 ONE_WORKER_MODULES = frozenset(f"tests/{name}.py" for name in (
-    "test_bench_runner", "test_compare", "test_doctor_compile", "test_doctor_examples", "test_doctor_hardware",
-    "test_doctor_misc_problems", "test_engine_resume", "test_frameworks_scripts", "test_lint_corpus", "test_trace_job",
+    "test_bench_runner", "test_compare", "test_doctor_compile", "test_doctor_examples", "test_doctor_fsdp",
+    "test_doctor_hardware", "test_doctor_misc_problems", "test_engine_fsdp", "test_engine_resume", "test_frameworks_scripts", "test_lint_corpus", "test_trace_job",
     "test_tune_api", "test_tune_load", "test_tune_script", "test_tune_stagewise_script"))
 
 

@@ -35,6 +35,22 @@ def _job(*ranks: dict, **fields) -> dict:
     return {"world_size": len(ranks), "ranks": list(ranks), "step_means": [0.1] * len(ranks), **fields}
 
 
+def _shard(**fields) -> dict:
+    """A 2-rank FSDP2 record (JSON form): 5 steps of 30 ms all-gathers and 10 ms reduce-scatters."""
+    unit = {"numel": 1000, "full_bytes": 4000, "local_bytes": 2000}
+    units = [{"name": "", **unit, "numel": 10}] + [{"name": f"layers.{i}", **unit, "all_gather_s": 0.015,
+                                                    "all_gathers": 2.0} for i in range(2)]
+    base = {"framework": "fsdp2", "world_size": 2, "units": units, "blocks": ["layers.0", "layers.1"],
+            "stored_dtype": "float32", "param_dtype": "bfloat16", "sharding": "FULL_SHARD",
+            "all_gather_s": [0.03] * 5, "reduce_scatter_s": [0.01] * 5, "all_gather_bytes": [4 * MIB] * 5,
+            "reduce_scatter_bytes": [4 * MIB] * 5, "all_gathers": [3] * 5, "reduce_scatters": [3] * 5,
+            "forward_wait": [0.015] * 5, "backward_wait": [0.025] * 5}
+    return {**base, **fields}
+
+
+ROOT_ONLY = [{"name": "", "numel": 2010, "full_bytes": 8040, "local_bytes": 4020, "reshard_after_forward": False}]
+STATE = {"params": 100 * MIB, "grads": 100 * MIB, "optimizer_state": 200 * MIB, "activations": 50 * MIB,
+         "peak": 600 * MIB, "capacity": 16 * 1024 * MIB}
 SAME = {str(i): f"{i:08x}" for i in range(7)}
 STRAGGLER = {"rank": 1, "phase": "data", "lag": 0.05, "late_steps": 5, "steps": 5,
              "evidence": "the other ranks waited 50.0 ms (median) for rank 1 ..."}
@@ -177,6 +193,18 @@ CASES = {
         observations(loaders=[loader(distributed_sampler=True, sampler="DistributedSampler")],
                      distributed=_job(_rank(0, sampler_epochs=[0, 1]), _rank(1, sampler_epochs=[0, 1]))),
     ),
+    "FsdpExposedCheck": (
+        observations(distributed=_job(_rank(0, shard=_shard(units=ROOT_ONLY)))),  # one unit at the root
+        # one unit per block, bf16 all-gathers, the last block kept gathered: no cause left on CPU
+        observations(distributed=_job(_rank(0, shard=_shard(units=[
+            {"name": "", "numel": 10}, {"name": "layers.0", "numel": 1000},
+            {"name": "layers.1", "numel": 1000, "reshard_after_forward": False}])))),
+    ),
+    "ReplicatedStateCheck": (
+        observations(models=[model(ddp=True)], memory=STATE, distributed=_job(_rank(0, block_bytes=[50 * MIB] * 2))),
+        observations(models=[model(ddp=True)], memory={**STATE, "activations": 800 * MIB},  # activations dominate
+                     distributed=_job(_rank(0, block_bytes=[50 * MIB] * 2))),
+    ),
     "StragglerCheck": (
         observations(distributed=_job(_rank(0), _rank(1), stragglers=[STRAGGLER])),
         observations(distributed=_job(_rank(0), _rank(1))),
@@ -314,6 +342,31 @@ def test_distributed_sampler_without_set_epoch_repeats_epoch_numbers():
     job = _job(_rank(0, sampler_epochs=[0, 0, 0]), _rank(1, sampler_epochs=[0, 0, 0]))
     (f,) = findings_of(CHECKS["SameBatchesCheck"], observations(distributed=job))
     assert "set_epoch" in f.title and f.severity == "medium"
+
+
+def test_fsdp_findings_name_the_cause_and_the_numbers():
+    (f,) = findings_of(CHECKS["FsdpExposedCheck"], CASES["FsdpExposedCheck"][0])
+    assert f.title.endswith("root only") and "for block in model.layers: fully_shard(block)" in f.fix
+    # on CPU the fix overlaps nothing (gloo blocks): measured, not sized as a saving
+    assert "30.0 ms in 3 all-gather(s)" in f.evidence and f.severity == "medium" and f.impact_share is None
+    # per block but fp32 all-gathers and the last block resharded: bf16 first, about half the all-gather time
+    fp32 = observations(distributed=_job(_rank(0, shard=_shard(param_dtype=None))))
+    (f,) = findings_of(CHECKS["FsdpExposedCheck"], fp32)
+    assert f.title.endswith("fp32 all-gathers") and f.impact_share == pytest.approx(0.15)
+    assert "MixedPrecisionPolicy(param_dtype=torch.bfloat16" in f.fix and "reshard_after_forward=False" in f.fix
+    # CUDA: the calls return at once (launches), so a small host time does not hide a cause: the
+    # trace of the profiled steps sizes it (gpu_role "trace")
+    cuda = observations(device="cuda", distributed=_job(_rank(0, shard=_shard(
+        param_dtype="bfloat16", all_gather_s=[0.001] * 5, reduce_scatter_s=[0.001] * 5))))
+    (f,) = findings_of(CHECKS["FsdpExposedCheck"], cuda)
+    assert f.title.endswith("last block resharded") and "also no prefetch" in f.fix
+    assert "host time inside the calls" in f.evidence and "set_modules_to_forward_prefetch" in f.fix
+    (f,) = findings_of(CHECKS["ReplicatedStateCheck"], CASES["ReplicatedStateCheck"][0])
+    # 400 MiB replicated over 2 ranks: 200 MiB each, plus a 50 MiB block gathered while it computes
+    assert "= 400.0 MiB, 88.9% of its accounted memory" in f.evidence and "each would hold 200.0 MiB" in f.evidence
+    assert f.impact_bytes == 150 * MIB and f.severity == "low" and "Recipe(strategy='fsdp2')" in f.fix
+    reason, _ = run_check(CHECKS["ReplicatedStateCheck"], observations(distributed=_job(_rank(0, shard=_shard()))))
+    assert reason == "the model is sharded already (fsdp2)"
 
 
 def test_no_sync_finding_gives_the_measured_rounds_and_saving():

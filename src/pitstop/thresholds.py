@@ -57,6 +57,9 @@ class Thresholds:
     straggler_steps: float = 0.6
     #: PIT703: ranks received identical batches in at least this share of common steps.
     same_batch_share: float = 0.5
+    #: PIT706: a DDP rank's replicated parameters, gradients and optimizer state above this
+    #: share of its accounted memory (parameters + gradients + optimizer state + activations).
+    shard_state_share: float = 0.5
 
     # -- pitstop trace (face T) and the GPU evidence of the doctor (its profiled steps) -------
     #: a kernel shorter than this is "short": its launch (~5-10 us of host time) costs as
@@ -86,7 +89,7 @@ class Thresholds:
     #: PIT501: kernels launched per optimizer step before the for-loop mode is suspected.
     optimizer_kernels: float = 50.0
     #: PIT702: communication share of kernel time, and exposed (not overlapped) communication
-    #: share of the step.
+    #: share of the step (PIT705: FSDP's exposed all-gathers and reduce-scatters, doctor and trace).
     communication_share: float = 0.3
     exposed_communication: float = 0.1
     #: PIT905: GPU idle no other finding explains, share of the step.

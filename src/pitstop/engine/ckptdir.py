@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import time
 import uuid
@@ -31,7 +32,8 @@ from pitstop.atomic import remove_stale_temps, writable_dir_problem, write_atomi
 from pitstop.lifecycle import pid_alive
 
 __all__ = ["CheckpointDirError", "CheckpointDirLocked", "check_checkpoint_dir", "DirLock", "Manifest",
-           "LOCK_NAME", "MANIFEST_NAME", "new_run_id", "check_keep", "open_checkpoint_dir"]
+           "LOCK_NAME", "MANIFEST_NAME", "new_run_id", "check_keep", "open_checkpoint_dir", "sharded_name",
+           "remove_sharded"]
 
 LOCK_NAME = "pitstop.lock"
 MANIFEST_NAME = "pitstop-checkpoints.json"
@@ -157,6 +159,17 @@ class DirLock:
         self.release()
 
 
+def sharded_name(pt_name: str) -> str:
+    """The directory of an FSDP2 checkpoint's sharded part (:mod:`pitstop.engine.shard_ckpt`):
+    ``step-000000004.pt`` -> ``step-000000004.dcp``."""
+    return pt_name[: -len(".pt")] + ".dcp" if pt_name.endswith(".pt") else pt_name + ".dcp"
+
+
+def remove_sharded(pt_path: Path) -> None:
+    """Delete the sharded part that belongs to the checkpoint file ``pt_path`` (if any)."""
+    shutil.rmtree(pt_path.parent / sharded_name(pt_path.name), ignore_errors=True)
+
+
 class Manifest:
     """Which run wrote which checkpoint file (``pitstop-checkpoints.json``, written atomically)."""
 
@@ -196,6 +209,7 @@ class Manifest:
         if keep is not None and len(files) > keep:
             for name in files[:-keep]:
                 (self.directory / name).unlink(missing_ok=True)
+                remove_sharded(self.directory / name)  # an FSDP2 checkpoint's sharded part
                 deleted.append(self.directory / name)
             self.runs[run] = files[-keep:]
         self.save()

@@ -8,7 +8,8 @@ and wrap the model; launch it with::
 
     torchrun --standalone --nproc-per-node 2 train.py
 
-``wrap_model(..., strategy=...)`` is the seam for FSDP2 (``fully_shard``) later.
+``wrap_model(..., strategy="fsdp2")`` shards the model with FSDP2 instead
+(:mod:`pitstop.engine.sharded`, ``Recipe(strategy="fsdp2")``).
 """
 
 from __future__ import annotations
@@ -66,12 +67,19 @@ def dist_info() -> DistInfo:
     return DistInfo(rank=rank, world_size=dist.get_world_size(), local_rank=int(os.environ.get("LOCAL_RANK", rank)))
 
 
-def wrap_model(model: nn.Module, device: torch.device, *, strategy: str = "ddp") -> nn.Module:
+def wrap_model(model: nn.Module, device: torch.device, *, strategy: str = "ddp", **options: Any) -> nn.Module:
     """Wrap for data parallelism. ``ddp``: ``DistributedDataParallel`` (``device_ids`` on
-    CUDA, none on CPU). Other strategies (FSDP2 ``fully_shard``) are not implemented yet."""
+    CUDA, none on CPU). ``fsdp2``: ``fully_shard`` per block and at the root, in place
+    (:func:`pitstop.engine.sharded.shard_model`, ``options`` are its keywords); the module
+    returned is the model itself, its parameters replaced by sharded ``DTensor`` ones (an
+    optimizer must be built, or rebuilt, on them)."""
+    if strategy == "fsdp2":
+        from pitstop.engine.sharded import shard_model
+
+        shard_model(model, device, **options)
+        return model
     if strategy != "ddp":
-        raise NotImplementedError(f"distributed strategy {strategy!r} is not implemented (only 'ddp'); "
-                                  "FSDP2 fully_shard is planned")
+        raise ValueError(f"distributed strategy {strategy!r} is not one of 'ddp', 'fsdp2'")
     if isinstance(model, DistributedDataParallel):
         return model
     device_ids = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else None

@@ -181,6 +181,14 @@ class _Run:
         own = manifest.files(manifest.current) if manifest.current is not None else []
         # SYNC: disk read onto the device
         found = load_latest(self.checkpoint_dir, map_location=self.step.device, candidates=own or None)
+        if self.step.shard_plan is not None:  # FSDP2: every rank must load the same shards (a collective)
+            names = all_gather_objects(found[0].name if found is not None else None, self.info)
+            if len(set(names)) > 1:
+                from pitstop.engine.checkpoint import CheckpointError
+
+                raise CheckpointError(f"{self.checkpoint_dir}: the ranks found different checkpoints to resume from "
+                                      f"({', '.join(f'rank {r}: {n}' for r, n in enumerate(names))}); is the "
+                                      "directory the same on every node?")
         if found is None:
             return None
         self.result.resumed_from, ckpt = found
@@ -188,7 +196,8 @@ class _Run:
         run = ckpt.get("run")
         self.run_id = run if isinstance(run, str) else manifest.run_of(self.result.resumed_from.name) or self.run_id
         # stacklevel 4: a warning names the line calling fit (restore <- resume <- fit <- caller)
-        resume_rng = restore(ckpt, self.step, self.sched, self.state, self.recipe, self.info, stacklevel=4)
+        resume_rng = restore(ckpt, self.step, self.sched, self.state, self.recipe, self.info, stacklevel=4,
+                             directory=Path(self.checkpoint_dir))
         del ckpt  # drop the loaded copy: the model and optimizer hold their own (PIT404)
         if self.state.pos == 0:  # saved between epochs: the next epoch starts from here
             set_own_rng(resume_rng[1], self.info)
@@ -268,16 +277,25 @@ class _Run:
         self.saved = state.step
         self.log()  # SYNC: never write a checkpoint after an unnoticed inf/NaN
         rngs = all_gather_objects(rng_state(), info)  # collective: every rank's RNG
+        path = checkpoint_path(self.checkpoint_dir, state.step)
+        sharded = None
+        if self.step.shard_plan is not None:  # FSDP2: every rank writes its shards first (collective)
+            from pitstop.engine.shard_ckpt import save_sharded
+
+            sharded = save_sharded(self.step.model, self.step.optimizer, path.parent, path.name, is_main=info.is_main)
         if info.is_main:
             # SYNC: torch.save copies the state dicts to the host; the file is written atomically
-            ckpt = checkpoint_state(self.step, self.sched, state, self.recipe, rngs, self.epoch_rngs, info)
+            ckpt = checkpoint_state(self.step, self.sched, state, self.recipe, rngs, self.epoch_rngs, info, sharded)
             ckpt["run"] = self.run_id
-            path = save_checkpoint(ckpt, checkpoint_path(self.checkpoint_dir, state.step), keep=self.keep_checkpoints,
-                                   run=self.run_id)
+            path = save_checkpoint(ckpt, path, keep=self.keep_checkpoints, run=self.run_id)
             del ckpt
             self.result.checkpoint = path
             for hook in self.hooks["on_checkpoint"]:
                 hook(state, path)
+        if sharded is not None:  # FSDP2: no rank goes on (to a resume, say) before the .pt naming the shards exists
+            import torch.distributed as dist
+
+            dist.barrier()
 
 
 def _check_args(recipe: Any, max_steps: Any, epochs: Any, checkpoint_every: Any, log_every: Any, eval_every: Any,

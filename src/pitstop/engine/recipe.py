@@ -26,9 +26,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-__all__ = ["Recipe", "RecipeError", "PRECISIONS", "COMPILE_MODES", "OPTIMIZER_IMPLS"]
+__all__ = ["Recipe", "RecipeError", "PRECISIONS", "COMPILE_MODES", "OPTIMIZER_IMPLS", "STRATEGIES"]
 
 PRECISIONS = ("fp32", "tf32", "bf16-mixed", "fp16-mixed")
+STRATEGIES = ("ddp", "fsdp2")
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 OPTIMIZER_IMPLS = ("fused", "foreach", "for-loop")
 _DEVICE = re.compile(r"^(auto|cpu|mps|(cuda|xpu)(:\d+)?)$")
@@ -63,6 +64,15 @@ class Recipe:
     Run
         ``seed`` (``fit`` seeds every RNG with it; ``None``: leave them), ``deterministic``
         (``torch.use_deterministic_algorithms``), ``device`` (``"auto"``: CUDA if present).
+    Data parallelism (under ``torchrun``, :mod:`pitstop.engine.distributed`)
+        ``strategy``: ``"ddp"`` (``DistributedDataParallel``: every rank holds the whole
+        model, its gradients and optimizer state) | ``"fsdp2"`` (``fully_shard`` per block and
+        at the root: parameters, gradients and optimizer state divided by the ranks, PIT706).
+        FSDP2 only: ``shard_units`` (``fnmatch`` patterns of the submodules that become units;
+        empty: the blocks of the model's largest ``ModuleList``), ``reshard_after_forward``
+        (free each block's gathered parameters after its forward, every block but the last;
+        False keeps them to backward: fewer all-gathers, more memory, PIT705),
+        ``shard_prefetch`` (each block's all-gather issued one block ahead, PIT705).
     """
 
     precision: str = "fp32"
@@ -83,6 +93,10 @@ class Recipe:
     seed: int | None = None
     deterministic: bool = False
     device: str = "auto"
+    strategy: str = "ddp"
+    shard_units: tuple[str, ...] = field(default=())
+    reshard_after_forward: bool = True
+    shard_prefetch: bool = False
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # normalize a few spellings on the frozen instance
@@ -133,12 +147,31 @@ class Recipe:
             _int("seed", self.seed, low=0, high=2**32 - 1)
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
             raise RecipeError(f"Recipe.device must be 'auto', 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu[:N]', got {self.device!r}")
+        self._check_strategy()
+
+    def _check_strategy(self) -> None:
+        _one_of("strategy", self.strategy, STRATEGIES)
+        units = self.shard_units
+        if isinstance(units, str):
+            units = (units,)
+        if not isinstance(units, (tuple, list)) or not all(isinstance(n, str) and n.strip() for n in units):
+            raise RecipeError(f"Recipe.shard_units must be a list of submodule names, got {self.shard_units!r}")
+        object.__setattr__(self, "shard_units", tuple(units))
+        for name in ("reshard_after_forward", "shard_prefetch"):
+            _bool(name, getattr(self, name))
+        if self.strategy != "fsdp2":
+            extra = [f"{n}={getattr(self, n)!r}" for n, off in (("shard_units", ()), ("reshard_after_forward", True),
+                                                                ("shard_prefetch", False)) if getattr(self, n) != off]
+            if extra:
+                raise RecipeError(f"Recipe: {', '.join(extra)} apply to strategy='fsdp2' only, got "
+                                  f"strategy={self.strategy!r}")
 
     # -- conversion --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able values (tuples become lists), every field present."""
         out = dataclasses.asdict(self)
         out["checkpoint_activations"] = list(self.checkpoint_activations)
+        out["shard_units"] = list(self.shard_units)
         return out
 
     @classmethod

@@ -17,6 +17,7 @@ on resume.
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -32,13 +33,16 @@ FORMAT = 1
 
 
 def checkpoint_state(step: Any, sched: Any, state: FitState, recipe: Recipe, rngs: list[Any], epoch_rngs: list[Any],
-                     info: DistInfo) -> dict[str, Any]:
+                     info: DistInfo, sharded: str | None = None) -> dict[str, Any]:
     """The checkpoint ``fit`` writes: ``rngs`` are every rank's RNG states now, ``epoch_rngs``
-    every rank's :func:`epoch_rng` at the start of the current epoch."""
+    every rank's :func:`epoch_rng` at the start of the current epoch. ``sharded``: the name of
+    the directory holding the model and optimizer (FSDP2, :mod:`pitstop.engine.shard_ckpt`),
+    which the file then names instead of holding them."""
+    parts = ({"sharded": sharded} if sharded is not None else
+             {"model": step.model.state_dict(), "optimizer": step.optimizer.state_dict()})
     return {
         "format": FORMAT,
-        "model": step.model.state_dict(),
-        "optimizer": step.optimizer.state_dict(),
+        **parts,
         "step_state": step.state_dict(),
         "scheduler": sched.state_dict() if sched is not None else None,
         "step": state.step,
@@ -53,10 +57,11 @@ def checkpoint_state(step: Any, sched: Any, state: FitState, recipe: Recipe, rng
 
 
 def restore(ckpt: dict[str, Any], step: Any, sched: Any, state: FitState, recipe: Recipe,
-            info: DistInfo, *, stacklevel: int = 2) -> tuple[list[Any], list[Any]]:
+            info: DistInfo, *, stacklevel: int = 2, directory: Path | None = None) -> tuple[list[Any], list[Any]]:
     """Load ``ckpt`` into the step, its optimizer, the scheduler and ``state``; return its
     ``(epoch_rng, rng)`` lists for the loop to replay. Warns (at ``stacklevel``) when the
-    recipe or the number of processes changed."""
+    recipe or the number of processes changed. ``directory``: where a sharded checkpoint's
+    model and optimizer part is (every rank loads its slices; a collective)."""
     if ckpt.get("format") != FORMAT:
         raise ValueError(f"checkpoint format {ckpt.get('format')!r} is not {FORMAT} (written by another pitstop)")
     saved = ckpt.get("recipe", {})
@@ -67,13 +72,31 @@ def restore(ckpt: dict[str, Any], step: Any, sched: Any, state: FitState, recipe
     if ckpt.get("world_size", 1) != info.world_size:
         warnings.warn(f"checkpoint written with {ckpt.get('world_size')} processes, resuming with "
                       f"{info.world_size}: data order and RNG streams differ", UserWarning, stacklevel=stacklevel)
-    step.model.load_state_dict(ckpt["model"])
-    step.optimizer.load_state_dict(ckpt["optimizer"])
+    _load_model_optimizer(ckpt, step, directory)
     step.load_state_dict(ckpt.get("step_state", {}))
     if sched is not None and ckpt.get("scheduler") is not None:
         sched.load_state_dict(ckpt["scheduler"])
     state.step, state.epoch, state.pos, state.samples = ckpt["step"], ckpt["epoch"], ckpt["pos"], ckpt["samples"]
     return ckpt["epoch_rng"], ckpt["rng"]
+
+
+def _load_model_optimizer(ckpt: dict[str, Any], step: Any, directory: Path | None) -> None:
+    from pitstop.engine.checkpoint import CheckpointError
+
+    sharded_run = getattr(step, "shard_plan", None) is not None
+    if isinstance(ckpt.get("sharded"), str):
+        if not sharded_run or directory is None:
+            raise CheckpointError(f"the checkpoint is sharded ({ckpt['sharded']}): resume it with "
+                                  "Recipe(strategy='fsdp2') under torchrun")
+        from pitstop.engine.shard_ckpt import load_sharded
+
+        load_sharded(step.model, step.optimizer, Path(directory) / ckpt["sharded"])
+        return
+    if sharded_run:
+        raise CheckpointError("the checkpoint holds a whole (unsharded) model: Recipe(strategy='fsdp2') resumes "
+                              "only its own sharded checkpoints")
+    step.model.load_state_dict(ckpt["model"])
+    step.optimizer.load_state_dict(ckpt["optimizer"])
 
 
 def _loader_generators(loader: Any) -> tuple[tuple[str, Any], ...]:

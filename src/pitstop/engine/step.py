@@ -93,6 +93,11 @@ class Step:
                 model.to(memory_format=torch.channels_last)
             if recipe.checkpoint_activations:
                 apply_activation_checkpointing(model, recipe.checkpoint_activations)
+            self.shard_plan = None
+            if recipe.strategy == "fsdp2":
+                if ddp is not None:
+                    raise ValueError("Recipe(strategy='fsdp2') got a DistributedDataParallel model: pass the module")
+                self.shard_plan, optimizer = _shard(model, optimizer, self.device, recipe)
             self.optimizer = switch_optimizer_impl(optimizer, recipe.optimizer_impl)
         except Exception:
             self.close()
@@ -100,7 +105,7 @@ class Step:
         self.model = model
         train_model: nn.Module = ddp if ddp is not None else model
         info = dist_info()
-        if ddp is None and info.enabled:
+        if ddp is None and info.enabled and self.shard_plan is None:
             train_model = wrap_model(model, self.device)
         self.ddp = train_model if isinstance(train_model, DistributedDataParallel) else None
         if recipe.compile:
@@ -113,6 +118,8 @@ class Step:
         self.skipped = 0
         self._inv_k = 1.0 / recipe.accumulate
         self._no_sync = self.ddp.no_sync if self.ddp is not None else None
+        if self.shard_plan is not None:  # FSDP2: no reduce-scatter on the group's other micro-batches (PIT702)
+            self._no_sync = self._fsdp_no_sync
         self.forward_context = self.precision.forward_context()
         self._params = [p for g in self.optimizer.param_groups for p in g["params"]]
         self._skip_nonfinite = recipe.skip_nonfinite
@@ -150,6 +157,14 @@ class Step:
         else:
             self.micro += 1
         return loss
+
+    @contextlib.contextmanager
+    def _fsdp_no_sync(self):
+        self.model.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            self.model.set_requires_gradient_sync(True)
 
     def _forward_backward(self, batch: Any, weight: float) -> torch.Tensor:
         with self.forward_context:
@@ -192,8 +207,8 @@ class Step:
         ``micro`` micro-batches done. Returns whether there was anything to step."""
         if self.micro == 0:
             return False
-        if self.ddp is not None:
-            raise RuntimeError("Step.flush() under DDP: the pending micro-batches ran under no_sync and were never "
+        if self.ddp is not None or self.shard_plan is not None:
+            raise RuntimeError("Step.flush() under DDP or FSDP2: the pending micro-batches ran under no_sync and were never "
                                "all-reduced; pass boundary=True with the last micro-batch instead (fit does)")
         grads = [p.grad for p in self._params if p.grad is not None]
         if grads:
@@ -220,6 +235,17 @@ class Step:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _shard(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device, recipe: Recipe):
+    """FSDP2 (``Recipe(strategy="fsdp2")``): the model sharded in place, the optimizer rebuilt
+    on its sharded parameters."""
+    from pitstop.engine.sharded import rebuild_optimizer, shard_model
+
+    before = {id(p): name for name, p in model.named_parameters(remove_duplicate=False)}
+    plan = shard_model(model, device, precision=recipe.precision, units=recipe.shard_units,
+                       reshard_after_forward=recipe.reshard_after_forward, prefetch=recipe.shard_prefetch)
+    return plan, rebuild_optimizer(optimizer, before, model)
 
 
 def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: LossFn, recipe: Recipe | None = None,

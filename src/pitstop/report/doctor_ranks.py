@@ -45,7 +45,26 @@ def rank_rows(diag: Diagnosis) -> tuple[list[str], list[list[str]]]:
     if any(ar is not None and ar[0] for ar in allreduce):
         rows.append(["all-reduce/step", *(f"{fmt_bytes(ar[0])} in {ar[1]:g} round(s)"
                                           if ar is not None and ar[0] else "" for ar in allreduce)])
+    job = diag.observations.distributed
+    shards = {r.rank: r.shard for r in job.ranks} if job is not None else {}
+    if any(shards.get(v.rank) is not None for v in ranks):
+        for label, secs, n, nbytes in (("all-gather/step", "all_gather_s", "all_gathers", "all_gather_bytes"),
+                                       ("reduce-scatter/step", "reduce_scatter_s", "reduce_scatters",
+                                        "reduce_scatter_bytes")):
+            rows.append([label, *(f"{fmt_seconds(sh.mean(secs))} in {sh.mean(n):g} ({fmt_bytes(sh.mean(nbytes))})"
+                                  if (sh := shards.get(v.rank)) is not None else "" for v in ranks)])
     return headers, rows
+
+
+def _shard_line(shard: Any) -> str:
+    """The sharded model of rank 0: framework, units, dtypes, what the rank holds."""
+    names = [u.name or "(root)" for u in shard.units]
+    units = ", ".join(names[:4]) + (f" ... ({len(names)} in all)" if len(names) > 4 else "")
+    gather = shard.param_dtype or shard.stored_dtype
+    return (f"sharded ({shard.framework}, {shard.sharding}, {shard.world_size} ranks): units {units}; all-gathers in "
+            f"{gather}, gradients reduced in {shard.reduce_dtype or gather}; rank 0 holds parameter shards of "
+            f"{fmt_bytes(shard.local_param_bytes)} (whole: {fmt_bytes(shard.full_param_bytes)}), replicated "
+            f"parameters {fmt_bytes(shard.replicated_param_bytes)}")
 
 
 def render_ranks(diag: Diagnosis, con: Any) -> None:
@@ -78,6 +97,8 @@ def render_ranks(diag: Diagnosis, con: Any) -> None:
         line = _ddp_line(job.ranks[0].ddp_logging)
         if line:
             con.print(line, markup=False, highlight=False)
+        if job.ranks[0].shard is not None:
+            con.print(_shard_line(job.ranks[0].shard), markup=False, highlight=False)
         src = job.ranks[0].reduction_source
         if src:
             con.print(f"collective waits: explicit torch.distributed calls timed; DDP's reduction by {src}",

@@ -172,6 +172,8 @@ class CommunicationTrace(TraceCheck, tip="PIT702"):
         k = rank.kernels
         if k is None or k.communication_overlap is None:
             return
+        if rank.collectives is not None and rank.collectives.sharding:
+            return  # FSDP's all-gathers and reduce-scatters: PIT705 sizes them, with the settings that hide them
         if k.communication_share < th.communication_share and k.communication_exposed < th.exposed_communication:
             return
         yield self.finding(

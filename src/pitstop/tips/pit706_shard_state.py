@@ -14,6 +14,12 @@ class ShardStateTip(Tip):
     truth = ("memory per rank before and after, measured; the step may get slower (all-gathers): the doctor "
              "and tune say by how much, and the engine applies it with a sharded checkpoint that resumes exactly")
 
+    engine = ("Recipe(strategy='fsdp2') shards the model with FSDP2 under torchrun: fully_shard per block (the "
+              "largest ModuleList's children, or Recipe.shard_units) and at the root, MixedPrecisionPolicy from "
+              "Recipe.precision, the optimizer rebuilt on the shards, set_requires_gradient_sync(False) on the "
+              "accumulated micro-batches, clipping on DTensors, and checkpoints written with "
+              "torch.distributed.checkpoint that resume bitwise and on another number of ranks.")
+
     what = """
         Under DistributedDataParallel each rank keeps a full copy of the parameters, their
         gradients and the optimizer state (Adam: two more tensors per parameter). When that
@@ -65,16 +71,111 @@ class ShardStateTip(Tip):
     )
 
 
+# --- doctor face ---
+from pitstop.doctor.analysis.check import Check, mib, pct  # noqa: E402
+from pitstop.doctor.analysis.records import MemoryRecord  # noqa: E402
+from pitstop.doctor.analysis.sharding import comm_bytes_per_step, per_rank_bytes  # noqa: E402
+
+
+class ReplicatedStateCheck(Check, tip="PIT706"):
+    looks_at = ("a DDP rank's parameters, gradients and optimizer state (each rank holds them whole) against its "
+                "accounted memory, and what FSDP2 would leave each rank")
+
+    def skip_reason(self, obs):
+        d = obs.distributed
+        rank = d.ranks[0] if d is not None and d.ranks else None
+        if rank is None or rank.world_size < 2 or not d.initialized:
+            return "not a data-parallel job of two ranks or more"
+        if rank.shard is not None:
+            return f"the model is sharded already ({rank.shard.framework})"
+        if not any(m.ddp for m in obs.models):
+            return "no DistributedDataParallel model in this run"
+        return super().skip_reason(obs)
+
+    def check(self, obs, th):
+        rank = obs.distributed.ranks[0]
+        m = obs.memory or MemoryRecord()
+        params, state = m.params or 0, m.optimizer_state or 0
+        grads = m.grads if m.grads is not None else params
+        replicated = params + grads + state
+        accounted = m.accounted
+        pressure = bool(m.pressure and m.pressure > th.memory_share)
+        if not accounted or not replicated or (replicated / accounted < th.shard_state_share and not pressure):
+            return
+        world = rank.world_size
+        blocks = rank.block_bytes
+        largest = max(blocks) if blocks else 0
+        sharded = per_rank_bytes(params, grads, state, world, largest_unit=largest)
+        regathered = params - (blocks[-1] if blocks else 0)  # every block but the last gathered again in backward
+        comm = comm_bytes_per_step(params, grads, world, regathered=regathered)
+        now = rank.mean("allreduce_bytes")
+        gathered = f" plus {mib(largest)} while its largest block computes (gathered whole)" if largest else ""
+        yield self.finding(
+            th, title=f"Every rank holds the whole training state: FSDP2 would leave each of the {world} ranks "
+                      f"{pct(sharded.state / replicated)} of it",
+            evidence=f"each rank holds parameters {mib(params)} + gradients {mib(grads)} + optimizer state {mib(state)} "
+                     f"= {mib(replicated)}, {pct(replicated / accounted)} of its accounted memory; sharded over {world} "
+                     f"ranks (FSDP2, from these sizes) each would hold {mib(sharded.state)}{gathered}. The cost: "
+                     f"all-gathers of {mib(comm.all_gather)} and reduce-scatters of {mib(comm.reduce_scatter)} per "
+                     f"step and rank (DDP all-reduces {mib(now)} per step now)"
+                     + ("" if pressure else "; memory is not near capacity, so this is for information") + ".",
+            fix="shard with FSDP2: `fully_shard(block)` for each block, then `fully_shard(model)`, and build the "
+                "optimizer after it (pitstop's engine: Recipe(strategy='fsdp2')); `pitstop tune --nproc-per-node "
+                f"{world} --only PIT706` measures what it costs the step; only the optimizer state: "
+                "torch.distributed.optim.ZeroRedundancyOptimizer",
+            kind="memory", share=(replicated - sharded.peak) / m.peak if m.peak else None,
+            nbytes=replicated - sharded.peak, severity="medium" if pressure else "low")
+
+
+# --- knob face ---
+from pitstop.tune.knob import Applicability, Knob  # noqa: E402
+
+
+class ShardKnob(Knob, tip="PIT706"):
+    name = "fsdp2"
+    title = "FSDP2 instead of DDP (parameters, gradients, optimizer state sharded)"
+    modes = ("script",)  # a torchrun job; the in-process API tuner runs one process
+    order = 5  # the model is replaced at DDP construction, before any other knob sees it
+
+    def applies(self, ctx):
+        if ctx.strategy != "ddp":
+            return Applicability(False, "the job does not use DistributedDataParallel"
+                                 + (f" (it shards with {ctx.strategy})" if ctx.strategy else ""))
+        if ctx.world_size < 2:
+            return Applicability(False, "one rank: nothing to shard over")
+        return Applicability(True)
+
+    def values(self, ctx):
+        return ["fsdp2"]
+
+    def label(self, value):
+        return "strategy=fsdp2"
+
+    def recipe_fields(self, value, ctx):
+        return {"strategy": "fsdp2"}
+
+    def child_kwargs(self, value, ctx):
+        return {}
+
+    def apply_in_child(self, value, **options):
+        from pitstop.tune.patch import ddp_as_fsdp2
+
+        ddp_as_fsdp2()
+
+    def snippet(self, value, ctx):
+        return """
+            from torch.distributed.fsdp import fully_shard
+            # instead of model = DDP(model): one unit per block (your model's block list), then the root
+            for block in model.layers:
+                fully_shard(block)
+            fully_shard(model)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=...)  # built after fully_shard: shards only
+            # no_sync(): model.set_requires_gradient_sync(False) on all but the last micro-batch
+        """
+
+
 # --- memory fix face ---
 from pitstop.doctor.analysis.fits import FixEstimate, MemoryFix  # noqa: E402
-from pitstop.units import mib  # noqa: E402
-
-
-def sharded_bytes(replicated: int, world_size: int) -> int:
-    """Bytes of parameters + gradients + optimizer state one rank keeps under FSDP2 (each rank a
-    1/world_size shard) when DDP keeps ``replicated`` on every rank. (The all-gathered unit's
-    parameters come on top while it computes; issue 43 measures the whole per-rank figure.)"""
-    return -(-replicated // max(1, world_size))
 
 
 class ShardFix(MemoryFix, tip="PIT706"):
@@ -88,12 +189,13 @@ class ShardFix(MemoryFix, tip="PIT706"):
         if n < 2:
             return
         replicated = basis.params + basis.grads + basis.optimizer_state
-        saved = replicated - sharded_bytes(replicated, n)
+        sharded = per_rank_bytes(basis.params, basis.grads, basis.optimizer_state, n).state
+        saved = replicated - sharded
         if saved <= 0:
             return
         yield FixEstimate(
             code=self.tip, title=f"FSDP2 over the {n} ranks", fixed_saved=saved,
             how="computed", basis=f"each rank holds {mib(replicated)} of parameters, gradients and optimizer state; "
-                                  f"sharded {mib(sharded_bytes(replicated, n))} (1/{n}, the gathered unit on top)",
+                                  f"sharded {mib(sharded)} (1/{n}, the gathered unit on top)",
             time_cost=None, cost_basis="all-gathers and reduce-scatters each step (PIT705)",
             fix="fully_shard(block) for each block, then fully_shard(model); Recipe(strategy='fsdp2')")

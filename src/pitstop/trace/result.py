@@ -19,7 +19,7 @@ from pitstop.trace.jobtypes import JobSummary
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
            "Launches", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
-           "TraceReport", "SCHEMA_VERSION"]
+           "TraceReport", "SCHEMA_VERSION", "CollectiveTime", "UnitTime", "Collectives"]
 
 SCHEMA_VERSION = 1
 
@@ -193,6 +193,49 @@ class OptimizerKernels:
 
 
 @dataclass(frozen=True)
+class CollectiveTime:
+    """One kind of collective (``all_gather``, ``reduce_scatter``, ``all_reduce``, ``other``) in
+    the window, per step: calls, seconds it ran (kernels; on CPU the blocked host time), the
+    part of them no compute ran beside (exposed), and that part's share of the window."""
+
+    kind: str
+    calls_per_step: float
+    seconds_per_step: float
+    exposed_per_step: float
+    exposed_share: float
+
+
+@dataclass(frozen=True)
+class UnitTime:
+    """An FSDP2 unit (``""``: the root): exposed seconds per step of its all-gathers and
+    reduce-scatters (the collectives its annotations launched)."""
+
+    unit: str
+    all_gather_s: float
+    reduce_scatter_s: float
+
+
+@dataclass(frozen=True)
+class Collectives:
+    """The collectives of one trace (:mod:`pitstop.trace.collectives`). ``source``: ``"gpu
+    kernels"`` or ``"host (blocking collectives)"`` (CPU, gloo); ``sharding``: ``"fsdp2"``,
+    ``"fsdp1"`` or ``""`` (no FSDP mark); ``fsdp_exposed_per_step``: exposed all-gather plus
+    reduce-scatter seconds in each step; ``root_only``: FSDP2 gathered through the root unit
+    only (no per-block units)."""
+
+    source: str
+    sharding: str
+    kinds: tuple[CollectiveTime, ...]
+    units: tuple[UnitTime, ...]
+    fsdp_exposed_per_step: tuple[float, ...]
+    fsdp_exposed_share: float
+    root_only: bool
+
+    def kind(self, name: str) -> CollectiveTime | None:
+        return next((k for k in self.kinds if k.kind == name), None)
+
+
+@dataclass(frozen=True)
 class RankResult:
     """What one trace file (one rank) says. ``notes`` are plain statements of what the trace
     cannot show (host-only, no steps ...)."""
@@ -220,6 +263,8 @@ class RankResult:
     top_operators: tuple[NamedTime, ...]
     host_only: bool
     notes: tuple[str, ...] = ()
+    #: the collectives by kind and FSDP's per unit (None: the trace holds none)
+    collectives: Collectives | None = None
 
     def to_dict(self) -> dict:
         return record_to_json(self)

@@ -26,6 +26,15 @@ def _input_dims(obs: Observations) -> int | None:
     return len(str(shape).split("x"))
 
 
+def _strategy(obs: Observations) -> str | None:
+    """``"fsdp2"`` / ``"fsdp1"`` (a sharded model), ``"ddp"``, or None (no data parallelism seen)."""
+    d = obs.distributed
+    shard = d.ranks[0].shard if d is not None and d.ranks else None
+    if shard is not None:
+        return shard.framework
+    return "ddp" if any(m.ddp for m in obs.models) else None
+
+
 def context_from_observations(obs: Observations | dict[str, Any], *, notes: tuple[str, ...] = ()) -> Context:
     """The knobs' context from the survey's observations (an :class:`Observations`, or its
     ``to_dict()`` as the doctor's child wrote it)."""
@@ -55,6 +64,8 @@ def context_from_observations(obs: Observations | dict[str, Any], *, notes: tupl
         cudnn_benchmark=obs.settings.cudnn_benchmark,
         float32_matmul_precision=obs.settings.float32_matmul_precision or "highest",
         framework=obs.framework_name,
+        strategy=_strategy(obs),
+        world_size=obs.settings.world_size or 1,
         phase_shares=tuple(obs.breakdown.shares().items()) if obs.breakdown else (),
         step_boundary=obs.step_boundary,
         backward_calls=obs.backward_calls,

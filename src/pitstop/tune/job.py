@@ -14,6 +14,8 @@ One job becomes one :class:`pitstop.tune.run.Run` (:func:`run_from_job`):
 - **the loss is checked on every rank**: the run keeps every rank's trajectory
   (``rank_losses``) and the session checks each rank's against the baseline's same rank
   (:meth:`pitstop.tune.session.TuneSession` ``_loss_check``), rank 0's shown;
+- **every rank's median step and peak memory** are kept beside (``rank_step_times``,
+  ``rank_peaks``): sharding (PIT706) changes what each rank holds;
 - a rank that failed fails the run, named (``rank 1: ...``); the survey's context is the slowest
   rank's observations (a straggler's DataLoader waits are the job's).
 """
@@ -65,6 +67,8 @@ def run_from_job(job: Any, steps: int) -> Run:
               gpu_times=col("gpu_times"))
     run.warmup_s = sum(run.warmup_times)
     run.rank_losses = [list(r.losses) for r in ranks]
+    run.rank_step_times = [r.median_step for r in ranks]  # each rank's step time and peak memory, side by side
+    run.rank_peaks = [r.peak_memory for r in ranks]
     run.compile = first.compile
     return run
 

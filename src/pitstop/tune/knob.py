@@ -63,6 +63,8 @@ class Context:
     float32_matmul_precision: str = "highest"
     blocks: tuple[str, ...] = ()             # API: submodule patterns activation checkpointing may wrap
     framework: str | None = None             # "lightning" | "fabric" | "transformers" | "accelerate" (detected)
+    strategy: str | None = None              # data parallelism of a torchrun job: "ddp" | "fsdp2" | "fsdp1"
+    world_size: int = 1                      # ranks of the job (torchrun's WORLD_SIZE)
     #: share of the step time of each doctor phase in the survey (``("optimizer", 0.004)``, ...)
     phase_shares: tuple[tuple[str, float], ...] = ()
     #: what ended a step in the survey: "optimizer.step", or "backward" for manual parameter

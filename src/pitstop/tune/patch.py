@@ -22,6 +22,10 @@ take the script's objects as arguments. Instead:
   Fabric's precision plugins do with module outputs), so the script's loss runs in fp32.
 - :func:`grad_scaler`: the script's backward calls, optimizer steps and gradient clipping go
   through one ``torch.amp.GradScaler`` (fp16 autocast), as the pasted snippet would.
+- :func:`ddp_as_fsdp2`: every ``DistributedDataParallel(module, ...)`` built afterwards returns
+  ``module`` itself sharded by FSDP2 as pitstop's engine shards (one unit per block, then the
+  root), so the optimizer the script builds next holds the shards; ``model.module`` (the module)
+  and ``model.no_sync()`` (``set_requires_gradient_sync(False)`` inside) keep working.
 
 Torch is imported inside the functions: this module is imported by tip modules' methods only.
 """
@@ -37,7 +41,7 @@ from pitstop.doctor.record.frameworks import unwrap
 from pitstop.doctor.run.spec import SetupFailed
 
 __all__ = ["on_model", "wrap_forward", "patch_init", "to_float", "map_tensors", "grad_scaler", "scaler_blocker", "reset",
-           "KnobApplyError"]
+           "KnobApplyError", "ddp_as_fsdp2"]
 
 
 class KnobApplyError(SetupFailed):
@@ -137,6 +141,34 @@ def patch_init(cls: type, change: Callable[[dict[str, Any]], None]) -> None:
     __init__._pitstop_original = original  # type: ignore[attr-defined]
     _installed.setdefault("init", []).append((cls, cls.__dict__.get("__init__")))
     cls.__init__ = __init__
+
+
+def ddp_as_fsdp2() -> None:
+    """From now on ``DistributedDataParallel(module, ...)`` shards ``module`` with FSDP2 and
+    returns it (see the module docs)."""
+    import contextlib
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from pitstop.engine.sharded import shard_model
+
+    def __new__(cls: type, module: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if cls is not DistributedDataParallel or module is None:
+            return object.__new__(cls)
+        shard_model(module, next(module.parameters()).device)
+
+        @contextlib.contextmanager
+        def no_sync() -> Any:
+            module.set_requires_gradient_sync(False)
+            try:
+                yield
+            finally:
+                module.set_requires_gradient_sync(True)
+        object.__setattr__(module, "module", module)  # not a registered submodule: state_dict unchanged
+        object.__setattr__(module, "no_sync", no_sync)
+        return module  # not a DistributedDataParallel: its __init__ does not run
+
+    _replace(DistributedDataParallel, "__new__", staticmethod(__new__))
 
 
 def _replace(owner: Any, name: str, value: Any) -> None:

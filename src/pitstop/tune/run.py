@@ -44,6 +44,8 @@ class Run:
     stderr_lines: list[str] = field(default_factory=list)  # what the script wrote to stderr
     compile: Any = None                           # CompileRecord: what dynamo reported (runs that compiled)
     rank_losses: list[list[float | None]] = field(default_factory=list)  # torchrun jobs: every rank's losses
+    rank_step_times: list[float | None] = field(default_factory=list)    # torchrun jobs: each rank's median step
+    rank_peaks: list[int | None] = field(default_factory=list)           # torchrun jobs: each rank's peak memory
 
     @property
     def ok(self) -> bool:
@@ -76,7 +78,8 @@ class Run:
                 "losses": list(self.losses), "peak_memory": self.peak_memory, "batch_size": self.batch_size,
                 "elapsed": self.elapsed, "round": self.round, "message": self.message, "traceback": self.traceback,
                 "cpu_times": list(self.cpu_times), "run_delays": list(self.run_delays), "actives": list(self.actives),
-                "gpu_times": list(self.gpu_times)}
+                "gpu_times": list(self.gpu_times), "rank_step_times": list(self.rank_step_times),
+                "rank_peaks": list(self.rank_peaks)}
 
 
 @dataclass(frozen=True)

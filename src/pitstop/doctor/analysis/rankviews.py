@@ -3,8 +3,8 @@
 Used by the single-process report (one rank) and by the merge of a torchrun job
 (``doctor/analysis/job.py``). The breakdown gains a ``collective`` phase: the seconds a rank waited
 inside collectives, taken out of the phase they were spent in (DDP's gradient reduction out
-of ``backward``, explicit ``torch.distributed`` calls out of ``other``; a phase never goes
-below zero).
+of ``backward``, FSDP's all-gathers and reduce-scatters out of ``forward`` / ``backward``,
+explicit ``torch.distributed`` calls out of ``other``; a phase never goes below zero).
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ def split_breakdown(obs: Observations, dist: RankDist | None) -> dict[str, float
     if dist is None:
         return out
     reduction = dist.mean("reduction_waits")
-    explicit = max(0.0, dist.mean("waits") - reduction)
-    taken = min(reduction, out.get("backward", 0.0))
-    out["backward"] = out.get("backward", 0.0) - taken
-    taken_other = min(explicit, out.get("other", 0.0))
-    out["other"] = out.get("other", 0.0) - taken_other
-    out["collective"] = taken + taken_other
+    shard = dist.shard
+    fwd, bwd = (shard.mean("forward_wait"), shard.mean("backward_wait")) if shard is not None else (0.0, 0.0)
+    explicit = max(0.0, dist.mean("waits") - reduction - fwd - bwd)
+    taken = 0.0
+    for phase, wait in (("backward", reduction + bwd), ("forward", fwd), ("other", explicit)):
+        part = min(wait, out.get(phase, 0.0))
+        out[phase] = out.get(phase, 0.0) - part
+        taken += part
+    out["collective"] = taken
     return out
 
 

@@ -64,7 +64,10 @@ class ManualUpdates:
     def snapshot(self, p: torch.Tensor, phases: dict[str, float]) -> None:
         """Remember a few values of one trained parameter (until an optimizer steps)."""
         if p.grad is not None and p.numel():
-            self.snap = (p, p.detach().reshape(-1)[:256].clone())
+            try:
+                self.snap = (p, p.detach().reshape(-1)[:256].clone())
+            except RuntimeError:  # storage freed (FSDP's unsharded parameter, resharded): not watchable
+                return
             self.mark = (perf(), cpu_clock(), dict(phases))
 
     def changed(self) -> tuple[float, float, dict[str, float]] | None:
@@ -72,7 +75,11 @@ class ManualUpdates:
         if self.snap is None:
             return None
         p, before = self.snap
-        if torch.equal(p.detach().reshape(-1)[:256], before):
+        try:
+            if torch.equal(p.detach().reshape(-1)[:256], before):
+                return None
+        except RuntimeError:  # its storage was freed since (FSDP resharded it): stop watching
+            self.snap = None
             return None
         self.snap = None
         return self.mark

@@ -13,6 +13,9 @@ child runs as one rank of ``pitstop doctor --nproc-per-node N``:
   the last bucket's completion minus its launch (its gradients are the backward's last
   compute); a round starts at bucket 0. A script that registers its own hook keeps it
   (rounds are then counted from nothing: ``reduction_source`` says so);
+- FSDP's all-gathers and reduce-scatters (FSDP2 ``fully_shard``, FSDP1) are told apart by
+  their caller and handed to :class:`~pitstop.doctor.record.sharding.ShardRecorder` (kind,
+  duration, bytes, forward or backward, unit), which also reads the units and settings;
 - the first training batch of each step a ``DataLoader`` returns is fingerprinted (crc32 of
   the first 4 KiB of its first tensor, CPU tensors only: no device sync);
 - ``DistributedSampler.__iter__`` records the sampler's epoch (``set_epoch`` forgotten: the
@@ -22,6 +25,7 @@ child runs as one rank of ``pitstop doctor --nproc-per-node N``:
 from __future__ import annotations
 
 import os
+import sys
 import time
 import weakref
 import zlib
@@ -31,6 +35,7 @@ import torch
 
 from pitstop.doctor.analysis.dist_records import JobRecord, RankDist
 from pitstop.doctor.record.patching import Patches, as_method
+from pitstop.doctor.record.sharding import GATHERS, SCATTERS, ShardRecorder
 from pitstop.doctor.record.steps import StepLog
 
 __all__ = ["DistRecorder", "COLLECTIVES", "fingerprint"]
@@ -40,7 +45,9 @@ perf = time.perf_counter
 #: the ``torch.distributed`` functions timed as collectives
 COLLECTIVES = ("all_reduce", "broadcast", "barrier", "all_gather", "all_gather_into_tensor", "reduce_scatter",
                "reduce_scatter_tensor", "reduce", "all_to_all", "all_to_all_single", "gather", "scatter",
-               "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list")
+               "all_gather_object", "broadcast_object_list", "gather_object", "scatter_object_list",
+               "all_gather_single", "reduce_scatter_single", "_all_gather_base", "_reduce_scatter_base")
+_SHARDING = frozenset(GATHERS + SCATTERS)
 _LOGGING_KEYS = ("bucket_sizes", "avg_backward_compute_time", "avg_backward_comm_time",
                  "avg_backward_compute_comm_overlap_time", "avg_forward_compute_time", "comm_hook", "backend_name",
                  "gradient_as_bucket_view", "find_unused_parameters", "static_graph", "unused_parameter_size")
@@ -98,6 +105,7 @@ class DistRecorder:
         self.per_step: dict[str, list] = {k: [] for k in ("waits", "reduction_waits", "reductions", "buckets",
                                                            "allreduce_bytes")}
         self._orig: dict[str, Any] = {}
+        self.shard = ShardRecorder(log)
 
     # -- install -------------------------------------------------------------------------
     def install(self) -> None:
@@ -117,6 +125,7 @@ class DistRecorder:
         self._orig["ddp_forward"] = self.patches.set(DistributedDataParallel, "forward", as_method(self._ddp_forward))
         self._orig["next"] = self.patches.set(_BaseDataLoaderIter, "__next__", as_method(self._next))
         self._orig["sampler_iter"] = self.patches.set(DistributedSampler, "__iter__", as_method(self._sampler_iter))
+        self.shard.install(self.patches)
 
     def _init(self, *args, **kwargs):
         out = self._orig["init"](*args, **kwargs)
@@ -133,6 +142,7 @@ class DistRecorder:
         def collective(*args, **kwargs):
             if self.log.passive or self._inside is not None:
                 return orig(*args, **kwargs)
+            kind = self.shard.kind_of(name, sys._getframe(1).f_globals.get("__name__", "")) if name in _SHARDING else None
             t0 = perf()
             self._inside = (name, t0)
             try:
@@ -144,9 +154,14 @@ class DistRecorder:
                 self._inside = None
             self._failed_in = None  # caught and carried on: that failure is not where the run ended
             if self.log.kind() == "observed":
-                self.calls[name] = self.calls.get(name, 0) + 1
-                if not kwargs.get("async_op"):
-                    self._step["wait"] += perf() - t0
+                blocking = not kwargs.get("async_op")
+                took = perf() - t0
+                if kind is not None:  # FSDP's own: timed apart (the step's waits include it)
+                    self.shard.note(kind, took if blocking else None, args, kwargs)
+                else:
+                    self.calls[name] = self.calls.get(name, 0) + 1
+                if blocking:
+                    self._step["wait"] += took
                 t = args[0] if args else kwargs.get("tensor")
                 if name == "all_reduce" and isinstance(t, torch.Tensor):
                     self._step["bytes"] += t.numel() * t.element_size()
@@ -219,6 +234,7 @@ class DistRecorder:
             ps["buckets"].append(self._step["buckets"])
             ps["allreduce_bytes"].append(self._step["bytes"])
             self.backwards.append(backward_calls)
+        self.shard.end_step(kind)
         self._rounds = []
         self._step = {"wait": 0.0, "bytes": 0, "buckets": 0}
 
@@ -234,6 +250,18 @@ class DistRecorder:
                 continue
             return {k: data[k] for k in _LOGGING_KEYS if k in data}
         return {}
+
+    def _block_bytes(self) -> tuple[int, ...]:
+        from pitstop.engine.sharded import shard_blocks
+
+        for ref in self.models:
+            ddp = ref()
+            if ddp is None:
+                continue
+            inner = ddp.module
+            named = dict(inner.named_modules())
+            return tuple(sum(p.numel() * p.element_size() for p in named[n].parameters()) for n in shard_blocks(inner))
+        return ()
 
     def record(self) -> JobRecord:
         waiting_in = waiting_s = None
@@ -251,5 +279,6 @@ class DistRecorder:
             allreduce_bytes=tuple(ps["allreduce_bytes"]), backwards=tuple(self.backwards),
             collective_calls=dict(self.calls), fingerprints=dict(self.fingerprints),
             sampler_epochs=tuple(self.sampler_epochs), reduction_source=self.source,
-            ddp_logging=self._logging_data(), waiting_in=waiting_in, waiting_s=waiting_s)
+            ddp_logging=self._logging_data(), waiting_in=waiting_in, waiting_s=waiting_s, shard=self.shard.record(),
+            block_bytes=self._block_bytes())
         return JobRecord(world_size=self.world_size, ranks=(rank,))

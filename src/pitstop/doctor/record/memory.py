@@ -27,8 +27,14 @@ __all__ = [
 ]
 
 
+def _local(t):
+    """A ``DTensor``'s shard on this rank (FSDP2 parameters, gradients, optimizer state), else ``t``."""
+    return getattr(t, "_local_tensor", t)
+
+
 def storage_key(t) -> tuple[int, int] | None:
-    """(device index-ish, data pointer) of a tensor's storage, or None when it has none."""
+    """(device index-ish, data pointer) of a tensor's storage (a ``DTensor``'s local shard), or None when it has none."""
+    t = _local(t)
     try:
         st = t.untyped_storage()
         return (hash(t.device), st.data_ptr())
@@ -40,6 +46,7 @@ def unique_bytes(tensors: Iterable[Any]) -> int:
     """Bytes of the distinct storages behind ``tensors`` (a view is not counted twice)."""
     seen: dict[tuple[int, int], int] = {}
     for t in tensors:
+        t = _local(t)
         key = storage_key(t)
         if key is None:
             continue
@@ -101,7 +108,7 @@ def graph_nodes(limit: int = 500_000) -> int:
     gc.collect()  # garbage awaiting collection is not retained
     with warnings.catch_warnings():  # isinstance() on deprecated module objects warns
         warnings.simplefilter("ignore")
-        roots = [o.grad_fn for o in gc.get_objects() if isinstance(o, torch.Tensor) and o.grad_fn is not None]
+        roots = [fn for o in gc.get_objects() if isinstance(o, torch.Tensor) and (fn := _grad_fn(o)) is not None]
     seen: set[int] = set()
     keep = []  # keep node wrappers alive so that ids stay unique during the walk
     stack = list(roots)
@@ -116,6 +123,15 @@ def graph_nodes(limit: int = 500_000) -> int:
         except Exception:
             continue
     return len(seen)
+
+
+def _grad_fn(t: Any) -> Any:
+    """``t.grad_fn``, or None where reading it raises (a view whose base was modified in place
+    by a function that returns several views: FSDP1's flat-parameter views)."""
+    try:
+        return t.grad_fn
+    except RuntimeError:
+        return None
 
 
 class MemoryRecorder:
