@@ -91,19 +91,27 @@ class StorageLedger(TorchDispatchMode):
         self.ops = 0
 
     # -- registering --------------------------------------------------------------------------
-    def _key(self, st: Any, device: torch.device) -> tuple[str, int]:
-        return (str(device), st.data_ptr())
+    def _key(self, st: Any, device: torch.device) -> tuple[str, int] | None:
+        """The storage's key; None for a storage without data (FSDP frees an unsharded
+        parameter's storage between its uses: reading its pointer raises)."""
+        try:
+            return (str(device), st.data_ptr())
+        except RuntimeError:
+            return None
 
     def entry(self, t: torch.Tensor) -> Entry | None:
         """The entry of ``t``'s storage, None when the ledger does not know it."""
         for st in _storages(t):
-            return self.live.get(self._key(st, t.device))
+            key = self._key(st, t.device)
+            return None if key is None else self.live.get(key)
         return None
 
     def add(self, t: torch.Tensor, tag: str | None = None, *, check: bool = True) -> Entry | None:
         """Register ``t``'s storage (once; a known storage gets ``tag`` if it has none)."""
         for st in _storages(t):
             key = self._key(st, t.device)
+            if key is None:
+                return None
             known = self.live.get(key)
             if known is not None:
                 if tag is not None and known.tag is None:

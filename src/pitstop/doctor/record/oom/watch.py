@@ -187,8 +187,16 @@ class MemWatch:
             self._forwards += 1
             if self.ledger is None and _compiled(module):
                 self.skip_profile("the model is torch.compile'd (a dispatch mode around compiled code would recompile it)")
+            elif self.ledger is None and _sharded(module):
+                self.skip_profile("the model is sharded (DTensor parameters, FSDP): its parameters are gathered and "
+                                  "freed inside the step, and each rank's part is counted by the sharding recorder")
             elif self.ledger is None:
-                self._enter_ledger(module, args)
+                try:
+                    self._enter_ledger(module, args)
+                except Exception as exc:  # the doctor's own measurement never fails the user's step
+                    self.ledger = None
+                    self.skip_profile(f"the memory step could not follow this model's storages "
+                                      f"({type(exc).__name__}: {str(exc)[:120]})")
 
     # -- saved tensors -----------------------------------------------------------------------
     def packed(self, t: Any, alias: Any) -> None:
@@ -311,6 +319,11 @@ def _compiled(model: Any) -> bool:
     """The model, or a module inside it, runs compiled (``torch.compile(model)``, ``Module.compile()``)."""
     return any(type(m).__name__ == "OptimizedModule" or getattr(m, "_compiled_call_impl", None) is not None
                for m in model.modules())
+
+
+def _sharded(model: Any) -> bool:
+    """The model holds DTensor parameters (FSDP2, tensor parallel) or FSDP1's flat parameters."""
+    return any(type(p).__name__ in ("DTensor", "FlatParameter") for p in model.parameters())
 
 
 def _tensors(obj: Any) -> list[Any]:
