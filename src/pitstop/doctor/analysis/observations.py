@@ -19,7 +19,8 @@ from pitstop.doctor.analysis.compile_records import CompileRecord
 from pitstop.doctor.analysis.probe_records import ProbeResult
 from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, Forwards,
                                     FrameworkRecord, GraphRecord, Kernels, LoaderRecord, MemoryRecord, ModelRecord,
-                                    OptimizerRecord, SampledSite, Settings, Site, StepTime)
+                                    OptimizerRecord, Overhead, SampledSite, Settings, Site,
+                                    StepTime)
 from pitstop.doctor.analysis.dist_records import JobRecord
 from pitstop.jsoncodec import record_from_json, record_to_json
 from pitstop.trace.result import RankResult
@@ -168,6 +169,9 @@ class Observations:
     #: idle by cause, syncs, copies, kernel precision by kernel name, launches, top kernels.
     #: The GPU facts of every finding come from it; None on CPU or when nothing was profiled.
     gpu: RankResult | None = None
+    #: the doctor's own cost on the observed step (full mode: its last observed steps against
+    #: the bare steps alternating with them, same process); None when not measured.
+    overhead: Overhead | None = None
 
     # -- derived: one accessor per question the doctor's checks and tune both ask ------------
     @property

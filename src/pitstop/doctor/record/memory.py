@@ -154,9 +154,12 @@ class MemoryRecorder:
         self.backward: Any = None
 
     def install(self, backward: Any) -> None:
+        """The saved-tensor pack hook (again, after a quiet step; once: installed, it stays)."""
         import torch
 
         self.backward = backward
+        if self._saved_hooks is not None:
+            return
         pack = torch.compiler.disable(self._pack) if self._compiled else self._pack
         self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(pack, _unpack)
         self._saved_hooks.__enter__()
@@ -188,7 +191,7 @@ class MemoryRecorder:
         cycle that leaks every graph that is never back-propagated (eval with grad on)."""
         if self._compiling():  # AOTAutograd's own saved tensors: not the doctor's to count
             return t
-        if not self.log.passive and not self.backward.in_backward:
+        if not self.log.quiet and not self.backward.in_backward:
             key = storage_key(t)
             if key is not None and key not in self._param_keys and key not in self._acts:
                 try:

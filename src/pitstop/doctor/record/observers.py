@@ -11,6 +11,7 @@ are counted here. Inner calls confirm the autocast state and find the batch layo
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import warnings
@@ -47,6 +48,30 @@ def _caller_kwargs() -> dict[str, Any]:
             return dict(kw) if isinstance(kw, dict) else {}
         f = f.f_back
     return {}
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+def _module_of(fn: Any, args: tuple, kwargs: dict) -> torch.nn.Module | None:
+    """The largest ``nn.Module`` a compiled function works with (see
+    :meth:`ModelObserver.function_boundary`), or None."""
+    nn = torch.nn
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, nn.Module):
+        return owner
+    found = [v for v in (*args, *kwargs.values()) if isinstance(v, nn.Module)]
+    code, fn_globals = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    if code is not None:
+        found += [v for c in (getattr(fn, "__closure__", None) or ()) if isinstance(v := _cell(c), nn.Module)]
+        found += [v for name in code.co_names if isinstance(v := fn_globals.get(name), nn.Module)]
+    if not found:
+        return None
+    return max(found, key=lambda m: sum(p.numel() for p in m.parameters()))
 
 
 class ModelObserver:
@@ -109,12 +134,43 @@ class ModelObserver:
             module._compiled_call_impl = boundary
         return out
 
+    def function_boundary(self, compiled: Any, fn: Any) -> Any:
+        """What ``torch.compile(fn)`` returned for a function ``fn``, observed at its boundary: a
+        call made outside any model forward is the forward of the largest module ``fn`` uses
+        (its bound ``self``, a module among its arguments, closure cells or the globals its code
+        names), so that a compiled ``forward_loss(x, y)`` has its batch and forward phase like
+        a model call; module hooks do not fire inside its graph. A function that uses no module
+        is left as it was."""
+        found: list[Any] = []
+
+        def boundary(*a: Any, **kw: Any) -> Any:
+            if self.depth or self.log.quiet or self._compiling():
+                return compiled(*a, **kw)
+            module = found[0] if found else _module_of(fn, a, kw)
+            if module is None:
+                return compiled(*a, **kw)
+            if not found:
+                found.append(module)
+            self._fwd_pre(module, a, kw)
+            info = self.models.get(id(module))
+            if info is not None:
+                info["compiled"], info["compiled_function"] = True, True
+            output = None
+            try:
+                output = compiled(*a, **kw)
+                return output
+            finally:
+                self._fwd_post(module, a, output)
+
+        functools.update_wrapper(boundary, compiled)
+        return boundary
+
     # -- forward ----------------------------------------------------------------------
     def _fwd_pre(self, module, args, kwargs: dict | None = None) -> None:
         if self._compiling():  # inside a compiled region: observed at its boundary only
             return
         log = self.log
-        if log.passive:
+        if log.quiet:
             return
         self.depth += 1
         grad = torch.is_grad_enabled()
@@ -144,7 +200,7 @@ class ModelObserver:
         if self._compiling():
             return
         log = self.log
-        if log.passive:
+        if log.quiet:
             return
         flow = self.profiled.flow
         if flow is not None and self._top[1] and log.kind() == "profiled":
