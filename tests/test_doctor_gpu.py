@@ -14,7 +14,7 @@ from gpu_rows import H100, cuda_graph, device_sync, launch_bound, starved_input,
 from pitstop.doctor.analysis.diagnosis import diagnose
 from pitstop.doctor.analysis.observations import Observations
 from pitstop.doctor.run.spec import RunResult, RunSpec, StepRecord
-from pitstop.trace.evidence import gpu_findings, profiled_window, step_seconds
+from pitstop.doctor.analysis.evidence import gpu_findings, profiled_window, step_seconds
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 RESNET = SHARED / "kineto-tb_plugin" / "samples"
@@ -215,7 +215,7 @@ def test_recorded_h100_bf16_window_overrules_the_settings_and_host_timers():
 def test_merge_roles_one_finding_per_code(tmp_path):
     from pitstop.doctor.analysis.check import Thresholds
     from pitstop.findings import Finding
-    from pitstop.trace.evidence import merge
+    from pitstop.doctor.analysis.evidence import merge
 
     rank, _ = profiled_window(launch_bound().write(tmp_path / "launch.json"))
     gpu = gpu_findings(rank)  # PIT601 and PIT607 on this window

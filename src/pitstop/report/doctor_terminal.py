@@ -14,7 +14,7 @@ from pitstop.doctor.analysis.records import FrameworkRecord, MemoryRecord
 from pitstop.report.doctor_probes import probe_line
 from pitstop.report.doctor_ranks import render_ranks
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
-from pitstop.trace.evidence import GpuSummary
+from pitstop.doctor.analysis.evidence import GpuSummary
 
 __all__ = ["render", "gpu_rows", "impact_label", "framework_line", "shows_framework", "throughput_text", "site_lines",
            "compile_lines"]

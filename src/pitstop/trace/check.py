@@ -22,7 +22,7 @@ from pitstop.findings import Finding
 from pitstop.thresholds import Thresholds
 from pitstop.trace.result import RankResult
 
-__all__ = ["TraceCheck", "JobView", "severity_of", "pct", "ms"]
+__all__ = ["TraceCheck", "JobView", "pct", "ms"]
 
 
 class JobView:
@@ -35,13 +35,6 @@ class JobView:
         self.stragglers = stragglers
         self.spread = spread
         self.straggle = straggle
-
-
-def severity_of(impact: float | None, th: Thresholds) -> str:
-    """:func:`pitstop.severity.severity_for`: the one ranking, with the trace's cut-offs."""
-    return severity_for(impact, th)
-
-
 
 
 class TraceCheck(Face, face="T"):
@@ -62,7 +55,7 @@ class TraceCheck(Face, face="T"):
 
     def finding(self, th: Thresholds, rank: RankResult | None, *, title: str, evidence: str, fix: str,
                 impact: float | None, severity: str | None = None) -> Finding:
-        return Finding(code=self.tip, title=title, severity=severity or severity_of(impact, th),
+        return Finding(code=self.tip, title=title, severity=severity or severity_for(impact, th),
                        impact_share=impact, evidence=evidence,
                        fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)",
                        rank=rank.rank if rank is not None else None, summary=self.summary)

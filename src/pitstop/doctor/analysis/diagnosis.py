@@ -20,7 +20,7 @@ from pitstop.doctor.analysis.rankviews import rank_view
 from pitstop.jsoncodec import to_json
 from pitstop.ranks import RankView
 from pitstop.severity import settle
-from pitstop.trace.evidence import GpuSummary, gpu_findings, gpu_summary, merge, profiled_window
+from pitstop.doctor.analysis.evidence import GpuSummary, gpu_findings, gpu_summary, merge, profiled_window
 
 __all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
 

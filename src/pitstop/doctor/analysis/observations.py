@@ -165,7 +165,7 @@ class Observations:
     #: a rank's own observations, every rank once the parent merged them.
     distributed: JobRecord | None = None
     #: the GPU evidence (CUDA runs): the doctor's profiled steps, analysed by the one trace
-    #: analysis of :mod:`pitstop.trace` (``trace/evidence.py`` ``profiled_window``): GPU busy and
+    #: analysis of :mod:`pitstop.trace` (``doctor/analysis/evidence.py`` ``profiled_window``): GPU busy and
     #: idle by cause, syncs, copies, kernel precision by kernel name, launches, top kernels.
     #: The GPU facts of every finding come from it; None on CPU or when nothing was profiled.
     gpu: RankResult | None = None

@@ -259,7 +259,7 @@ def _gpu_evidence(inst: Instrumentation, o: Observations) -> None:
     if not path:
         o.notes.append("no profiled GPU steps (the script ended before them): the GPU findings rest on host timers")
         return
-    from pitstop.trace.evidence import profiled_window
+    from pitstop.doctor.analysis.evidence import profiled_window
 
     t0 = time.perf_counter()
     o.gpu, why = profiled_window(path)
