@@ -46,6 +46,14 @@ class TraceCheck(Face, face="T"):
     #: True for a check whose findings summarise lost time without naming a change (PIT905):
     #: they never outrank a cause (:func:`pitstop.severity.settle`)
     summary: ClassVar[bool] = False
+    #: what the impact is a share of the step *of*: ``"gpu"`` (GPU work: kernels, copies, whose
+    #: seconds the profiler leaves as they are) or ``"idle"`` (GPU idle time, which the
+    #: profiler's own host cost inflates: the doctor re-bases it on its observed step)
+    impact_basis: ClassVar[str] = "gpu"
+    #: the code of another tip whose finding claims the same time with another fix (PIT304's TF32
+    #: and PIT301's bf16 on the same fp32 GEMMs): when both are found, this one becomes an option
+    #: of that one (:func:`pitstop.findings.one_claim`)
+    same_cost_as: ClassVar[str | None] = None
 
     def check(self, rank: RankResult, th: Thresholds) -> Iterable[Finding]:
         return ()
