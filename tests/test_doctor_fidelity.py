@@ -189,3 +189,27 @@ def test_the_doctors_own_overhead_is_reported(tmp_path):
     d = _diagnose(tmp_path, launch_bound(), overhead=over)
     note = next(n for n in d.observations.notes if n.startswith("the doctor's own hooks"))
     assert "+3.0% on the step" in note and "3 pair(s)" in note
+
+
+def test_the_report_says_so_beside_the_gpu_section(tmp_path):
+    import io
+    import json
+    from pathlib import Path
+
+    import jsonschema
+
+    from pitstop.report.doctor_html import doctor_html
+    from pitstop.report.doctor_terminal import render
+
+    rank, _ = profiled_window(launch_bound().write(tmp_path / "w.json"))
+    d = _diagnose(tmp_path, launch_bound(), observed=step_seconds(rank) / 3, compile=COMPILES)
+    out = io.StringIO()
+    render(d, out)
+    text = out.getvalue()
+    assert "3.0x the observed step" in text and "profiled steps 3.00x it" in text
+    assert "compiled graph runs per observed step 1.0 (1.0 without the doctor's hooks)" in text
+    assert "3.0x the observed step" in doctor_html(d)
+    doc = json.loads(json.dumps(d.to_dict()))
+    schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "doctor-schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert doc["fidelity"]["distortion"] == pytest.approx(3.0) and doc["gpu"]["distortion"] == pytest.approx(3.0)
