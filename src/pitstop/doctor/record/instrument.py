@@ -45,14 +45,14 @@ from pitstop.doctor.record.compile_watch import CompileWatch
 from pitstop.doctor.record.cores import machine_counters
 from pitstop.doctor.record.graph_calls import GraphCalls
 from pitstop.doctor.record.loaders import LoaderObserver
-from pitstop.doctor.record.memory import MemoryRecorder
+from pitstop.doctor.record.memory import ACTIVATION_STEPS, MemoryRecorder
 from pitstop.doctor.record.observers import ModelObserver
 from pitstop.doctor.record.passes import Passes
 from pitstop.doctor.record.patching import Patches
 from pitstop.doctor.record.profiled import ProfiledStep
 from pitstop.doctor.run.spec import StepRecord
 from pitstop.doctor.record.stacks import StackSampler
-from pitstop.doctor.record.steps import StepLog, StopDoctor, plan_of
+from pitstop.doctor.record.steps import QUIET_KINDS, StepLog, StopDoctor, plan_of
 from pitstop.doctor.record.syncs import SyncRecorder
 
 __all__ = ["Instrumentation", "StopDoctor"]
@@ -92,8 +92,13 @@ class Instrumentation:
             self.dist = DistRecorder(self.log, self.patches)
         self.graph_calls = GraphCalls(self.patches, cuda=cuda)
         self.compile_watch = CompileWatch(self.log.kind, on_arm=self.memory.compiled_code if self.full else None,
-                                          on_use=self.graph_calls.arm if self.full else None,
+                                          on_use=self._compiles if self.full else None,
                                           on_function=self.forward.function_boundary if self.full else None)
+
+    def _compiles(self) -> None:
+        """The script compiles: count its compiled calls; on CUDA keep copies of its losses."""
+        self.graph_calls.arm()
+        self.bounds.copy_losses = self.graph_calls.cuda
 
     def _on_loss(self, t: Any) -> None:
         self.memory.watch_loss(t)
@@ -136,7 +141,7 @@ class Instrumentation:
                 self.dist.install()
             self.data.install(self.patches)
             self.sync.install(self.patches)
-            self.memory.install(self.bounds)
+            self._quiet(self.log.kind() in QUIET_KINDS)
             sampler, data, forward, log = self.sampler, self.data, self.forward, self.log
             sampler.skip = lambda: data.busy > 0 or forward.depth > 0 or log.kind() != "observed"
             sampler.start()
@@ -196,8 +201,9 @@ class Instrumentation:
 
     def _quiet(self, quiet: bool) -> None:
         """The next step is quiet or not (``StepLog.quiet``): the per-tensor pack hook only where
-        activations are counted, the sampler and the CUDA sync-debug mode only outside quiet steps."""
-        if self.log.kind() in ("warmup", "observed"):
+        activations are counted (the first observed steps), the sampler and the CUDA sync-debug
+        mode only outside quiet steps."""
+        if self.log.kind() == "observed" and self.log.observed < ACTIVATION_STEPS:
             self.memory.install(self.bounds)
         else:
             self.memory.uninstall()

@@ -35,6 +35,16 @@ __all__ = ["ModelObserver", "first_tensor"]
 perf = time.perf_counter
 
 
+def _stack_key(frame: Any, depth: int = 8) -> tuple:
+    """The innermost ``depth`` frames' (code, line): the same key, the same call site (a frame
+    walk through torch's and frameworks' files per forward is not paid again)."""
+    key = []
+    while frame is not None and len(key) < depth:
+        key.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(key)
+
+
 def _caller_kwargs() -> dict[str, Any]:
     """The keyword arguments of the module call being made (``model(**batch)``): global
     forward pre-hooks receive only the positional ones, so read them from
@@ -93,6 +103,7 @@ class ModelObserver:
         self._top: tuple[float, bool] = (0.0, True)
         self._top_call: tuple = ((), {}, 0.0)
         self._where = "?"
+        self._sites: dict[tuple, str] = {}  # stack key -> the user's call site
         self._ac_pending: str | None = None  # device whose autocast state the first inner call confirms
         self._layout_probe: tuple[int, torch.Tensor] | None = None
         self._handles: list[Any] = []
@@ -235,7 +246,13 @@ class ModelObserver:
             info["forwards"][kind] += 1
             return
         # grad enabled: training or evaluation is decided by whether a backward follows (passes.py)
-        self._where = user_site(3, through_torch=True) or "?"
+        key = _stack_key(sys._getframe(2))
+        where = self._sites.get(key)
+        if where is None:
+            where = user_site(3, through_torch=True) or "?"
+            if len(self._sites) < 1024:
+                self._sites[key] = where
+        self._where = where
         dev = info["device"]
         ac = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
         self.autocast[str(ac).replace("torch.", "") if ac is not None else "none"] += 1

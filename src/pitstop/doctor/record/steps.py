@@ -72,6 +72,7 @@ class StepLog:
         self.records: list[StepRecord] = []
         self.loss_tensors: list[list[torch.Tensor]] = []
         self.cur = Step()
+        self._kind = self.kind(0)
         self.passive = True
         #: the hooks (all but the step boundaries) record nothing now: passive, or a quiet step
         self.quiet = True
@@ -86,7 +87,10 @@ class StepLog:
         return len(self.records)
 
     def kind(self, i: int | None = None) -> str | None:
-        i = self.index if i is None else i
+        """The kind of step ``i`` (default: the step in progress, kept at each step's start: the
+        hooks ask it on every call)."""
+        if i is None:
+            return self._kind
         for kind, n in self.plan:
             if i < n:
                 return kind
@@ -117,6 +121,7 @@ class StepLog:
     def append(self, rec: StepRecord) -> None:
         """Keep ``rec`` and its losses; the next step starts now (``finished`` after the plan)."""
         self.records.append(rec)
+        self._kind = self.kind(self.index)
         self.loss_tensors.append(self.cur.losses)
         if rec.kind == "observed":
             self.observed += 1

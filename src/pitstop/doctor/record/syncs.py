@@ -41,11 +41,14 @@ def own_site(site: str) -> bool:
     return os.path.abspath(site.rsplit(":", 1)[0]).startswith(OWN_DIR)
 
 
-def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, float], None], log: StepLog) -> Callable:
+def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, float], None], log: StepLog,
+                 counts: Callable[[], bool] = lambda: True) -> Callable:
     compiling = compiling_check()
 
     def wrapper(self, *args: Any, **kwargs: Any):
-        if log.quiet or compiling():  # a quiet step, or traced by dynamo: the original op, as if unpatched
+        # a quiet step, a call that cannot count (inside a DataLoader fetch or an optimizer step:
+        # Adam reads its step counters with .item()), or traced by dynamo: the original op, as if unpatched
+        if log.quiet or not counts() or compiling():
             return original(self, *args, **kwargs)
         t0 = perf()
         try:
@@ -60,11 +63,12 @@ def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, floa
     return wrapper
 
 
-def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, float], None], log: StepLog) -> Callable:
+def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, float], None], log: StepLog,
+                   counts: Callable[[], bool] = lambda: True) -> Callable:
     compiling = compiling_check()
 
     def wrapper(*args: Any, **kwargs: Any):
-        if log.quiet or compiling():
+        if log.quiet or not counts() or compiling():
             return original(*args, **kwargs)
         t0 = perf()
         try:
@@ -78,18 +82,20 @@ def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, fl
 
 
 def install_sync_patches(patches: Patches, report_sync: Callable[[str, str, float], None],
-                         report_cuda_call: Callable[[str, str, float], None], log: StepLog) -> SyncDebug | None:
-    """Patch the sync points (each returns the original at once while ``log.quiet``); return
-    an uninstaller for the CUDA sync-debug mode (or None)."""
+                         report_cuda_call: Callable[[str, str, float], None], log: StepLog,
+                         counts_sync: Callable[[], bool] = lambda: True,
+                         counts_call: Callable[[], bool] = lambda: True) -> SyncDebug | None:
+    """Patch the sync points (each returns the original at once while ``log.quiet`` or while its
+    ``counts_*`` says a call would not count); return the CUDA sync-debug mode's switch (or None)."""
     import torch
 
     for attr, kind in TENSOR_SYNCS.items():
         original = getattr(torch.Tensor, attr)
-        patches.set(torch.Tensor, attr, _wrap_method(original, kind, report_sync, log))
+        patches.set(torch.Tensor, attr, _wrap_method(original, kind, report_sync, log, counts_sync))
     for attr, kind in CUDA_CALLS.items():
         fn = getattr(torch.cuda, attr, None)
         if fn is not None:
-            patches.set(torch.cuda, attr, _wrap_function(fn, kind, report_cuda_call, log))
+            patches.set(torch.cuda, attr, _wrap_function(fn, kind, report_cuda_call, log, counts_call))
     if not torch.cuda.is_available():
         return None
     return _install_sync_debug(report_sync)
@@ -169,7 +175,9 @@ class SyncRecorder:
     def install(self, patches: Patches) -> None:
         import torch
 
-        self._debug_off = install_sync_patches(patches, self.on_sync, self.on_cuda_call, self.log)
+        loaders, bounds = self.loaders, self.bounds
+        self._debug_off = install_sync_patches(patches, self.on_sync, self.on_cuda_call, self.log,
+                                               lambda: not (loaders.busy or bounds.in_opt), lambda: not bounds.in_opt)
         if torch.cuda.is_available():
             self._orig_to = patches.set(torch.Tensor, "to", as_method(self._tensor_to))
 
