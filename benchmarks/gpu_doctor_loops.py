@@ -371,7 +371,8 @@ def _facts(name: str, doc: dict, tr: dict, separate: dict | None) -> dict:
         "window_cost": next((n for n in doc.get("notes", []) if "profiled steps" in n), None),
         "fidelity": doc.get("fidelity"), "overhead": (doc.get("observations") or {}).get("overhead"),
         "compile": {k: ((doc.get("observations") or {}).get("compile") or {}).get(k)
-                    for k in ("calls_per_step", "bare_calls_per_step", "replays_per_step", "bare_replays_per_step")},
+                    for k in ("calls_per_step", "paired_calls_per_step", "bare_calls_per_step", "replays_per_step",
+                              "paired_replays_per_step", "bare_replays_per_step")},
         "window_compiled": rank.get("compiled"),
         "impacts": [(f["code"], f["impact"]["share"], f["impact"]["seconds_per_step"]) for f in findings],
         "step_median": (doc.get("step_time") or {}).get("median"),
@@ -398,14 +399,14 @@ def _compiled_checks(name: str, doc: dict, rank: dict) -> dict:
     out = {
         "window shows the Triton kernels": (w.get("triton_share") or 0) > 0,
         "compiled calls per step, hooks on = off": (c.get("calls_per_step") or 0) > 0
-        and c.get("calls_per_step") == c.get("bare_calls_per_step"),
+        and c.get("paired_calls_per_step") == c.get("bare_calls_per_step"),
         "no fidelity note": not (doc.get("fidelity") or {}).get("changed"),
         "no advice to do what it does": not any(x in fix for fix in fixes for x in forbidden),
     }
     if graphs:
         out["window shows the graph launches"] = (w.get("graph_launches_per_step") or 0) > 0
         out["graph replays per step, hooks on = off"] = (c.get("replays_per_step") or 0) > 0 \
-            and c.get("replays_per_step") == c.get("bare_replays_per_step")
+            and c.get("paired_replays_per_step") == c.get("bare_replays_per_step")
     return out
 
 

@@ -80,5 +80,5 @@ def test_a_compiled_step_runs_compiled_under_the_doctor_as_alone(how, alone, war
     c = d["observations"]["compile"]
     assert base["calls_per_step"] >= 1 and c["calls"] >= STEPS  # forwards seen at the compiled boundary
     assert c["calls_per_step"] == pytest.approx(base["calls_per_step"])
-    assert c["bare_calls_per_step"] == pytest.approx(base["calls_per_step"])
+    assert c["paired_calls_per_step"] == c["bare_calls_per_step"] == pytest.approx(base["calls_per_step"])
     assert c["graph_breaks"] == base["breaks"] == 0 and c["recompiles"] == [] and c["limit_hits"] == []

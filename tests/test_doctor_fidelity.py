@@ -25,7 +25,8 @@ from pitstop.severity import SEVERITIES, settle, within_step
 from pitstop.thresholds import Thresholds
 from test_doctor_gpu import _at_step
 
-COMPILES = CompileRecord(compiled=True, graph_breaks=0, calls=10, calls_per_step=1.0, bare_calls_per_step=1.0)
+COMPILES = CompileRecord(compiled=True, graph_breaks=0, calls=10, calls_per_step=1.0, paired_calls_per_step=1.0,
+                         bare_calls_per_step=1.0)
 
 
 def _diagnose(tmp_path, synth, *, observed: float | None = None, **fields):
@@ -59,6 +60,7 @@ def _within_the_step(d) -> None:
 
 def test_a_cuda_graph_step_is_told_what_is_left_not_to_use_cuda_graphs(tmp_path):
     d = _diagnose(tmp_path, graphed_step(), compile=CompileRecord(**{**COMPILES.__dict__, "replays_per_step": 2.0,
+                                                                      "paired_replays_per_step": 2.0,
                                                                       "bare_replays_per_step": 2.0}))
     f = _one(d, "PIT601")
     assert "between the CUDA graphs" in f.title and "already replays CUDA graphs" in f.evidence
@@ -96,7 +98,7 @@ def test_an_eager_window_of_a_script_that_compiles_is_a_loud_note_and_lowers_the
 
 
 def test_hooks_that_change_the_compiled_calls_are_named(tmp_path):
-    changed = CompileRecord(**{**COMPILES.__dict__, "calls_per_step": 3.0, "bare_calls_per_step": 1.0})
+    changed = CompileRecord(**{**COMPILES.__dict__, "paired_calls_per_step": 3.0, "bare_calls_per_step": 1.0})
     d = _diagnose(tmp_path, compiled_step(), compile=changed)
     assert any("the doctor's hooks changed the program: 3.0 compiled calls per observed step against 1.0" in c
                for c in d.fidelity.changed)
@@ -207,7 +209,7 @@ def test_the_report_says_so_beside_the_gpu_section(tmp_path):
     render(d, out)
     text = out.getvalue()
     assert "3.0x the observed step" in text and "profiled steps 3.00x it" in text
-    assert "compiled graph runs per observed step 1.0 (1.0 without the doctor's hooks)" in text
+    assert "compiled graph runs per observed step 1.0 (1.0 with the doctor's hooks against 1.0 without" in text
     assert "3.0x the observed step" in doctor_html(d)
     doc = json.loads(json.dumps(d.to_dict()))
     schema = json.loads((Path(__file__).resolve().parents[1] / "docs" / "doctor-schema.json").read_text())

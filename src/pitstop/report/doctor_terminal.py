@@ -83,9 +83,12 @@ def compile_lines(obs: Observations) -> list[str]:
         out.append(f"  recompiled {r.function} ({_short(r.where)}) {r.count}x: {r.guard}")
     for h in c.limit_hits:
         out.append(f"  {h.function} ({_short(h.where)}) hit {h.limit_name}={h.limit}: runs eagerly after it")
-    runs = [f"{what} per observed step {on:.1f}" + (f" ({off:.1f} without the doctor's hooks)" if off is not None else "")
-            for what, on, off in (("compiled graph runs", c.calls_per_step, c.bare_calls_per_step),
-                                  ("CUDA graph replays", c.replays_per_step, c.bare_replays_per_step)) if on is not None]
+    runs = [f"{what} per observed step {on:.1f}" + (f" ({paired:.1f} with the doctor's hooks against {off:.1f} without, "
+                                                    "steps alternating)" if paired is not None and off is not None else "")
+            for what, on, paired, off in (
+                ("compiled graph runs", c.calls_per_step, c.paired_calls_per_step, c.bare_calls_per_step),
+                ("CUDA graph replays", c.replays_per_step, c.paired_replays_per_step, c.bare_replays_per_step))
+            if on is not None]
     if runs:
         out.append("  " + "; ".join(runs))
     p = obs.probes.get("compile")

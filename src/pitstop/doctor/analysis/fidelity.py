@@ -102,15 +102,17 @@ def program_changes(compile_rec, rank) -> tuple[str, ...]:
     c = compile_rec
     if c is None or not c.compiled:
         return ()
-    for what, on, off in (("compiled calls", c.calls_per_step, c.bare_calls_per_step),
-                          ("CUDA graph replays", c.replays_per_step, c.bare_replays_per_step)):
+    for what, on, off in (("compiled calls", c.paired_calls_per_step, c.bare_calls_per_step),
+                          ("CUDA graph replays", c.paired_replays_per_step, c.bare_replays_per_step)):
         if on is not None and off is not None and abs(on - off) >= 0.5:
             out.append(f"the doctor's hooks changed the program: {on:.1f} {what} per observed step against "
-                       f"{off:.1f} without them")
+                       f"{off:.1f} without them (the steps alternating, nothing compiled in them)")
     w = rank.compiled if rank is not None else None
-    if w is not None:
-        for what, live, seen in (("compiled graph runs", c.calls_per_step, w.graphs_per_step),
-                                 ("CUDA graph replays", c.replays_per_step, w.graph_launches_per_step)):
+    if w is not None:  # the latest steady observed steps (the pairs), else all of them
+        calls = c.paired_calls_per_step if c.paired_calls_per_step is not None else c.calls_per_step
+        replays = c.paired_replays_per_step if c.paired_replays_per_step is not None else c.replays_per_step
+        for what, live, seen in (("compiled graph runs", calls, w.graphs_per_step),
+                                 ("CUDA graph replays", replays, w.graph_launches_per_step)):
             if live and abs(live - seen) >= 0.5:
                 out.append(f"the profiled window ran another program: {seen:.1f} {what} per step there against "
                            f"{live:.1f} in the observed steps, so its GPU findings describe that program")

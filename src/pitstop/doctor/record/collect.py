@@ -357,9 +357,10 @@ def _compile_info(inst: Instrumentation, models) -> CompileRecord:
     rec = inst.compile_watch.record(bool(compiled), calls)
     if not rec.compiled:
         return rec
-    (c_obs, r_obs), (c_bare, r_bare) = inst.graph_calls.per_step("observed"), inst.graph_calls.per_step("bare")
-    return dataclasses.replace(rec, calls_per_step=c_obs, bare_calls_per_step=c_bare, replays_per_step=r_obs,
-                               bare_replays_per_step=r_bare)
+    c_obs, r_obs = inst.graph_calls.per_step("observed")
+    c_pair, r_pair, c_bare, r_bare = inst.graph_calls.paired()
+    return dataclasses.replace(rec, calls_per_step=c_obs, replays_per_step=r_obs, paired_calls_per_step=c_pair,
+                               paired_replays_per_step=r_pair, bare_calls_per_step=c_bare, bare_replays_per_step=r_bare)
 
 
 def _overhead(inst: Instrumentation) -> Overhead | None:

@@ -50,13 +50,16 @@ def compiled_nodes(roots: list[Any], limit: int = 100_000) -> int:
 
 
 class GraphCalls:
-    """See the module docstring. ``calls`` / ``replays``: step kind -> counts, one per step."""
+    """See the module docstring. ``calls`` / ``replays``: step kind -> counts, one per step;
+    ``steps``: ``(kind, calls, replays, compiled)`` per step in order (``compiled``: dynamo or a
+    lazy backward compiled during the step: its counts say nothing of the steady program)."""
 
     def __init__(self, patches: Any, *, cuda: bool) -> None:
         self.patches, self.cuda = patches, cuda
         self.armed = False
         self.calls: dict[str, list[int]] = defaultdict(list)
         self.replays: dict[str, list[int]] = defaultdict(list)
+        self.steps: list[tuple[str, int, int | None, bool]] = []
         self._roots: list[Any] = []
         self._replays = 0
         self.replay_counted = False  # torch.cuda.CUDAGraph.replay is counted
@@ -91,15 +94,35 @@ class GraphCalls:
             if fn is not None:
                 self._roots.append(fn)
 
-    def end_step(self, kind: str) -> None:
-        """The step of ``kind`` ended: count its compiled calls and replays (bookkeeping time)."""
+    def end_step(self, kind: str, compiled: bool = False) -> None:
+        """The step of ``kind`` ended (``compiled``: something compiled during it): count its
+        compiled calls and replays (bookkeeping time)."""
         if not self.armed:
             return
         roots, self._roots = self._roots, []
-        self.calls[kind].append(compiled_nodes(roots))
-        if self.replay_counted:
-            self.replays[kind].append(self._replays)
+        n = compiled_nodes(roots)
+        self.calls[kind].append(n)
+        replays = self._replays if self.replay_counted else None
+        if replays is not None:
+            self.replays[kind].append(replays)
+        self.steps.append((kind, n, replays, compiled))
         self._replays = 0
+
+    def paired(self) -> tuple[float | None, float | None, float | None, float | None]:
+        """Mean (calls, replays) of the observed steps each followed by a bare step, and of those
+        bare steps, over the pairs in which nothing compiled: the same program with the doctor's
+        hooks on and off, side by side. Nones: no such pair."""
+        pairs = [(a, b) for a, b in zip(self.steps, self.steps[1:])
+                 if a[0] == "observed" and b[0] == "bare" and not (a[3] or b[3])]
+        if not pairs:
+            return None, None, None, None
+
+        def mean(values: list[int | None]) -> float | None:
+            known = [v for v in values if v is not None]
+            return sum(known) / len(known) if known else None
+
+        return (mean([a[1] for a, _ in pairs]), mean([a[2] for a, _ in pairs]),
+                mean([b[1] for _, b in pairs]), mean([b[2] for _, b in pairs]))
 
     def per_step(self, kind: str) -> tuple[float | None, float | None]:
         """Mean compiled calls and replays per step of ``kind`` (None: not counted)."""

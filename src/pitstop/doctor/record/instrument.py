@@ -91,6 +91,7 @@ class Instrumentation:
 
             self.dist = DistRecorder(self.log, self.patches)
         self.graph_calls = GraphCalls(self.patches, cuda=cuda)
+        self._compilations = 0  # compilations seen at the last step's end
         self.compile_watch = CompileWatch(self.log.kind, on_arm=self.memory.compiled_code if self.full else None,
                                           on_use=self._compiles if self.full else None,
                                           on_function=self.forward.function_boundary if self.full else None)
@@ -215,7 +216,9 @@ class Instrumentation:
 
     def _transitions(self, ended: str) -> None:
         t0, c0 = time.perf_counter(), time.process_time()
-        self.graph_calls.end_step(ended)
+        compilations = self.compile_watch.compilations
+        self.graph_calls.end_step(ended, compiled=compilations != self._compilations)
+        self._compilations = compilations
         self.data.read_workers(ended)
         if ended == "observed":
             self.memory.census(self.log.observed, self.log.index)
