@@ -3,7 +3,7 @@
 Two measurements, both printed as ratios of medians with a 90% bootstrap interval
 (target: <= 5% overhead):
 
-1. **In-process A/B** (the headline number): one process builds the example's model,
+1. **In-process A/B** (everything the doctor costs the script, bookkeeping between steps included): one process builds the example's model,
    DataLoader and optimizer (the naive scripts' settings, from ``pitstop.examples``) and
    runs its training step in alternating blocks, plain and with the full instrumentation
    installed (module hooks, DataLoader timing, sync patches, saved-tensor hooks, memory
@@ -12,7 +12,11 @@ Two measurements, both printed as ratios of medians with a 90% bootstrap interva
    is dropped (install/uninstall and the one graph census land there). Wall time and the
    process's CPU time are both reported; with ``--threads 1`` CPU time measures the work
    done, which other processes on a busy machine barely disturb.
-2. ``--child``: the real ``pitstop doctor`` path, runs of the naive script in a child
+2. **Paired** (``--pairs``, the doctor's own measure at scale): one instrumentation installed,
+   its steps alternating one by one between hooks on and hooks off (the quiet state of the
+   doctor's bare steps, which keep only the step boundaries); what distorts the step times the
+   doctor reports.
+3. ``--child``: the real ``pitstop doctor`` path, runs of the naive script in a child
    process in ``light`` mode (step hooks only) vs ``full`` mode, interleaved, comparing the
    observed steps' wall and CPU times. Much noisier (separate processes).
 
@@ -107,6 +111,35 @@ def in_process(name: str, blocks: int, block: int) -> None:
         _print(name, f"in-proc {clock}", times[("plain", clock)], times[("full", clock)])
 
 
+def paired(name: str, pairs: int) -> None:
+    """The doctor's own measure, at scale: one instrumentation installed, its steps alternating
+    between observed (hooks on) and bare (``StepLog.quiet``: hooks off, as the doctor's bare
+    steps), one step each, ``pairs`` times, timed as the doctor times its steps (its step
+    records: from one step boundary to the next, its bookkeeping between steps left out)."""
+    from pitstop.doctor.record.instrument import Instrumentation
+
+    step = _workload(name)
+    for _ in range(3):
+        step()
+    inst = Instrumentation(10**9, 0, mode="full", stop=False).install()
+    times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in ("bare", "hooks") for c in ("wall", "cpu")}
+    try:
+        for i in range(2 * pairs + 8):
+            mode = "bare" if i % 2 else "hooks"
+            if mode == "bare":  # as the doctor's plan does for its bare steps
+                inst.log.quiet = True
+                inst._quiet(True)
+            step()
+            rec = inst.records[-1]
+            if i >= 8:  # the first steps carry the first graph census and the activation counting
+                times[(mode, "wall")].append(rec.wall)
+                times[(mode, "cpu")].append(rec.cpu)
+    finally:
+        inst.uninstall()
+    for clock in ("wall", "cpu"):
+        _print(name, f"paired {clock}", times[("bare", clock)], times[("hooks", clock)])
+
+
 def child(name: str, repeats: int, steps: int) -> None:
     from pitstop.doctor import RunSpec, run_script
 
@@ -138,6 +171,9 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=5, help="steps per block (in-process)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (1 makes CPU time a clean work measure on a busy machine)")
+    parser.add_argument("--pairs", type=int, default=40,
+                        help="pairs of steps alternating hooks on and off in one instrumentation (the doctor's "
+                             "own measure; 0: skip; x5 for the MLPs)")
     parser.add_argument("--child", action="store_true", help="also compare light vs full child runs")
     parser.add_argument("--repeats", type=int, default=3, help="child runs per mode (--child)")
     parser.add_argument("--steps", type=int, default=10, help="observed steps per child run (--child)")
@@ -149,6 +185,8 @@ def main() -> None:
     for name in args.examples:
         scale = 5 if name.startswith("mlp") else 1
         in_process(name, args.blocks, args.block * scale)
+        if args.pairs:
+            paired(name, args.pairs * scale)
         if args.child and name != "mlp-compiled":
             child(name, args.repeats, args.steps * scale)
 

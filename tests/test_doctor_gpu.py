@@ -213,10 +213,10 @@ def test_the_stack_sampler_stays_closed_while_paused_for_the_profiled_steps():
     s = StackSampler()
     s.paused = True
     s.open()
-    assert not s._open.is_set()
+    assert not s.is_open
     s.paused = False
     s.open()
-    assert s._open.is_set()
+    assert s.is_open
 
 
 H100_QWEN = SHARED / "tracelens" / "h100" / "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"

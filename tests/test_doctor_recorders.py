@@ -257,3 +257,20 @@ def _line(needle: str) -> int:
 
     lines = Path(__file__).read_text(encoding="utf-8").splitlines()
     return next(i for i, t in enumerate(lines, 1) if needle in t and "_line(" not in t)
+
+
+def test_patched_syncs_read_no_doctor_state_while_dynamo_traces(monkeypatch):
+    """Dynamo guards on every attribute a traced function reads: a patched ``Tensor.item`` that
+    read ``log.quiet`` while traced recompiled the user's graph when the bare steps flipped it
+    (issue 39: 10 compilations of item_branch.py under the doctor, 9 with the check first)."""
+
+    class Trap:
+        @property
+        def quiet(self):
+            raise AssertionError("the doctor's state was read while dynamo traced")
+
+    monkeypatch.setattr(syncs, "compiling_check", lambda: (lambda: True))
+    calls = []
+    wrapped = syncs._wrap_method(lambda t: calls.append(t) or 1.0, "item", lambda *a: None, Trap(),
+                                 counts=lambda: (_ for _ in ()).throw(AssertionError("counts read")))
+    assert wrapped(torch.tensor(1.0)) == 1.0 and len(calls) == 1

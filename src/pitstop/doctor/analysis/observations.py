@@ -62,7 +62,7 @@ class Observations:
     #: calls (manual updates); None when neither was seen.
     step_boundary: str | None = None
     #: source lines the main thread ran during ``host`` time (sampled stacks, innermost
-    #: user frame, sampled every ~1 ms): records with ``where`` ("file:line"), ``share`` of the
+    #: user frame, sampled every 5 ms): records with ``where`` ("file:line"), ``share`` of the
     #: samples and ``samples`` (their number).
     host_sites: list[SampledSite] = field(default_factory=list)
     #: the same for the rest of the step's unmeasured time (``other``: Python between the

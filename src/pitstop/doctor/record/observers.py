@@ -155,7 +155,7 @@ class ModelObserver:
         found: list[Any] = []
 
         def boundary(*a: Any, **kw: Any) -> Any:
-            if self.depth or self.log.quiet or self._compiling():
+            if self._compiling() or self.depth or self.log.quiet:  # dynamo first: no guard on the doctor's state
                 return compiled(*a, **kw)
             module = found[0] if found else _module_of(fn, a, kw)
             if module is None:

@@ -58,7 +58,7 @@ class StackSampler:
         self.label = "host"
         self._thread_id = thread_id  # None: the thread that calls start()
         self._main = thread_id if thread_id is not None else threading.get_ident()
-        self._open = threading.Event()  # a window is open
+        self.is_open = False  # a window is open (a plain attribute: the hooks set it on every phase change)
         self._ticking = threading.Event()  # not paused: the clock runs
         self._ticking.set()
         self._stop = False
@@ -75,7 +75,7 @@ class StackSampler:
     def paused(self, value: bool) -> None:
         if value:
             self._ticking.clear()
-            self._open.clear()
+            self.is_open = False
         else:
             self._ticking.set()
 
@@ -90,11 +90,11 @@ class StackSampler:
         self._ticking.set()
 
     def open(self) -> None:
-        if not self.paused:
-            self._open.set()
+        if self._ticking.is_set():
+            self.is_open = True
 
     def close(self) -> None:
-        self._open.clear()
+        self.is_open = False
 
     def _run(self) -> None:
         while not self._stop:
@@ -102,10 +102,10 @@ class StackSampler:
             time.sleep(self.interval)
             if self._stop:
                 return
-            if not self._open.is_set() or self.skip():
+            if not self.is_open or self.skip():
                 continue
             frame = sys._current_frames().get(self._main)
-            if frame is not None and self._open.is_set():
+            if frame is not None and self.is_open:
                 site, label = user_frame(frame), self.label
                 if site is not None:
                     self.samples[label] += 1

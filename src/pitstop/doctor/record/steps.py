@@ -114,9 +114,12 @@ class StepLog:
         """The record of the step that ends now (not yet appended: see :meth:`append`)."""
         now, cpu_now = perf(), cpu_clock()
         cur = self.cur
-        return StepRecord(index=self.index, kind=self.kind() or "extra", wall=now - self.step_start,
+        # the traced steps (the last ones) read no /proc clocks: the profiler would count that
+        # bookkeeping, between two steps' marks, as the script's host time
+        clocks = self.clocks.lap() if self._kind != "traced" else {}
+        return StepRecord(index=self.index, kind=self._kind or "extra", wall=now - self.step_start,
                           cpu=cpu_now - self.cpu_start, phases=dict(cur.phases), backward_calls=cur.backward_calls,
-                          batch_size=None, **self.clocks.lap())
+                          batch_size=None, **clocks)
 
     def append(self, rec: StepRecord) -> None:
         """Keep ``rec`` and its losses; the next step starts now (``finished`` after the plan)."""

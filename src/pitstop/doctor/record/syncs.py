@@ -46,9 +46,10 @@ def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, floa
     compiling = compiling_check()
 
     def wrapper(self, *args: Any, **kwargs: Any):
-        # a quiet step, a call that cannot count (inside a DataLoader fetch or an optimizer step:
-        # Adam reads its step counters with .item()), or traced by dynamo: the original op, as if unpatched
-        if log.quiet or not counts() or compiling():
+        # traced by dynamo (first: dynamo then reads no state of the doctor, so guards none), a
+        # quiet step, or a call that cannot count (inside a DataLoader fetch or an optimizer step:
+        # Adam reads its step counters with .item()): the original op, as if unpatched
+        if compiling() or log.quiet or not counts():
             return original(self, *args, **kwargs)
         t0 = perf()
         try:
@@ -68,7 +69,7 @@ def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, fl
     compiling = compiling_check()
 
     def wrapper(*args: Any, **kwargs: Any):
-        if log.quiet or not counts() or compiling():
+        if compiling() or log.quiet or not counts():
             return original(*args, **kwargs)
         t0 = perf()
         try:
@@ -160,17 +161,18 @@ class SyncRecorder:
         self.sites: dict[tuple[str, str], list[float]] = {}
         self.cuda_sites: dict[tuple[str, str], list[float]] = {}
         self.h2d: Counter[str] = Counter()
-        self.new_step()
-        self._debug_off: SyncDebug | None = None
-        self._orig_to: Any = None
-        self._compiling = compiling_check()
-
-    def new_step(self) -> None:
         self.step_syncs: Counter[tuple[str, str]] = Counter()
         self.step_sync_s: Counter[tuple[str, str]] = Counter()
         self.step_cuda: Counter[tuple[str, str]] = Counter()
         self.step_cuda_s: Counter[tuple[str, str]] = Counter()
         self.step_h2d: Counter[str] = Counter()
+        self._debug_off: SyncDebug | None = None
+        self._orig_to: Any = None
+        self._compiling = compiling_check()
+
+    def new_step(self) -> None:
+        for table in (self.step_syncs, self.step_sync_s, self.step_cuda, self.step_cuda_s, self.step_h2d):
+            table.clear()
 
     def install(self, patches: Patches) -> None:
         import torch
@@ -207,7 +209,7 @@ class SyncRecorder:
             self.on_sync(kind, site, seconds)
 
     def _tensor_to(self, t, *args, **kwargs):
-        if self.log.quiet or self._compiling():
+        if self._compiling() or self.log.quiet:
             return self._orig_to(t, *args, **kwargs)
         t0 = perf()
         out = self._orig_to(t, *args, **kwargs)
