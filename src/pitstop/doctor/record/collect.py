@@ -265,8 +265,8 @@ def _gpu_evidence(inst: Instrumentation, o: Observations) -> None:
     o.gpu, why = profiled_window(path)
     traced = [r.wall for r in inst.records if r.kind == "traced"]
     observed = o.step_time.median if o.step_time is not None else None
-    slower = (f" ({median(traced) / observed:.1f}x the observed step's median under the profiler: the GPU "
-              "shares are of the profiled steps)" if traced and observed else "")
+    slower = (f" ({median(traced) / observed:.1f}x the observed step's median under the profiler: the findings "
+              "re-base the GPU shares on the observed step)" if traced and observed else "")
     o.notes.append(why or f"GPU evidence: {len(traced)} profiled steps after the observed ones took "
                           f"{sum(traced):.2f} s{slower}, analysing their trace {time.perf_counter() - t0:.2f} s")
     if inst.profiled.own_trace:

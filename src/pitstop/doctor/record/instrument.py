@@ -28,7 +28,8 @@ uninstalls them, and routes the end of a step to each:
 ``mode="light"`` installs only the step boundaries (and the compile watch): wall time per step and the loss, for
 A/B trials. In full mode the last observed steps alternate with *bare* steps, and the traced
 steps follow: both run quiet (``StepLog.quiet``: the hooks return at once, the saved-tensor hook,
-the stack sampler and CUDA's sync-debug mode are off), so that the bare steps time the script
+stack sampling and CUDA's sync-debug mode are off; the sampler's clock stops in the traced steps
+only), so that the bare steps time the script
 without the doctor (its overhead, same process, alternating) and the profiler sees the program
 as it runs.
 """
@@ -210,7 +211,10 @@ class Instrumentation:
             self.memory.uninstall()
         self.sync.quiet(quiet)
         if self.sampler is not None:
-            self.sampler.paused = quiet
+            # the clock stops in the traced steps only: through the bare steps it ticks as in the
+            # observed ones (sampling nothing), so that the two differ by the hooks alone (waking
+            # the thread again after each bare step would cost the next observed step a GIL handoff)
+            self.sampler.paused = self.log.kind() == "traced"
             self.sampler.label = "host"
             self.sampler.open() if not quiet else self.sampler.close()
 

@@ -184,6 +184,14 @@ class ModelObserver:
         if log.quiet:
             return
         self.depth += 1
+        if self.depth > 1:  # an inner call (most calls: kept short)
+            if self.depth == 2 and self._ac_pending is not None:
+                self._confirm_autocast()
+            if self._layout_probe is not None:
+                self._layout_watch(module, args)
+            if log.kind() == "profiled" and self.profiled.flow is not None and torch.is_grad_enabled():
+                self.profiled.flow.pre(module, args)
+            return
         grad = torch.is_grad_enabled()
         if self.depth == 1:
             if grad and self.cuda:
@@ -198,11 +206,6 @@ class ModelObserver:
                 self._layout_start(module, args, kwargs)
                 self._note_forward(module, args, grad)
             self._top = (perf(), grad)
-        else:
-            if self.depth == 2 and self._ac_pending is not None:
-                self._confirm_autocast()
-            if self._layout_probe is not None:
-                self._layout_watch(module, args)
         flow = self.profiled.flow
         if flow is not None and grad and log.kind() == "profiled":
             flow.pre(module, args)
@@ -213,9 +216,13 @@ class ModelObserver:
         log = self.log
         if log.quiet:
             return
-        flow = self.profiled.flow
-        if flow is not None and self._top[1] and log.kind() == "profiled":
-            flow.post(module, output)
+        if log.kind() == "profiled":
+            flow = self.profiled.flow
+            if flow is not None and self._top[1]:
+                flow.post(module, output)
+        if self.depth > 1:  # an inner call
+            self.depth -= 1
+            return
         if self.depth == 1 and not self.bounds.in_backward:
             seconds = perf() - self._top[0]
             self._layout_end(module)
