@@ -187,10 +187,14 @@ def test_live_losses_without_a_growing_graph_are_no_pit202():
 
 
 def test_the_doctors_own_overhead_is_reported(tmp_path):
-    over = Overhead(pairs=3, observed=0.0103, bare=0.0100, low=1.01, high=1.05)
+    over = Overhead(pairs=3, observed=0.0103, bare=0.0100, low=1.01, high=1.05, observed_cpu=0.0052, bare_cpu=0.005)
     d = _diagnose(tmp_path, launch_bound(), overhead=over)
     note = next(n for n in d.observations.notes if n.startswith("the doctor's own hooks"))
-    assert "+3.0% on the step" in note and "3 pair(s)" in note
+    assert "+4.0% CPU time" in note and "+3.0% wall time" in note and "from 3 observed step(s)" in note
+    noisy = Overhead(pairs=3, observed=0.0153, bare=0.0109, low=0.32, high=3.98)  # a busy machine
+    d = _diagnose(tmp_path, launch_bound(), overhead=noisy)
+    note = next(n for n in d.observations.notes if n.startswith("the doctor's own hooks"))
+    assert "too noisy to tell" in note and "+40" not in note
 
 
 def test_the_report_says_so_beside_the_gpu_section(tmp_path):

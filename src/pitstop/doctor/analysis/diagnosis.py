@@ -15,7 +15,7 @@ from pitstop.doctor.analysis.check import Check, Finding, Thresholds, in_framewo
 from pitstop.doctor.analysis.fidelity import Fidelity, fidelity_of, lowered
 from pitstop.doctor.analysis.observations import PHASES, Observations
 from pitstop.doctor.analysis.probe import gate_note
-from pitstop.doctor.analysis.records import FrameworkRecord
+from pitstop.doctor.analysis.records import FrameworkRecord, Overhead
 from pitstop.doctor.run.spec import RunResult
 from pitstop.doctor.analysis.rankviews import rank_view
 from pitstop.findings import one_claim
@@ -24,7 +24,8 @@ from pitstop.ranks import RankView
 from pitstop.severity import settle
 from pitstop.doctor.analysis.evidence import GpuSummary, gpu_findings, gpu_summary, merge, profiled_window
 
-__all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
+__all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "overhead_note", "EXIT_CODES",
+           "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -270,6 +271,20 @@ class Diagnosis:
         }
 
 
+def overhead_note(o: Overhead) -> str:
+    """What the report says of the doctor's own cost (``Observations.overhead``); a wall-time
+    figure whose pairs disagree by more than 2x (a busy machine) is called too noisy, not given."""
+    cpu = o.cpu_share
+    cpu_text = f"{100 * cpu:+.1f}% CPU time" if cpu is not None else ""
+    noisy = o.high > 2 * o.low
+    wall = (f"wall time too noisy to tell here (pairs {100 * (o.low - 1):+.0f}% to {100 * (o.high - 1):+.0f}%)" if noisy
+            else f"{100 * o.share:+.1f}% wall time ({1e3 * o.observed:.2f} ms against {1e3 * o.bare:.2f} ms; pairs "
+                 f"{100 * (o.low - 1):+.1f}% to {100 * (o.high - 1):+.1f}%)")
+    return (f"the doctor's own hooks on the step: {', '.join(x for x in (cpu_text, wall) if x)}, from {o.pairs} "
+            "observed step(s) each followed by a step without them, in this process; the step times and shares "
+            "are of the observed steps")
+
+
 def _checks() -> list[type[Check]]:
     from pitstop import catalog
 
@@ -296,11 +311,7 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
     job = obs.distributed is not None and obs.distributed.merged
     diag.fidelity = fid = fidelity_of(obs)
     if obs.overhead is not None:
-        o = obs.overhead
-        obs.notes = [*obs.notes, f"the doctor's own hooks: {100 * o.share:+.1f}% on the step ({1e3 * o.observed:.2f} ms "
-                                 f"observed against {1e3 * o.bare:.2f} ms without them, median of {o.pairs} pair(s) "
-                                 f"alternating in the same process; pairs {100 * (o.low - 1):+.1f}% to "
-                                 f"{100 * (o.high - 1):+.1f}%); the step times and shares are of the observed steps"]
+        obs.notes = [*obs.notes, overhead_note(obs.overhead)]
     from pitstop import catalog
 
     same_cost = {c.tip: c.same_cost_as for c in catalog.implementations("T") if c.same_cost_as}

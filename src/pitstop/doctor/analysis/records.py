@@ -325,16 +325,26 @@ class FrameworkRecord:
 class Overhead:
     """The doctor's own cost on the step: the last ``pairs`` observed steps (its hooks on), each
     followed by a *bare* step (hooks off: only the step boundaries), in the same process.
-    ``observed`` / ``bare``: median seconds of each side; ``low`` / ``high``: the smallest and
-    largest ratio of one pair (observed over the bare step after it)."""
+    ``observed`` / ``bare``: median wall seconds of each side; ``low`` / ``high``: the smallest
+    and largest wall ratio of one pair (observed over the bare step after it);
+    ``observed_cpu`` / ``bare_cpu``: median process CPU seconds (steadier on a busy machine)."""
 
     pairs: int
     observed: float
     bare: float
     low: float
     high: float
+    observed_cpu: float | None = None
+    bare_cpu: float | None = None
 
     @property
     def share(self) -> float:
-        """What the hooks add, as a share of the step without them (0.05: +5%)."""
+        """What the hooks add to the wall time, as a share of the step without them (0.05: +5%)."""
         return self.observed / self.bare - 1 if self.bare > 0 else 0.0
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The same in CPU time (None: not measured)."""
+        if not self.observed_cpu or not self.bare_cpu:
+            return None
+        return self.observed_cpu / self.bare_cpu - 1

@@ -366,13 +366,16 @@ def _compile_info(inst: Instrumentation, models) -> CompileRecord:
 def _overhead(inst: Instrumentation) -> Overhead | None:
     """The bare steps against the observed step before each (see :class:`Overhead`)."""
     recs = inst.records
-    pairs = [(recs[i - 1].wall, r.wall) for i, r in enumerate(recs)
+    pairs = [(recs[i - 1], r) for i, r in enumerate(recs)
              if r.kind == "bare" and i and recs[i - 1].kind == "observed" and r.wall > 0]
     if not pairs:
         return None
-    ratios = [a / b for a, b in pairs]
-    return Overhead(pairs=len(pairs), observed=median([a for a, _ in pairs]), bare=median([b for _, b in pairs]),
-                    low=min(ratios), high=max(ratios))
+    ratios = [a.wall / b.wall for a, b in pairs]
+    cpu = [(a.cpu, b.cpu) for a, b in pairs if a.cpu is not None and b.cpu is not None]
+    return Overhead(pairs=len(pairs), observed=median([a.wall for a, _ in pairs]),
+                    bare=median([b.wall for _, b in pairs]), low=min(ratios), high=max(ratios),
+                    observed_cpu=median([a for a, _ in cpu]) if cpu else None,
+                    bare_cpu=median([b for _, b in cpu]) if cpu else None)
 
 
 def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> dict[str, ProbeResult]:
