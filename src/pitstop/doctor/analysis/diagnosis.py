@@ -272,17 +272,18 @@ class Diagnosis:
 
 
 def overhead_note(o: Overhead) -> str:
-    """What the report says of the doctor's own cost (``Observations.overhead``); a wall-time
-    figure whose pairs disagree by more than 2x (a busy machine) is called too noisy, not given."""
+    """What the report says of the doctor's own cost (``Observations.overhead``). When its pairs
+    disagree by more than 2x (a busy machine; CPU time follows wall time there too, as idle
+    intra-op threads spin) it says the run cannot tell, and gives no figure."""
+    how = (f"from {o.pairs} observed step(s) each followed by a step without them, in this process; the step "
+           "times and shares are of the observed steps")
+    if o.high > 2 * o.low:
+        return (f"the doctor's own hooks on the step: too noisy to tell in this run (the pairs' wall ratios went "
+                f"{100 * (o.low - 1):+.0f}% to {100 * (o.high - 1):+.0f}%), {how}")
     cpu = o.cpu_share
-    cpu_text = f"{100 * cpu:+.1f}% CPU time" if cpu is not None else ""
-    noisy = o.high > 2 * o.low
-    wall = (f"wall time too noisy to tell here (pairs {100 * (o.low - 1):+.0f}% to {100 * (o.high - 1):+.0f}%)" if noisy
-            else f"{100 * o.share:+.1f}% wall time ({1e3 * o.observed:.2f} ms against {1e3 * o.bare:.2f} ms; pairs "
-                 f"{100 * (o.low - 1):+.1f}% to {100 * (o.high - 1):+.1f}%)")
-    return (f"the doctor's own hooks on the step: {', '.join(x for x in (cpu_text, wall) if x)}, from {o.pairs} "
-            "observed step(s) each followed by a step without them, in this process; the step times and shares "
-            "are of the observed steps")
+    cpu_text = f"{100 * cpu:+.1f}% CPU time, " if cpu is not None else ""
+    return (f"the doctor's own hooks on the step: {cpu_text}{100 * o.share:+.1f}% wall time ({1e3 * o.observed:.2f} "
+            f"ms against {1e3 * o.bare:.2f} ms; pairs {100 * (o.low - 1):+.1f}% to {100 * (o.high - 1):+.1f}%), {how}")
 
 
 def _checks() -> list[type[Check]]:

@@ -21,8 +21,17 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 from pitstop.severity import SEVERITIES
+
+if TYPE_CHECKING:
+    from pitstop.doctor.analysis.compile_records import CompileRecord
+    from pitstop.doctor.analysis.observations import Observations
+    from pitstop.findings import Finding
+    from pitstop.trace.result import RankResult
+
+F = TypeVar("F", bound="Finding")
 
 __all__ = ["Fidelity", "fidelity_of", "program_changes", "lower", "lowered", "step_seconds", "DISTORTED"]
 
@@ -94,10 +103,9 @@ class Fidelity:
         return "; ".join(parts) or None
 
 
-def program_changes(compile_rec, rank) -> tuple[str, ...]:
-    """How the instrumentation changed a compiled program (see the module docstring):
-    ``compile_rec`` a :class:`~pitstop.doctor.analysis.compile_records.CompileRecord` (or None),
-    ``rank`` the profiled window's :class:`~pitstop.trace.result.RankResult` (or None)."""
+def program_changes(compile_rec: CompileRecord | None, rank: RankResult | None) -> tuple[str, ...]:
+    """How the instrumentation changed a compiled program (see the module docstring): the
+    compile record of the observed steps against the profiled window ``rank``."""
     out: list[str] = []
     c = compile_rec
     if c is None or not c.compiled:
@@ -119,13 +127,13 @@ def program_changes(compile_rec, rank) -> tuple[str, ...]:
     return tuple(out)
 
 
-def step_seconds(rank) -> float | None:
+def step_seconds(rank: RankResult) -> float | None:
     """Seconds per profiled step of a :class:`~pitstop.trace.result.RankResult` (the window over
     its steps), None without steps."""
     return rank.window.seconds / rank.steps if rank.window is not None and rank.steps else None
 
 
-def fidelity_of(obs) -> Fidelity:
+def fidelity_of(obs: Observations) -> Fidelity:
     """The :class:`Fidelity` of one run's ``Observations``."""
     rank = obs.gpu
     changed = program_changes(obs.compile, rank)
@@ -137,7 +145,7 @@ def fidelity_of(obs) -> Fidelity:
     return Fidelity(profiled=profiled, observed=observed, busy=busy, changed=changed)
 
 
-def lowered(finding, why: str):
+def lowered(finding: F, why: str) -> F:
     """``finding`` a severity level lower, ``why`` appended to its evidence."""
     sev = lower(finding.severity)
     if sev == finding.severity:
