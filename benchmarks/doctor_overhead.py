@@ -3,7 +3,7 @@
 Two measurements, both printed as ratios of medians with a 90% bootstrap interval
 (target: <= 5% overhead):
 
-1. **In-process A/B** (the headline number): one process builds the example's model,
+1. **In-process A/B** (everything the doctor costs the script, bookkeeping between steps included): one process builds the example's model,
    DataLoader and optimizer (the naive scripts' settings, from ``pitstop.examples``) and
    runs its training step in alternating blocks, plain and with the full instrumentation
    installed (module hooks, DataLoader timing, sync patches, saved-tensor hooks, memory
@@ -12,11 +12,21 @@ Two measurements, both printed as ratios of medians with a 90% bootstrap interva
    is dropped (install/uninstall and the one graph census land there). Wall time and the
    process's CPU time are both reported; with ``--threads 1`` CPU time measures the work
    done, which other processes on a busy machine barely disturb.
-2. ``--child``: the real ``pitstop doctor`` path, runs of the naive script in a child
+2. **Paired** (``--pairs``, the doctor's own measure at scale): one instrumentation installed,
+   its steps alternating one by one between hooks on and hooks off (the quiet state of the
+   doctor's bare steps, which keep only the step boundaries); what distorts the step times the
+   doctor reports.
+3. ``--child``: the real ``pitstop doctor`` path, runs of the naive script in a child
    process in ``light`` mode (step hooks only) vs ``full`` mode, interleaved, comparing the
    observed steps' wall and CPU times. Much noisier (separate processes).
 
-    python benchmarks/doctor_overhead.py [--examples cnn gpt mlp] [--blocks 8] [--block 5] [--child]
+``mlp-compiled`` is the MLP's step with ``torch.compile(model)`` (default mode, Inductor):
+compiled once before timing, and each mode run once untimed first (dynamo guards on the global
+forward-hook dicts: the first block with the hooks installed compiles a second graph, kept
+for the later blocks). The doctor itself measures the same thing on every full run (its last
+observed steps against the bare steps alternating with them, ``Observations.overhead``).
+
+    python benchmarks/doctor_overhead.py [--examples cnn gpt mlp mlp-compiled] [--blocks 8] [--block 5] [--child]
 """
 
 from __future__ import annotations
@@ -47,11 +57,13 @@ def _workload(name: str):
 
         def loss_fn(logits, y):
             return F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
-    elif name == "mlp":
+    elif name in ("mlp", "mlp-compiled"):
         from torch.utils.data import TensorDataset
 
         table = data.SyntheticTabular(n=8192, seed=0)
         model = models.make_mlp(naive=True)
+        if name == "mlp-compiled":
+            model = torch.compile(model)
         loader = DataLoader(TensorDataset(torch.from_numpy(table.x), torch.from_numpy(table.y)), batch_size=128,
                             shuffle=True)
         opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=False)
@@ -82,14 +94,14 @@ def in_process(name: str, blocks: int, block: int) -> None:
     for _ in range(3):
         step()
     times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in ("plain", "full") for c in ("wall", "cpu")}
-    for b in range(blocks):
+    for b in range(-1, blocks):  # block -1: each mode once, untimed (a compiled model compiles for each)
         for mode in (("plain", "full") if b % 2 == 0 else ("full", "plain")):  # ABBA: no order bias
             inst = Instrumentation(10**9, 0, mode="full", stop=False).install() if mode == "full" else None
             try:
                 for i in range(block + 1):
                     t0, c0 = time.perf_counter(), time.process_time()
                     step()
-                    if i:  # the first step of a block carries install and the graph census
+                    if i and b >= 0:  # the first step of a block carries install and the graph census
                         times[(mode, "wall")].append(time.perf_counter() - t0)
                         times[(mode, "cpu")].append(time.process_time() - c0)
             finally:
@@ -97,6 +109,35 @@ def in_process(name: str, blocks: int, block: int) -> None:
                     inst.uninstall()
     for clock in ("wall", "cpu"):
         _print(name, f"in-proc {clock}", times[("plain", clock)], times[("full", clock)])
+
+
+def paired(name: str, pairs: int) -> None:
+    """The doctor's own measure, at scale: one instrumentation installed, its steps alternating
+    between observed (hooks on) and bare (``StepLog.quiet``: hooks off, as the doctor's bare
+    steps), one step each, ``pairs`` times, timed as the doctor times its steps (its step
+    records: from one step boundary to the next, its bookkeeping between steps left out)."""
+    from pitstop.doctor.record.instrument import Instrumentation
+
+    step = _workload(name)
+    for _ in range(3):
+        step()
+    inst = Instrumentation(10**9, 0, mode="full", stop=False).install()
+    times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in ("bare", "hooks") for c in ("wall", "cpu")}
+    try:
+        for i in range(2 * pairs + 8):
+            mode = "bare" if i % 2 else "hooks"
+            if mode == "bare":  # as the doctor's plan does for its bare steps
+                inst.log.quiet = True
+                inst._quiet(True)
+            step()
+            rec = inst.records[-1]
+            if i >= 8:  # the first steps carry the first graph census and the activation counting
+                times[(mode, "wall")].append(rec.wall)
+                times[(mode, "cpu")].append(rec.cpu)
+    finally:
+        inst.uninstall()
+    for clock in ("wall", "cpu"):
+        _print(name, f"paired {clock}", times[("bare", clock)], times[("hooks", clock)])
 
 
 def child(name: str, repeats: int, steps: int) -> None:
@@ -130,6 +171,9 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=5, help="steps per block (in-process)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (1 makes CPU time a clean work measure on a busy machine)")
+    parser.add_argument("--pairs", type=int, default=40,
+                        help="pairs of steps alternating hooks on and off in one instrumentation (the doctor's "
+                             "own measure; 0: skip; x5 for the MLPs)")
     parser.add_argument("--child", action="store_true", help="also compare light vs full child runs")
     parser.add_argument("--repeats", type=int, default=3, help="child runs per mode (--child)")
     parser.add_argument("--steps", type=int, default=10, help="observed steps per child run (--child)")
@@ -139,9 +183,11 @@ def main() -> None:
     print(f"torch threads: {torch.get_num_threads()}")
     print(f"{'ex':5} {'how':12} {'base ms':>10} {'instr ms':>10} {'overhead':>9}  90% interval      steps")
     for name in args.examples:
-        scale = 5 if name == "mlp" else 1
+        scale = 5 if name.startswith("mlp") else 1
         in_process(name, args.blocks, args.block * scale)
-        if args.child:
+        if args.pairs:
+            paired(name, args.pairs * scale)
+        if args.child and name != "mlp-compiled":
             child(name, args.repeats, args.steps * scale)
 
 

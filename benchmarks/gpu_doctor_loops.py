@@ -10,6 +10,19 @@ the issue's table:
   pinned memory, fused AdamW), small images: many short kernels;
 - ``ddp``: the ResNet under DDP over NCCL, one rank.
 
+Issue 39 adds two compiled loops (a small MLP, bf16 autocast, batches made on the GPU, fused
+AdamW, the way the PyTorch docs compile a small launch-bound model):
+
+- ``compiled_graphs``: the forward and the loss in one ``@torch.compile(mode="reduce-overhead")``
+  function (CUDA graphs);
+- ``compiled_default``: ``torch.compile(model)`` in the default mode (Triton kernels, no graphs).
+
+For them the doctor must observe the program as it runs: its profiled window shows their
+Triton kernels (and the graph launches), the compiled calls (and replays) per step are the
+same with its hooks on and off and in the window (no fidelity note), PIT601/PIT607 never
+advise what the loop already does ("replay the step as CUDA graphs" to a graphed step, "torch.compile
+the function" to a compiled one), and no finding's impact exceeds the observed step.
+
 For each loop the script runs ``pitstop doctor --trace DIR`` (JSON and HTML; ``--trace`` keeps the
 doctor's own profiled steps) and ``pitstop trace`` on that same trace, and checks per loop what
 the issue expects: ``starved`` -> PIT101 first; ``gpt_sync`` -> PIT301 first (fp32 GEMM kernels on
@@ -23,7 +36,7 @@ own and prints that trace's GPU busy, labelled (extra information: another run, 
 Everything goes to ``--out``. Each loop runs in subprocesses with timeouts; one failing loop does
 not stop the others. Without CUDA: one "skipped" line per loop, exit 0.
 
-    python benchmarks/gpu_doctor_loops.py --out /tmp/gpu_loops [--probes] [--loops starved ddp]
+    python benchmarks/gpu_doctor_loops.py --out /tmp/gpu_loops [--probes] [--loops starved ddp compiled_graphs]
 """
 
 from __future__ import annotations
@@ -218,10 +231,46 @@ dist.destroy_process_group()
 ''',
 }
 
+_MLP = '''
+model = nn.Sequential(nn.Linear(1024, 2048), nn.GELU(), nn.Linear(2048, 2048), nn.GELU(), nn.Linear(2048, 1024)).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+'''
+_MLP_LOOP = '''
+prof = Profiled()
+for step in range(args.steps):
+    x = torch.randn(512, 1024, device="cuda")  # batches made on the GPU
+    y = torch.randint(0, 1024, (512,), device="cuda")
+    loss = forward_loss(x, y)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    prof.step()
+'''
+LOOPS["compiled_graphs"] = _MLP + '''
+
+@torch.compile(mode="reduce-overhead")  # CUDA graphs
+def forward_loss(x, y):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return F.cross_entropy(model(x), y)
+''' + _MLP_LOOP
+LOOPS["compiled_default"] = _MLP + '''
+compiled = torch.compile(model)  # default mode: Triton kernels, no CUDA graphs
+
+
+def forward_loss(x, y):
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        return F.cross_entropy(compiled(x), y)
+''' + _MLP_LOOP
+
 #: what the issue expects of each loop: (first finding or None, PIT203 expected, PIT601 expected,
 #: PIT304 forbidden: cuDNN convolutions already in TF32)
 EXPECT = {"starved": ("PIT101", False, False, True), "gpt_sync": ("PIT301", True, False, False),
-          "resnet_good": (None, False, True, True), "ddp": (None, False, False, True)}
+          "resnet_good": (None, False, True, True), "ddp": (None, False, False, True),
+          "compiled_graphs": (None, False, False, False), "compiled_default": (None, False, False, False)}
+#: the compiled loops: the advice they must not get (what they already do), and whether they replay CUDA graphs
+COMPILED = {"compiled_graphs": (("replay the step as CUDA graphs", "torch.compile(model, mode=", "torch.compile the function"),
+                                True),
+            "compiled_default": (("torch.compile(model, mode=", "torch.compile the function"), False)}
 
 
 def _run(cmd: list[str], timeout: float, log: Path) -> tuple[int, str]:
@@ -235,15 +284,21 @@ def _run(cmd: list[str], timeout: float, log: Path) -> tuple[int, str]:
         return 124, ""
 
 
+def _timeout(script: Path, args) -> float:
+    """Seconds for one subprocess: the compiled loops compile first (Inductor, tens of seconds)."""
+    return max(args.timeout, 150.0) if script.stem in COMPILED else args.timeout
+
+
 def _doctor(script: Path, out: Path, args) -> dict:
+    timeout = _timeout(script, args)
     cmd = [sys.executable, "-m", "pitstop", "doctor", str(script), "--steps", str(args.steps), "--warmup", "3",
-           "--timeout", str(args.timeout - 10), "--format", "json", "--html", str(out / "doctor.html"),
+           "--timeout", str(timeout - 10), "--format", "json", "--html", str(out / "doctor.html"),
            "--trace", str(out / "doctor_trace")]
     if not args.probes:
         cmd.append("--no-probes")
     if script.stem == "ddp":
         cmd[4:4] = ["--nproc-per-node", "1"]
-    rc, stdout = _run(cmd, args.timeout, out / "doctor.log")
+    rc, stdout = _run(cmd, timeout, out / "doctor.log")
     (out / "doctor.json").write_text(stdout)
     return json.loads(stdout) if stdout.strip() else {"error": f"pitstop doctor exited {rc}"}
 
@@ -266,7 +321,7 @@ def _doctors_trace(doc: dict, out: Path) -> Path:
 def _separate(script: Path, out: Path, args) -> dict:
     """Extra information: the loop profiled in a run of its own (other steps, no doctor)."""
     folder = out / "profile"
-    rc, _ = _run([sys.executable, str(script), "--profile", str(folder)], args.timeout, out / "profile.log")
+    rc, _ = _run([sys.executable, str(script), "--profile", str(folder)], _timeout(script, args), out / "profile.log")
     if not (folder / "trace.json").is_file():
         return {"error": f"the separately profiled run exited {rc} without a trace"}
     return _trace(folder / "trace.json", out, args, "trace_separate")
@@ -302,7 +357,10 @@ def _facts(name: str, doc: dict, tr: dict, separate: dict | None) -> dict:
         "no sync site inside pitstop": not any("/pitstop/" in s for s in sites),
         "GPU busy within 2 points (same run)": (busy_doc is not None and busy_tr is not None
                                                 and abs(busy_doc - busy_tr) <= 0.02),
+        "no impact past the observed step": _within_step(doc),
     }
+    if name in COMPILED:
+        checks.update(_compiled_checks(name, doc, rank))
     return {
         "loop": name, "device": doc.get("device", {}).get("name"), "codes": codes,
         "top": f"{top['code']} {top['severity']} {top['title']}" if top else None,
@@ -311,8 +369,45 @@ def _facts(name: str, doc: dict, tr: dict, separate: dict | None) -> dict:
         "trace_findings": [f["code"] for f in tr.get("findings", [])],
         "sync_sites": sites, "checks": checks,
         "window_cost": next((n for n in doc.get("notes", []) if "profiled steps" in n), None),
+        "fidelity": doc.get("fidelity"), "overhead": (doc.get("observations") or {}).get("overhead"),
+        "compile": {k: ((doc.get("observations") or {}).get("compile") or {}).get(k)
+                    for k in ("calls_per_step", "paired_calls_per_step", "bare_calls_per_step", "replays_per_step",
+                              "paired_replays_per_step", "bare_replays_per_step")},
+        "window_compiled": rank.get("compiled"),
+        "impacts": [(f["code"], f["impact"]["share"], f["impact"]["seconds_per_step"]) for f in findings],
+        "step_median": (doc.get("step_time") or {}).get("median"),
         "errors": [e for e in (doc.get("error"), tr.get("error"), (separate or {}).get("error")) if e],
     }
+
+
+def _within_step(doc: dict) -> bool:
+    """No time finding claims more than the observed step; the causes together neither."""
+    step = (doc.get("step_time") or {}).get("median")
+    time = [f for f in doc.get("findings", []) if f["impact"]["kind"] == "time" and f["impact"]["share"]]
+    causes = sum(f["impact"]["share"] for f in time if not f.get("summary"))
+    return causes <= 1.0001 and all(
+        f["impact"]["share"] <= 1 and (f["impact"]["seconds_per_step"] is None or step is None
+                                       or f["impact"]["seconds_per_step"] <= step * 1.0001) for f in time)
+
+
+def _compiled_checks(name: str, doc: dict, rank: dict) -> dict:
+    """Issue 39's checks on a compiled loop (see the module docstring)."""
+    forbidden, graphs = COMPILED[name]
+    c = (doc.get("observations") or {}).get("compile") or {}
+    w = rank.get("compiled") or {}
+    fixes = [f["fix"] for f in doc.get("findings", []) if f["code"] in ("PIT601", "PIT607")]
+    out = {
+        "window shows the Triton kernels": (w.get("triton_share") or 0) > 0,
+        "compiled calls per step, hooks on = off": (c.get("calls_per_step") or 0) > 0
+        and c.get("paired_calls_per_step") == c.get("bare_calls_per_step"),
+        "no fidelity note": not (doc.get("fidelity") or {}).get("changed"),
+        "no advice to do what it does": not any(x in fix for fix in fixes for x in forbidden),
+    }
+    if graphs:
+        out["window shows the graph launches"] = (w.get("graph_launches_per_step") or 0) > 0
+        out["graph replays per step, hooks on = off"] = (c.get("replays_per_step") or 0) > 0 \
+            and c.get("paired_replays_per_step") == c.get("bare_replays_per_step")
+    return out
 
 
 def _pct(x: float | None) -> str:
@@ -333,6 +428,9 @@ def _print(f: dict) -> None:
     print(f"   GPU busy: doctor {_pct(f['gpu_busy_doctor'])}, pitstop trace of the same run {_pct(f['gpu_busy_trace'])}"
           + extra)
     print(f"   profiled window's cost: {f['window_cost']}")
+    print(f"   fidelity: {f.get('fidelity')};  doctor's own overhead: {f.get('overhead')}")
+    if f.get("compile", {}).get("calls_per_step") is not None:
+        print(f"   compiled: {f['compile']};  window: {f.get('window_compiled')}")
     print("   " + ", ".join(f"{k}: {'ok' if v else 'FAIL'}" for k, v in f["checks"].items()))
 
 

@@ -12,7 +12,10 @@ TF32_CONV = "sm80_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nchw_til
 FP32_GEMM = "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off"
 ADD = "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>()"
 
-__all__ = ["starved_input", "device_sync", "launch_bound", "tf32_convs", "cuda_graph", "H100"]
+__all__ = ["starved_input", "device_sync", "launch_bound", "tf32_convs", "cuda_graph", "graphed_step", "compiled_step",
+           "fp32_gemms", "H100", "TRITON"]
+#: an Inductor kernel (Triton): fusion's output, not an unfused elementwise chain
+TRITON = "triton_poi_fused_add_gelu_mul_0"
 
 
 def starved_input(steps: int = 5) -> Synth:
@@ -91,4 +94,65 @@ def cuda_graph(steps: int = 5) -> Synth:
             s.events.append({"ph": "X", "cat": "kernel", "name": ADD, "pid": 0, "tid": 7, "ts": t, "dur": 4.7,
                              "args": {"device": 0, "stream": 7, "correlation": corr, "External id": ext}})
             t += 4.75
+    return s
+
+
+def graphed_step(steps: int = 5) -> Synth:
+    """A ``mode="reduce-overhead"`` compiled step (forward and backward replayed by one
+    ``cudaGraphLaunch`` each: 100 Triton kernels back to back) and an eager for-loop optimizer
+    after it: 150 elementwise kernels of 3 us launched 12 us apart (the GPU idles between them)."""
+    s = Synth(H100)
+    for k in range(steps):
+        t0 = 1_000_000 + k * 3_000
+        s.step(k + 1, t0, 3_000)
+        s.op("Torch-Compiled Region: 0/0", t0 + 5, 300)
+        for g, base in enumerate((t0 + 10, t0 + 400)):
+            ext = s.op("CompiledFunction" if g == 0 else "CompiledFunctionBackward", base, 30)
+            corr = s.call("cudaGraphLaunch", base + 5, 20, ext)
+            t = base + 40
+            for _ in range(50):
+                s.events.append({"ph": "X", "cat": "kernel", "name": TRITON, "pid": 0, "tid": 7, "ts": t, "dur": 4.0,
+                                 "args": {"device": 0, "stream": 7, "correlation": corr, "External id": ext}})
+                t += 4.0
+        s.op("Optimizer.step#AdamW.step", t0 + 700, 150 * 12 + 20, cat="user_annotation")
+        t = t0 + 710
+        for _ in range(150):
+            ext = s.op("aten::add_", t, 8)
+            s.gpu(ADD, t + 8, 3, ext=ext)
+            t += 12
+    return s
+
+
+def compiled_step(steps: int = 5, *, compiled: bool = True) -> Synth:
+    """A default-mode compiled step (no CUDA graphs): each compiled region launches 120 Triton
+    kernels one by one (3 us, 12 us apart); ``compiled=False``: the same script's window run
+    eagerly (ATen elementwise kernels, no compiled region): what a profiled window that lost the
+    compiled code looks like."""
+    s = Synth(H100)
+    for k in range(steps):
+        t0 = 1_000_000 + k * 2_000
+        s.step(k + 1, t0, 2_000)
+        if compiled:
+            s.op("Torch-Compiled Region: 0/0", t0 + 5, 1_500)
+            outer = s.op("CompiledFunction", t0 + 8, 1_480)
+        t = t0 + 10
+        for _ in range(120):
+            ext = outer if compiled else s.op("aten::add", t, 8)
+            s.gpu(TRITON if compiled else ADD, t + 8, 3, ext=ext)
+            t += 12
+    return s
+
+
+def fp32_gemms(steps: int = 5, *, step_us: float = 10_000) -> Synth:
+    """An fp32 MLP on an H100 with default settings: plain fp32 GEMM kernels (no TF32) fill 80%
+    of each ``step_us`` step: PIT301 (bf16) and PIT304 (TF32) both see the same GEMM time."""
+    s = Synth(H100)
+    for k in range(steps):
+        t0 = 1_000_000 + k * step_us
+        s.step(k + 1, t0, step_us)
+        t = t0 + 10
+        for _ in range(4):
+            ext = s.op("aten::mm", t, 20)
+            s.gpu(FP32_GEMM, t + 10, 0.2 * step_us, ext=ext)
+            t += 0.2 * step_us + 10
     return s

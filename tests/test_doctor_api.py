@@ -49,7 +49,10 @@ def test_doctor_api_diagnoses_a_step_function():
     report = pitstop.doctor(step, steps=4, warmup=1, probes=False)
     assert report.outcome == "diagnosed" and report.exit_code == 0 and report.errors == []
     assert len(report.result.observed) == 4
-    assert [s.kind for s in report.result.steps] == ["warmup"] + ["observed"] * 4 + ["profiled"]
+    # the last 2 observed steps each followed by a bare step (hooks off: the doctor's own overhead)
+    # (4 observed steps: two in a row, then observed, bare, observed, bare)
+    assert [s.kind for s in report.result.steps] == ["warmup", "observed", "observed"] + ["observed", "bare"] * 2 + ["profiled"]
+    assert report.observations.overhead is not None and report.observations.overhead.pairs == 2
     losses = [s.loss for s in report.result.steps]
     assert all(isinstance(v, float) for v in losses) and losses[-1] < losses[0]  # it trained
     codes = {f.code for f in report.findings}

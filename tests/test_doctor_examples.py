@@ -90,7 +90,9 @@ def test_naive_cnn_measures_steps_breakdown_and_throughput(cnn):
     assert d["outcome"] == "diagnosed" and d["status"] == "stopped"
     assert d["steps"]["observed"] == 3
     kinds = [r["kind"] for r in d["steps"]["records"]]
-    assert kinds == ["warmup", "observed", "observed", "observed", "profiled"]
+    assert kinds == ["warmup", "observed", "observed", "observed", "bare", "profiled"]  # bare: the doctor's overhead
+    o = d["observations"]["overhead"]
+    assert o["pairs"] == 1 and o["observed"] == d["steps"]["records"][3]["wall"] and o["bare"] > 0
     shares = sum(v["share"] for v in d["breakdown"].values())
     assert shares == pytest.approx(1.0, abs=0.02)
     assert d["step_time"]["p90"] >= d["step_time"]["median"] > 0

@@ -33,8 +33,9 @@ def _end(log: StepLog):
 
 def test_step_log_follows_the_plan_and_keeps_phases_and_losses():
     log = _log(steps=2, warmup=1, full=True)
-    assert log.total == 4 and log.steps == 2
-    assert [log.kind(i) for i in range(5)] == ["warmup", "observed", "observed", "profiled", None]
+    assert log.total == 5 and log.steps == 2
+    # the last observed step is followed by a bare one (hooks off: the doctor's own overhead)
+    assert [log.kind(i) for i in range(6)] == ["warmup", "observed", "observed", "bare", "profiled", None]
     log.cur.phases["forward"] += 0.5
     log.cur.losses.append(torch.tensor(2.0))
     log.cur.losses.append(torch.tensor(1.0))
@@ -42,10 +43,13 @@ def test_step_log_follows_the_plan_and_keeps_phases_and_losses():
     assert (rec.index, rec.kind, rec.phases) == (0, "warmup", {"forward": 0.5})
     assert log.cur.phases == {} and log.observed == 0
     _end(log)
+    assert not log.quiet
     _end(log)
-    assert log.observed == 2 and not log.finished
+    assert log.observed == 2 and not log.finished and log.quiet  # the bare step runs quiet
     _end(log)
-    assert log.finished and [r.kind for r in log.records] == ["warmup", "observed", "observed", "profiled"]
+    assert not log.quiet
+    _end(log)
+    assert log.finished and [r.kind for r in log.records] == ["warmup", "observed", "observed", "bare", "profiled"]
     log.read_losses()
     assert log.records[0].loss == 3.0 and log.records[1].loss is None
 
@@ -201,9 +205,14 @@ def test_profiled_step_counts_flops_of_its_step_only():
     model(torch.randn(4, 8))
     prof.transition("profiled", None, seen)
     assert prof.result["flops"] == 2 * 4 * 8 * 8 and prof.result["kernels"]["matmul"]
+    # a script that compiles: the step runs under the force_eager stance (a dispatch mode met by
+    # dynamo would make it run the user's compiled code eagerly for the rest of the run)
     compiled = SimpleNamespace(live_models=lambda: [model], any_compiled=lambda: True)
-    ProfiledStep(notes, None).transition("observed", "profiled", compiled)
-    assert notes == ["FLOPs and kernel dtypes not counted: the model is torch.compile'd"]
+    prof = ProfiledStep(notes, None)
+    prof.transition("observed", "profiled", compiled)
+    model(torch.randn(4, 8))
+    prof.transition("profiled", None, compiled)
+    assert prof.result["flops"] == 2 * 4 * 8 * 8 and "force_eager" in notes[-1]
 
 
 def test_instrumentation_routes_each_step_to_its_recorders():
@@ -228,15 +237,17 @@ def test_instrumentation_routes_each_step_to_its_recorders():
                 break
     finally:
         inst.uninstall()
-    assert [r.kind for r in inst.records] == ["warmup", "observed", "observed", "observed", "profiled"]
-    assert all(r.batch_size == 8 and r.phases["forward"] > 0 and r.phases["data"] > 0 for r in inst.records)
+    assert [r.kind for r in inst.records] == ["warmup", "observed", "observed", "observed", "bare", "profiled"]
+    assert all(r.batch_size == 8 and r.phases["forward"] > 0 and r.phases["data"] > 0 for r in inst.records
+               if r.kind != "bare")
+    assert inst.records[4].phases.keys() <= {"backward", "optimizer"}  # bare: only the step boundaries ran
     [((site, kind), (calls, steps, _))] = inst.sync_sites.items()
     assert kind == "item" and site.endswith(f"test_doctor_recorders.py:{_line('loss.item()  # one sync')}")
     assert (calls, steps) == (3, 3)
     assert inst.forwards["train"] == 5 and inst.forwards["eval_no_grad"] == 5 and inst.batch_size == 8
     assert [d["role"] for d in inst.loaders.values()] == ["train"]
-    assert len(inst.activations) == 3 and inst.graph["steps"] == [2, 3, 4] and inst.grad_bytes > 0
-    assert inst.boundary == "optimizer.step" and inst.primary is opt and inst.backward_total == 5
+    assert len(inst.activations) == 2 and inst.graph["steps"] == [2, 3, 4] and inst.grad_bytes > 0  # ACTIVATION_STEPS
+    assert inst.boundary == "optimizer.step" and inst.primary is opt and inst.backward_total == 6
     assert inst.profile_result["flops"] > 0 and inst.profiled.flow is not None
     assert len(inst.data_cpu) == 3
 
@@ -246,3 +257,20 @@ def _line(needle: str) -> int:
 
     lines = Path(__file__).read_text(encoding="utf-8").splitlines()
     return next(i for i, t in enumerate(lines, 1) if needle in t and "_line(" not in t)
+
+
+def test_patched_syncs_read_no_doctor_state_while_dynamo_traces(monkeypatch):
+    """Dynamo guards on every attribute a traced function reads: a patched ``Tensor.item`` that
+    read ``log.quiet`` while traced recompiled the user's graph when the bare steps flipped it
+    (issue 39: 10 compilations of item_branch.py under the doctor, 9 with the check first)."""
+
+    class Trap:
+        @property
+        def quiet(self):
+            raise AssertionError("the doctor's state was read while dynamo traced")
+
+    monkeypatch.setattr(syncs, "compiling_check", lambda: (lambda: True))
+    calls = []
+    wrapped = syncs._wrap_method(lambda t: calls.append(t) or 1.0, "item", lambda *a: None, Trap(),
+                                 counts=lambda: (_ for _ in ()).throw(AssertionError("counts read")))
+    assert wrapped(torch.tensor(1.0)) == 1.0 and len(calls) == 1

@@ -90,6 +90,8 @@ def doctor_html(diag: Diagnosis) -> str:
     if diag.gpu is not None:
         sections.append(("GPU (profiled steps, analysed as pitstop trace does)",
                          _table(["measure", "value"], [[_esc(a), _esc(b)] for a, b in gpu_rows(diag.gpu)])))
+    if diag.fidelity.changed and diag.gpu is None:  # in the GPU section's note when there is one
+        sections.append(("The program measured", "".join(f"<p>{_esc(c)}</p>" for c in diag.fidelity.changed)))
     c = diag.observations.compile
     if c is not None and c.compiled:
         rows = [["graphs", "n/a" if c.graphs is None else str(c.graphs)],

@@ -15,7 +15,7 @@ from pitstop.report.doctor_memory import render_memory
 from pitstop.report.doctor_probes import probe_line
 from pitstop.report.doctor_ranks import render_ranks
 from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_bar
-from pitstop.trace.evidence import GpuSummary
+from pitstop.doctor.analysis.evidence import GpuSummary
 
 __all__ = ["render", "gpu_rows", "impact_label", "framework_line", "shows_framework", "throughput_text", "site_lines",
            "compile_lines"]
@@ -84,6 +84,14 @@ def compile_lines(obs: Observations) -> list[str]:
         out.append(f"  recompiled {r.function} ({_short(r.where)}) {r.count}x: {r.guard}")
     for h in c.limit_hits:
         out.append(f"  {h.function} ({_short(h.where)}) hit {h.limit_name}={h.limit}: runs eagerly after it")
+    runs = [f"{what} per observed step {on:.1f}" + (f" ({paired:.1f} with the doctor's hooks against {off:.1f} without, "
+                                                    "steps alternating)" if paired is not None and off is not None else "")
+            for what, on, paired, off in (
+                ("compiled graph runs", c.calls_per_step, c.paired_calls_per_step, c.bare_calls_per_step),
+                ("CUDA graph replays", c.replays_per_step, c.paired_replays_per_step, c.bare_replays_per_step))
+            if on is not None]
+    if runs:
+        out.append("  " + "; ".join(runs))
     p = obs.probes.get("compile")
     if p is not None and p.seconds:
         line = (f"  compiled vs eager forward+backward: {1e3 * p.seconds.get('compiled', 0):.2f} ms vs "
@@ -147,6 +155,14 @@ def gpu_rows(g: GpuSummary) -> list[tuple[str, str]]:
                                  f"between launches {100 * i.launch:.1f}%, host code {100 * i.host:.1f}%"))
     if g.kernels_per_step is not None:
         rows.append(("kernels per step", f"{g.kernels_per_step:.0f}"))
+    if g.compiled_per_step is not None:
+        rows.append(("compiled", f"{g.compiled_per_step:.1f} compiled graph runs, {g.graph_launches_per_step or 0:.1f} "
+                                 "CUDA graph launches per step"))
+    if g.observed_seconds and g.distortion:
+        rows.append(("observed step", f"{fmt_seconds(g.observed_seconds)} (profiled steps {g.distortion:.2f}x it; the "
+                                      "findings' shares are of the observed step)"))
+    if g.note:
+        rows.append(("note", g.note))
     for k in g.top_kernels:
         rows.append(("top kernel", f"{100 * k.share:.1f}% of kernel time, {k.calls} calls: {k.name[:90]}"))
     return rows
@@ -211,6 +227,8 @@ def render(diag: Diagnosis, file: IO[str] | None = None) -> None:
             con.print(f"  {name:<17} {value}", markup=False, highlight=False)
     for line in compile_lines(diag.observations):
         con.print(line, markup=False, highlight=False)
+    if diag.fidelity.changed and diag.gpu is None:  # beside the GPU section when there is one
+        con.print(Text("note: " + "; ".join(diag.fidelity.changed), style="bold red"))
     findings = diag.findings
     if findings:
         table = Table(title=f"Findings ({len(findings)}, ranked by impact)", title_justify="left", show_lines=True)

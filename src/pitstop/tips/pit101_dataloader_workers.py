@@ -386,7 +386,7 @@ from pitstop.trace.check import TraceCheck  # noqa: E402
 
 
 class InputBoundTrace(TraceCheck, tip="PIT101"):
-    looks_at = "GPU idle while the host is inside DataLoader __next__, inside the profiler steps"
+    looks_at, impact_basis = "GPU idle while the host is inside DataLoader __next__, inside the profiler steps", "idle"
 
     def check(self, rank, th):
         dl = rank.dataloader

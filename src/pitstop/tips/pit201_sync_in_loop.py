@@ -206,6 +206,7 @@ _DEVICE_SYNC = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
 
 class SyncTrace(TraceCheck, tip="PIT201"):
     looks_at = "cudaStreamSynchronize / blocking cudaMemcpy (hip*) per step and the operator that caused each"
+    impact_basis = "idle"  # GPU idle time: the doctor re-bases it on its observed step
 
     def check(self, rank, th):
         if not rank.steps or rank.idle is None:

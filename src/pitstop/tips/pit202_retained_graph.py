@@ -152,7 +152,10 @@ class RetainedGraphCheck(Check, tip="PIT202"):
         live = g.live_losses or 0
         growing = len(nodes) >= 2 and all(b > a for a, b in zip(nodes, nodes[1:]))
         growth = (nodes[-1] - nodes[0]) / max(steps[-1] - steps[0], 1) if len(nodes) >= 2 else 0.0
-        if not (growing and growth >= th.graph_growth_nodes) and live < 2:
+        # live earlier losses alone are no leak: a compiled or CUDA-graphed step keeps its static
+        # outputs alive by design (issue 39: 66 -> 66 -> 66 nodes); they count when the graph grows
+        grows = len(nodes) >= 2 and nodes[-1] > nodes[0]
+        if not (growing and growth >= th.graph_growth_nodes) and not (live >= 2 and (grows or len(nodes) < 2)):
             return
         if live < 2 and obs.compile is not None and obs.compile.compile_s_observed > 0:
             return  # torch.compile built new graphs during the observed steps: they hold the nodes counted (PIT609)

@@ -144,6 +144,7 @@ _DEVICE_SYNC = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
 
 class SynchronizeCallTrace(TraceCheck, tip="PIT203"):
     looks_at = "cudaDeviceSynchronize / hipDeviceSynchronize calls inside the profiler steps"
+    impact_basis = "idle"  # GPU idle time: the doctor re-bases it on its observed step
 
     def check(self, rank, th):
         if not rank.steps or rank.idle is None:

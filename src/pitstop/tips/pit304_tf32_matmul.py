@@ -79,6 +79,8 @@ class TF32Check(Check, tip="PIT304"):
     looks_at = "fp32 matmuls/convs on Ampere+ with TF32 disabled"
     #: by kernel name: the profiled steps' GEMM/conv kernels say whether TF32 ran, not the setting
     gpu_role = "trace"
+    #: the same fp32 GEMM time as PIT301's bf16: one finding, TF32 an option of it
+    same_cost_as = "PIT301"
 
     def check(self, obs, th):
         from pitstop.gpu import tf32_capable
@@ -144,6 +146,8 @@ from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
 
 class Tf32Trace(TraceCheck, tip="PIT304"):
     looks_at = "fp32 (non-TF32) GEMM/conv kernels on an Ampere or newer NVIDIA GPU"
+    #: the same fp32 GEMM time as PIT301's bf16: one finding, TF32 an option of it
+    same_cost_as = "PIT301"
 
     def check(self, rank, th):
         p, gpu = rank.precision, rank.gpu

@@ -227,11 +227,20 @@ class FusedOptimizerCheck(Check, tip="PIT501"):
             share = opt_share * (1 - 1 / g.low) if i == 0 else None
             fix = f"torch.optim.{o.cls}(..., fused=True)" if best == "fused" else \
                 f"torch.optim.{o.cls}(..., foreach=True)"
+            # the other modes are other fixes for the same optimizer time: named with their gain, never added
+            others = [(c, og) for c in sorted(probe.speedups or {}) if c != best
+                      and (og := probe_gain(probe, c)) is not None and og.low >= th.probe_speedup]
+            options = "".join(f"; or {c} mode: {og.text()}, about {pct(opt_share * (1 - 1 / og.low))} of the step"
+                              for c, og in others if i == 0)
+            if others:
+                fix += "".join(f" (or {c}=True)" for c, _ in others)
             yield self.finding(
                 th, title=f"{o.cls} runs in {o.mode} mode; {best} measured faster here",
                 evidence=f"probe: {probe.what}: {o.mode} {seconds[o.mode] * 1e3:.2f} ms, {best} "
                          f"{seconds[best] * 1e3:.2f} ms (median; {gain_text(g)}); optimizer.step() is "
-                         f"{pct(opt_share)} of the step; {ESTIMATE_NOTE}.",
+                         f"{pct(opt_share)} of the step{options}"
+                         + ("; one change for the same optimizer time: the gains do not add, the best is counted"
+                            if others else "") + f"; {ESTIMATE_NOTE}.",
                 fix=fix, share=share, seconds=share * obs.mean_step if share is not None else None)
 
 

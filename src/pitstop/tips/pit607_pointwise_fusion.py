@@ -126,16 +126,32 @@ from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
 
 
 class PointwiseChainTrace(TraceCheck, tip="PIT607"):
-    looks_at = "the share of kernels that are elementwise, when the step is launch-bound"
+    looks_at = "the share of kernels that are unfused elementwise ones, when the step is launch-bound"
+    impact_basis = "idle"
+    #: the same launch idle as PIT601's: one finding, fusing an option of it
+    same_cost_as = "PIT601"
 
     def check(self, rank, th):
         la, idle = rank.launches, rank.idle
-        if la is None or idle is None or idle.launch < th.launch_idle_share or la.elementwise < 0.3:
+        if la is None or idle is None or idle.launch < th.launch_idle_share:
             return
         if la.kernels_per_step < th.launch_min_kernels:
             return
-        yield self.finding(
-            th, rank, title="chains of elementwise kernels", impact=idle.launch * la.elementwise,
-            evidence=(f"{pct(la.elementwise)} of the {la.kernels_per_step:.0f} kernels per step are elementwise; each "
-                      "reads and writes memory once, and the GPU idles between their launches"),
-            fix="fuse them: torch.compile the function that holds the chain")
+        c = rank.compiled
+        compiled = c is not None and c.any
+        # Triton kernels and graph-replayed ones are fusion's and graphs' output: only the eager ones are left
+        share = c.eager_elementwise if compiled else la.elementwise
+        if share < 0.3:
+            return
+        if compiled:
+            evidence = (f"{pct(share)} of the {la.kernels_per_step:.0f} kernels per step are elementwise kernels that run "
+                        "outside the compiled code (neither Triton nor graph-replayed); each reads and writes memory "
+                        "once, and the GPU idles between their launches")
+            fix = ("compile the code that still launches them (often the optimizer step: fused=True; or the loss "
+                   "outside the compiled function)")
+        else:
+            evidence = (f"{pct(share)} of the {la.kernels_per_step:.0f} kernels per step are elementwise; each reads and "
+                        "writes memory once, and the GPU idles between their launches")
+            fix = "fuse them: torch.compile the function that holds the chain"
+        yield self.finding(th, rank, title="chains of elementwise kernels", impact=idle.launch * share,
+                           evidence=evidence, fix=fix)

@@ -134,6 +134,7 @@ from pitstop.trace.check import TraceCheck, ms, pct  # noqa: E402
 
 class UnexplainedIdleTrace(TraceCheck, tip="PIT905"):
     looks_at = "GPU idle while the host ran its own code (no DataLoader, sync or launch to blame)"
+    impact_basis = "idle"  # GPU idle time: the doctor re-bases it on its observed step
     summary = True
 
     def check(self, rank, th):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pitstop.trace.busy import gpu_time, span_breakdown
 from pitstop.trace.collectives import collectives
+from pitstop.trace.compiled import compiled_work
 from pitstop.trace.copies import copies
 from pitstop.trace.host import data_loading, optimizer_kernels, syncs, top_operators
 from pitstop.trace.idle import dataloader_spans, idle_split
@@ -66,4 +67,4 @@ def analyze_timeline(tl: Timeline, th: Thresholds = Thresholds()) -> RankResult:
         precision=precision(scope), launches=launches(scope, th, idle.launch if idle else 0.0), syncs=syncs(scope),
         copies=copies(scope), dataloader=data_loading(scope, loader, idle.input if idle else None),
         optimizer=optimizer_kernels(scope), top_operators=top_operators(scope), host_only=host_only,
-        notes=tuple(notes), collectives=collectives(scope))
+        notes=tuple(notes), collectives=collectives(scope), compiled=compiled_work(scope))

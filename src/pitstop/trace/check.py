@@ -22,7 +22,7 @@ from pitstop.findings import Finding
 from pitstop.thresholds import Thresholds
 from pitstop.trace.result import RankResult
 
-__all__ = ["TraceCheck", "JobView", "severity_of", "pct", "ms"]
+__all__ = ["TraceCheck", "JobView", "pct", "ms"]
 
 
 class JobView:
@@ -37,13 +37,6 @@ class JobView:
         self.straggle = straggle
 
 
-def severity_of(impact: float | None, th: Thresholds) -> str:
-    """:func:`pitstop.severity.severity_for`: the one ranking, with the trace's cut-offs."""
-    return severity_for(impact, th)
-
-
-
-
 class TraceCheck(Face, face="T"):
     """Base of every trace check. Subclass with ``tip="PITnnn"`` in the tip's module and
     override :meth:`check` (per rank) and/or :meth:`check_job` (across ranks)."""
@@ -53,6 +46,14 @@ class TraceCheck(Face, face="T"):
     #: True for a check whose findings summarise lost time without naming a change (PIT905):
     #: they never outrank a cause (:func:`pitstop.severity.settle`)
     summary: ClassVar[bool] = False
+    #: what the impact is a share of the step *of*: ``"gpu"`` (GPU work: kernels, copies, whose
+    #: seconds the profiler leaves as they are) or ``"idle"`` (GPU idle time, which the
+    #: profiler's own host cost inflates: the doctor re-bases it on its observed step)
+    impact_basis: ClassVar[str] = "gpu"
+    #: the code of another tip whose finding claims the same time with another fix (PIT304's TF32
+    #: and PIT301's bf16 on the same fp32 GEMMs): when both are found, this one becomes an option
+    #: of that one (:func:`pitstop.findings.one_claim`)
+    same_cost_as: ClassVar[str | None] = None
 
     def check(self, rank: RankResult, th: Thresholds) -> Iterable[Finding]:
         return ()
@@ -62,7 +63,7 @@ class TraceCheck(Face, face="T"):
 
     def finding(self, th: Thresholds, rank: RankResult | None, *, title: str, evidence: str, fix: str,
                 impact: float | None, severity: str | None = None) -> Finding:
-        return Finding(code=self.tip, title=title, severity=severity or severity_of(impact, th),
+        return Finding(code=self.tip, title=title, severity=severity or severity_for(impact, th),
                        impact_share=impact, evidence=evidence,
                        fix=fix.rstrip() + f" (`pitstop explain {self.tip}`)",
                        rank=rank.rank if rank is not None else None, summary=self.summary)

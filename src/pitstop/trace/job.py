@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pitstop.ranks import RankView, StepStats, analyze_stragglers, spread
 from pitstop.catalog import implementations
+from pitstop.findings import one_claim
 from pitstop.severity import settle
 from pitstop.trace.analyze import analyze_file
 from pitstop.trace.check import JobView
@@ -81,16 +82,26 @@ def analyze_paths(paths: list[Path | str], th: Thresholds = Thresholds(),
     return tuple(sorted(results, key=lambda r: (r.rank, r.source)))
 
 
-def run_checks(ranks: tuple[RankResult, ...], job: JobView, th: Thresholds) -> tuple[Finding, ...]:
-    """Every registered face-T check over every rank, then over the job; ranked by severity."""
+def run_checks(ranks: tuple[RankResult, ...], job: JobView, th: Thresholds, *,
+               settled: bool = True) -> tuple[Finding, ...]:
+    """Every registered face-T check over every rank, then over the job; ranked by severity,
+    one finding per cost (:func:`pitstop.findings.one_claim`), within the step
+    (:func:`pitstop.severity.settle`). ``settled=False``: the checks' findings as they are (the
+    doctor merges them with its own first)."""
     found: list[Finding] = []
+    same_cost: dict[str, str] = {}
     for cls in implementations("T"):
         check = cls()
+        if cls.same_cost_as:
+            same_cost[cls.tip] = cls.same_cost_as
         for r in ranks:
             found += list(check.check(r, th))
         found += list(check.check_job(job, th))
+    if not settled:
+        return tuple(found)
+    found, _ = one_claim(found, same_cost)
     # ranked by the one rule (pitstop.severity.settle), a job-wide finding before its ranks' ones
-    return tuple(settle(sorted(found, key=lambda f: -1 if f.rank is None else f.rank)))
+    return tuple(settle(sorted(found, key=lambda f: -1 if f.rank is None else f.rank), th))
 
 
 def report_of(ranks: tuple[RankResult, ...], th: Thresholds = Thresholds()) -> TraceReport:

@@ -18,7 +18,7 @@ from pitstop.stats import StepTime
 from pitstop.trace.jobtypes import JobSummary
 
 __all__ = ["StepTime", "Window", "GpuTime", "IdleSplit", "SpanBreakdown", "KernelMix", "NamedTime", "Precision",
-           "Launches", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
+           "Launches", "CompiledWork", "SyncSite", "Syncs", "Copies", "DataLoading", "OptimizerKernels", "RankResult",
            "TraceReport", "SCHEMA_VERSION", "CollectiveTime", "UnitTime", "Collectives"]
 
 SCHEMA_VERSION = 1
@@ -137,6 +137,31 @@ class Launches:
     short_threshold_us: float
     idle_share: float
     elementwise: float
+
+
+@dataclass(frozen=True)
+class CompiledWork:
+    """What ran compiled in the window (``trace/compiled.py``), per step: ``regions`` (dynamo's
+    ``Torch-Compiled Region`` annotations: entries into compiled code), ``graphs`` (AOTAutograd's
+    ``CompiledFunction``: compiled graph runs with gradients), ``graph_launches`` (CUDA graph
+    replays: ``cudaGraphLaunch``); of the kernels, the share ``graphed`` (replayed by a graph
+    launch) and ``triton`` (Inductor's ``triton_…``); ``eager_kernels_per_step``: kernels that
+    are none of these and were not launched while compiled code ran; ``eager_elementwise``: the
+    share of all kernels that are such eager elementwise kernels (what fusing could still merge)."""
+
+    regions_per_step: float
+    graphs_per_step: float
+    graph_launches_per_step: float
+    graphed_share: float
+    triton_share: float
+    eager_kernels_per_step: float
+    eager_elementwise: float
+
+    @property
+    def any(self) -> bool:
+        """Anything compiled or graph-replayed ran in the window."""
+        return bool(self.regions_per_step or self.graphs_per_step or self.graph_launches_per_step
+                    or self.triton_share)
 
 
 @dataclass(frozen=True)
@@ -265,6 +290,8 @@ class RankResult:
     notes: tuple[str, ...] = ()
     #: the collectives by kind and FSDP's per unit (None: the trace holds none)
     collectives: Collectives | None = None
+    #: what ran compiled or graph-replayed (None: no window to analyse)
+    compiled: CompiledWork | None = None
 
     def to_dict(self) -> dict:
         return record_to_json(self)

@@ -68,6 +68,9 @@ class Check(Face, face="D"):
     #: True for a check whose findings summarise lost time without naming a change (PIT905):
     #: they never outrank a cause (:func:`pitstop.severity.settle`)
     summary: ClassVar[bool] = False
+    #: the code of another tip whose finding claims the same time with another fix: when both
+    #: are found, this one becomes an option of that one (:func:`pitstop.findings.one_claim`)
+    same_cost_as: ClassVar[str | None] = None
 
     def framework_fix(self, framework: str, finding: Finding, obs: Observations) -> str | None:
         """The fix for ``finding`` in ``framework``'s terms, or None (plain PyTorch only)."""

@@ -82,6 +82,17 @@ class CompileRecord:
     static: bool = False
     #: how the events were collected ("torch._logging artifacts ...", "dynamo counters only").
     source: str = ""
+    #: compiled graph runs that reached the step's backward (``CompiledFunctionBackward`` nodes,
+    #: ``doctor/record/graph_calls.py``), mean per observed step; None when not counted.
+    calls_per_step: float | None = None
+    #: CUDA graph replays (``torch.cuda.CUDAGraph.replay``) per observed step; None off CUDA.
+    replays_per_step: float | None = None
+    #: the same side by side: the observed steps each followed by a bare step (the doctor's hooks
+    #: on) and those bare steps (hooks off), pairs in which nothing compiled; None: no such pair.
+    paired_calls_per_step: float | None = None
+    bare_calls_per_step: float | None = None
+    paired_replays_per_step: float | None = None
+    bare_replays_per_step: float | None = None
 
     @property
     def recompile_count(self) -> int:

@@ -13,17 +13,20 @@ from typing import Any
 
 from pitstop.doctor.analysis.check import Check, Finding, Thresholds, in_framework_terms
 from pitstop.doctor.analysis.fits import MemoryFit, assess
+from pitstop.doctor.analysis.fidelity import Fidelity, fidelity_of, lowered
 from pitstop.doctor.analysis.observations import PHASES, Observations
 from pitstop.doctor.analysis.probe import gate_note
-from pitstop.doctor.analysis.records import FrameworkRecord
+from pitstop.doctor.analysis.records import FrameworkRecord, Overhead
 from pitstop.doctor.run.spec import RunResult
 from pitstop.doctor.analysis.rankviews import rank_view
+from pitstop.findings import one_claim
 from pitstop.jsoncodec import to_json
 from pitstop.ranks import RankView
 from pitstop.severity import settle
-from pitstop.trace.evidence import GpuSummary, gpu_findings, gpu_summary, merge, profiled_window
+from pitstop.doctor.analysis.evidence import GpuSummary, gpu_findings, gpu_summary, merge, profiled_window
 
-__all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "EXIT_CODES", "SCHEMA_VERSION"]
+__all__ = ["Diagnosis", "SkippedCheck", "Throughput", "PrecisionSeen", "diagnose", "overhead_note", "EXIT_CODES",
+           "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 1
 
@@ -93,6 +96,9 @@ class Diagnosis:
     signum: int | None = None
     #: what fits in the device's memory or ``--memory-budget`` (``doctor/analysis/fits.py``)
     memory_fit: MemoryFit | None = None
+    #: whether the doctor measured the program the user runs, in the user's seconds (profiled
+    #: window against the observed step, compiled calls with and without its hooks)
+    fidelity: Fidelity = field(default_factory=Fidelity)
 
     # -- verdict ------------------------------------------------------------------------
     @property
@@ -191,7 +197,7 @@ class Diagnosis:
     @property
     def gpu(self) -> GpuSummary | None:
         """The GPU section: the profiled steps' busy, idle by cause, top kernels (CUDA runs)."""
-        return gpu_summary(self.observations.gpu)
+        return gpu_summary(self.observations.gpu, fid=self.fidelity)
 
     def syncs_per_step(self) -> float:
         n = max(len(self.result.observed), 1)
@@ -253,6 +259,9 @@ class Diagnosis:
             "syncs": to_json(o.syncs),
             "flops": to_json(o.flops) or {},
             "gpu": to_json(self.gpu) or {},
+            "fidelity": {"profiled_step": self.fidelity.profiled, "observed_step": self.fidelity.observed,
+                         "distortion": self.fidelity.distortion, "changed": list(self.fidelity.changed),
+                         "note": self.fidelity.note()},
             "probes": to_json(o.probes),
             "findings": [f.to_dict() for f in self.findings],
             "skipped_checks": to_json(self.skipped),
@@ -266,6 +275,21 @@ class Diagnosis:
             "memory_fit": to_json(self.memory_fit) or {},
             "observations": o.to_dict(),
         }
+
+
+def overhead_note(o: Overhead) -> str:
+    """What the report says of the doctor's own cost (``Observations.overhead``). When its pairs
+    disagree by more than 2x (a busy machine; CPU time follows wall time there too, as idle
+    intra-op threads spin) it says the run cannot tell, and gives no figure."""
+    how = (f"from {o.pairs} observed step(s) each followed by a step without them, in this process; the step "
+           "times and shares are of the observed steps")
+    if o.high > 2 * o.low:
+        return (f"the doctor's own hooks on the step: too noisy to tell in this run (the pairs' wall ratios went "
+                f"{100 * (o.low - 1):+.0f}% to {100 * (o.high - 1):+.0f}%), {how}")
+    cpu = o.cpu_share
+    cpu_text = f"{100 * cpu:+.1f}% CPU time, " if cpu is not None else ""
+    return (f"the doctor's own hooks on the step: {cpu_text}{100 * o.share:+.1f}% wall time ({1e3 * o.observed:.2f} "
+            f"ms against {1e3 * o.bare:.2f} ms; pairs {100 * (o.low - 1):+.1f}% to {100 * (o.high - 1):+.1f}%), {how}")
 
 
 def _checks() -> list[type[Check]]:
@@ -293,6 +317,12 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
         if why:
             obs.notes = [*obs.notes, why]
     job = obs.distributed is not None and obs.distributed.merged
+    diag.fidelity = fid = fidelity_of(obs)
+    if obs.overhead is not None:
+        obs.notes = [*obs.notes, overhead_note(obs.overhead)]
+    from pitstop import catalog
+
+    same_cost = {c.tip: c.same_cost_as for c in catalog.implementations("T") if c.same_cost_as}
     found: list[tuple[str, Finding]] = []
     quiet: dict[str, str] = {}
     for cls in _checks():
@@ -310,14 +340,21 @@ def diagnose(result: RunResult, thresholds: Thresholds | None = None, *, scope: 
             diag.errors.append(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
             continue
         found += got
+        if cls.same_cost_as:
+            same_cost[cls.tip] = cls.same_cost_as
         if not got and quiet.get(cls.tip) != "live":
             quiet[cls.tip] = role
     diag.findings = [f for _, f in found]
     if obs.gpu is not None and obs.gpu.gpu is not None and scope != "job":
-        diag.findings, dropped = merge(found, quiet, gpu_findings(obs.gpu, th), obs.gpu, th)
+        diag.findings, dropped = merge(found, quiet, gpu_findings(obs.gpu, th), obs.gpu, th, fid)
         diag.skipped += [SkippedCheck(code=code, check="GPU evidence", reason=why) for code, why in dropped]
+    diag.findings, folded = one_claim(diag.findings, same_cost)
+    diag.skipped += [SkippedCheck(code=code, check="one cost, one finding", reason=why) for code, why in folded]
+    if fid.changed:  # lowered confidence: the measured program is not the user's
+        diag.findings = [lowered(f, "the doctor changed the program it measured") if f.impact_kind == "time" else f
+                         for f in diag.findings]
     for name, p in sorted(obs.probes.items()):
         if p.error is not None:  # a crashed probe is as loud as a crashed check
             diag.errors.append(f"probe {name}: {p.error}")
-    diag.findings = settle(diag.findings)  # the one severity rule: summaries below causes
+    diag.findings = settle(diag.findings, th)  # the one rule: within the step, summaries below causes
     return diag

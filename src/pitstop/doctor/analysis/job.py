@@ -140,7 +140,7 @@ def diagnose_job(job: JobResult, thresholds: Thresholds | None = None) -> Diagno
     job_diag = diagnose(dataclasses.replace(primary, observations=obs), th, scope="job")
     findings = merge_findings([(merged.ranks[i].rank, d.findings) for i, d in enumerate(per_rank)],
                               merged.world_size) + job_diag.findings
-    findings = settle(findings)
+    findings = settle(findings, th)
     views = [rank_view(r.observations or Observations(), rank=d.rank, world_size=merged.world_size, dist=d)
              for r, d in zip(results, merged.ranks)]
     errors = sorted({e for d in per_rank for e in d.errors} | set(job_diag.errors))
@@ -149,4 +149,5 @@ def diagnose_job(job: JobResult, thresholds: Thresholds | None = None) -> Diagno
                      world_size=merged.world_size, rank_views=views,
                      rank_status=[{"rank": d.rank, "status": r.status, "message": r.message,
                                    "traceback": r.traceback} for r, d in zip(results, merged.ranks)],
-                     stragglers=[s.rank for s in merged.stragglers], signum=job.signum)
+                     stragglers=[s.rank for s in merged.stragglers], signum=job.signum,
+                     fidelity=per_rank[base].fidelity)

@@ -19,7 +19,8 @@ from pitstop.doctor.analysis.compile_records import CompileRecord
 from pitstop.doctor.analysis.probe_records import ProbeResult
 from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, Forwards,
                                     FrameworkRecord, GraphRecord, Kernels, LoaderRecord, MemoryRecord, ModelRecord,
-                                    OptimizerRecord, SampledSite, Settings, Site, StepTime)
+                                    OptimizerRecord, Overhead, SampledSite, Settings, Site,
+                                    StepTime)
 from pitstop.doctor.analysis.dist_records import JobRecord
 from pitstop.doctor.analysis.oom_records import MemoryProfile
 from pitstop.jsoncodec import record_from_json, record_to_json
@@ -63,7 +64,7 @@ class Observations:
     #: calls (manual updates); None when neither was seen.
     step_boundary: str | None = None
     #: source lines the main thread ran during ``host`` time (sampled stacks, innermost
-    #: user frame, sampled every ~1 ms): records with ``where`` ("file:line"), ``share`` of the
+    #: user frame, sampled every 5 ms): records with ``where`` ("file:line"), ``share`` of the
     #: samples and ``samples`` (their number).
     host_sites: list[SampledSite] = field(default_factory=list)
     #: the same for the rest of the step's unmeasured time (``other``: Python between the
@@ -173,10 +174,13 @@ class Observations:
     #: a rank's own observations, every rank once the parent merged them.
     distributed: JobRecord | None = None
     #: the GPU evidence (CUDA runs): the doctor's profiled steps, analysed by the one trace
-    #: analysis of :mod:`pitstop.trace` (``trace/evidence.py`` ``profiled_window``): GPU busy and
+    #: analysis of :mod:`pitstop.trace` (``doctor/analysis/evidence.py`` ``profiled_window``): GPU busy and
     #: idle by cause, syncs, copies, kernel precision by kernel name, launches, top kernels.
     #: The GPU facts of every finding come from it; None on CPU or when nothing was profiled.
     gpu: RankResult | None = None
+    #: the doctor's own cost on the observed step (full mode: its last observed steps against
+    #: the bare steps alternating with them, same process); None when not measured.
+    overhead: Overhead | None = None
 
     # -- derived: one accessor per question the doctor's checks and tune both ask ------------
     @property

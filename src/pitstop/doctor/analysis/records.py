@@ -19,7 +19,8 @@ from pitstop.stats import StepTime
 
 __all__ = ["StepTime", "Breakdown", "Site", "SampledSite", "BatchRecord", "CpuRecord", "MemoryRecord",
            "OptimizerRecord", "OddSize", "LinearPair", "ForwardCounts", "Forwards", "ModelRecord", "LoaderRecord",
-           "Kernels", "Flops", "Settings", "GraphRecord", "H2D", "FrameworkRecord"]
+           "Kernels", "Flops", "Settings", "GraphRecord", "H2D", "FrameworkRecord",
+           "Overhead"]
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,9 @@ class ModelRecord:
     odd_sizes: list[OddSize] = field(default_factory=list)
     conv_bias_bn: list[tuple[str, str]] = field(default_factory=list)
     linear_linear: list[LinearPair] = field(default_factory=list)
+    #: the module runs inside a ``torch.compile``'d function (``compiled`` is then True too): its
+    #: calls are the function's, seen at the function's boundary; the module itself is eager
+    compiled_function: bool = False
 
 
 @dataclass(frozen=True)
@@ -315,3 +319,32 @@ class FrameworkRecord:
     imported: list[str] = field(default_factory=list)
     versions: dict[str, str] = field(default_factory=dict)
     configured: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Overhead:
+    """The doctor's own cost on the step: the last ``pairs`` observed steps (its hooks on), each
+    followed by a *bare* step (hooks off: only the step boundaries), in the same process.
+    ``observed`` / ``bare``: median wall seconds of each side; ``low`` / ``high``: the smallest
+    and largest wall ratio of one pair (observed over the bare step after it);
+    ``observed_cpu`` / ``bare_cpu``: median process CPU seconds (steadier on a busy machine)."""
+
+    pairs: int
+    observed: float
+    bare: float
+    low: float
+    high: float
+    observed_cpu: float | None = None
+    bare_cpu: float | None = None
+
+    @property
+    def share(self) -> float:
+        """What the hooks add to the wall time, as a share of the step without them (0.05: +5%)."""
+        return self.observed / self.bare - 1 if self.bare > 0 else 0.0
+
+    @property
+    def cpu_share(self) -> float | None:
+        """The same in CPU time (None: not measured)."""
+        if not self.observed_cpu or not self.bare_cpu:
+            return None
+        return self.observed_cpu / self.bare_cpu - 1

@@ -111,6 +111,9 @@ class StepBoundaries:
         self.scaler_calls = 0
         self.in_opt = 0  # inside an optimizer step (not its closure): syncs there are not the script's
         self.in_backward = False
+        #: keep a copy of each loss, not a view (set once a script compiles on CUDA: a CUDA-graphed
+        #: step's outputs live in its graph's static memory, which a kept view would hold across replays)
+        self.copy_losses = False
         #: called at the primary optimizer's last observed step, before it runs (gradient bytes)
         self.before_last_step = before_last_step
         self.manual = ManualUpdates()
@@ -204,7 +207,7 @@ class StepBoundaries:
         cur = log.cur
         if t is not None:
             base = self._scaled.pop(id(t), t)
-            v = base.detach()
+            v = base.detach().clone() if self.copy_losses else base.detach()
             cur.losses.append(v.reshape(()) if v.numel() == 1 else v.float().sum())
             if self.on_loss is not None:
                 self.on_loss(t)

@@ -36,13 +36,15 @@ def schedstat(path: str) -> tuple[int, int] | None:
         return None
 
 
-def children_of(pid: int) -> list[int]:
-    """Live child processes of ``pid`` (any of its threads' children)."""
+def children_of(pid: int, tids: list[str] | None = None) -> list[int]:
+    """Live child processes of ``pid`` (any of its threads' children; ``tids``: its threads,
+    when already listed)."""
     out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
+    if tids is None:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return out
     for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
@@ -52,12 +54,13 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
-def _threads(pid: int) -> dict[str, tuple[int, int]]:
+def _threads(pid: int, tids: list[str] | None = None) -> dict[str, tuple[int, int]]:
     out = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
+    if tids is None:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return out
     for tid in tids:
         s = schedstat(f"/proc/{pid}/task/{tid}/schedstat")
         if s is not None:
@@ -78,8 +81,12 @@ class StepClocks:
         self._ends: list[int] = []  # per lap, in order: the index of its end event (-1: none)
 
     def _read(self) -> tuple[dict[str, tuple[int, int]], tuple[int, int] | None]:
-        threads = _threads(self.pid)
-        for child in children_of(self.pid):
+        try:
+            tids = os.listdir(f"/proc/{self.pid}/task")  # listed once for both reads
+        except OSError:
+            tids = []
+        threads = _threads(self.pid, tids)
+        for child in children_of(self.pid, tids):
             for key, s in _threads(child).items():
                 threads["c" + key] = s
         return threads, threads.get(f"{self.pid}/{self.pid}")

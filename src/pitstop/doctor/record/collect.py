@@ -6,6 +6,7 @@ passes and optimizer steps are not measured as the script's).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import os
 import platform
@@ -27,8 +28,8 @@ from pitstop.gpu import cuda_device, peak_for
 from pitstop.doctor.analysis.probe_records import ProbeResult
 from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, ForwardCounts,
                                     Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,
-                                    MemoryRecord, ModelRecord, OddSize, OptimizerRecord, SampledSite,
-                                    Settings, Site, StepTime)
+                                    MemoryRecord, ModelRecord, OddSize, OptimizerRecord, Overhead,
+                                    SampledSite, Settings, Site, StepTime)
 from pitstop.jsoncodec import from_json
 from pitstop.machine import machine_cores, usable_cores
 from pitstop.stats import median
@@ -151,7 +152,7 @@ def _model_info(model: nn.Module, info: dict[str, Any], flow=None) -> ModelRecor
         param_dtype=str(p0.dtype).replace("torch.", ""), device=info["device"],
         dataparallel=isinstance(model, nn.DataParallel),
         ddp=isinstance(model, nn.parallel.DistributedDataParallel),
-        compiled=compiled,
+        compiled=compiled, compiled_function=bool(info.get("compiled_function")),
         mode_dependent=any(isinstance(m, (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm))
                            for m in model.modules()),
         conv2d=sum(isinstance(m, nn.Conv2d) for m in model.modules()),
@@ -235,6 +236,7 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.memory_profile = memory_profile(inst, models, o.autocast_dtype)
     o.flops = _flops(inst, o)
     o.compile = _compile_info(inst, models)
+    o.overhead = _overhead(inst)
     o.framework = from_json(FrameworkRecord, (inst.framework or frameworks.detect_imports()).to_dict())
     o.batch = _batch(inst, models)
     if o.batch:
@@ -263,14 +265,14 @@ def _gpu_evidence(inst: Instrumentation, o: Observations) -> None:
     if not path:
         o.notes.append("no profiled GPU steps (the script ended before them): the GPU findings rest on host timers")
         return
-    from pitstop.trace.evidence import profiled_window
+    from pitstop.doctor.analysis.evidence import profiled_window
 
     t0 = time.perf_counter()
     o.gpu, why = profiled_window(path)
     traced = [r.wall for r in inst.records if r.kind == "traced"]
     observed = o.step_time.median if o.step_time is not None else None
-    slower = (f" ({median(traced) / observed:.1f}x the observed step's median under the profiler: the GPU "
-              "shares are of the profiled steps)" if traced and observed else "")
+    slower = (f" ({median(traced) / observed:.1f}x the observed step's median under the profiler: the findings "
+              "re-base the GPU shares on the observed step)" if traced and observed else "")
     o.notes.append(why or f"GPU evidence: {len(traced)} profiled steps after the observed ones took "
                           f"{sum(traced):.2f} s{slower}, analysing their trace {time.perf_counter() - t0:.2f} s")
     if inst.profiled.own_trace:
@@ -358,7 +360,28 @@ def _compile_info(inst: Instrumentation, models) -> CompileRecord:
     compiled = [info for _, info in models if info.get("compiled")]
     calls = sum(sum(info["forwards"].get(k, 0) for k in ("train", "eval_no_grad", "eval_inference_mode", "eval_with_grad"))
                 for info in compiled)
-    return inst.compile_watch.record(bool(compiled), calls)
+    rec = inst.compile_watch.record(bool(compiled), calls)
+    if not rec.compiled:
+        return rec
+    c_obs, r_obs = inst.graph_calls.per_step("observed")
+    c_pair, r_pair, c_bare, r_bare = inst.graph_calls.paired()
+    return dataclasses.replace(rec, calls_per_step=c_obs, replays_per_step=r_obs, paired_calls_per_step=c_pair,
+                               paired_replays_per_step=r_pair, bare_calls_per_step=c_bare, bare_replays_per_step=r_bare)
+
+
+def _overhead(inst: Instrumentation) -> Overhead | None:
+    """The bare steps against the observed step before each (see :class:`Overhead`)."""
+    recs = inst.records
+    pairs = [(recs[i - 1], r) for i, r in enumerate(recs)
+             if r.kind == "bare" and i and recs[i - 1].kind == "observed" and r.wall > 0]
+    if not pairs:
+        return None
+    ratios = [a.wall / b.wall for a, b in pairs]
+    cpu = [(a.cpu, b.cpu) for a, b in pairs if a.cpu is not None and b.cpu is not None]
+    return Overhead(pairs=len(pairs), observed=median([a.wall for a, _ in pairs]),
+                    bare=median([b.wall for _, b in pairs]), low=min(ratios), high=max(ratios),
+                    observed_cpu=median([a for a, _ in cpu]) if cpu else None,
+                    bare_cpu=median([b for _, b in cpu]) if cpu else None)
 
 
 def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> dict[str, ProbeResult]:
@@ -370,5 +393,6 @@ def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> di
     kwargs = inst.last_train_kwargs.get(id(model)) if model is not None else None
     dim = inst.train_layout.get(id(model), 0) if model is not None else 0
     wrapped, model = model, frameworks.unwrap(model)  # probe the user's module, not Fabric's/DDP's wrapper
-    return run_probes(o, model=model, args=args, kwargs=kwargs, batch_dim=dim, compiled=bool(info.get("compiled")),
+    compiled = bool(info.get("compiled")) and not info.get("compiled_function")  # the module itself is compiled
+    return run_probes(o, model=model, args=args, kwargs=kwargs, batch_dim=dim, compiled=compiled,
                       optimizers=list(inst.optimizers.values()), budget_s=budget, wrapped=wrapped)

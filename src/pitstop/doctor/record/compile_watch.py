@@ -142,10 +142,15 @@ class _Capture(logging.Filter):
 
 
 class CompileWatch:
-    """See the module docstring. ``step_kind`` returns the doctor's current step kind."""
+    """See the module docstring. ``step_kind`` returns the doctor's current step kind;
+    ``on_arm()`` runs when the watch arms, ``on_use()`` once the script compiles (it called
+    ``torch.compile`` / ``Module.compile``, or dynamo compiled a frame);
+    ``on_function(compiled, fn)`` may wrap what ``torch.compile(fn)`` returns for a function
+    (not a module), so that its calls are seen at its boundary."""
 
-    def __init__(self, step_kind: Any = lambda: None, on_arm: Any = None) -> None:
-        self.step_kind, self.on_arm = step_kind, on_arm
+    def __init__(self, step_kind: Any = lambda: None, on_arm: Any = None, on_use: Any = None,
+                 on_function: Any = None) -> None:
+        self.step_kind, self.on_arm, self.on_use, self.on_function = step_kind, on_arm, on_use, on_function
         self.armed = False
         self.used = False  # the script called torch.compile / Module.compile
         self.static = False  # ... with dynamic=False
@@ -160,6 +165,11 @@ class CompileWatch:
         self._undo: list[Any] = []
         self._torch_dir = ""
 
+    @property
+    def compiles(self) -> bool:
+        """The script compiled something (called torch.compile, or dynamo compiled a frame)."""
+        return self.used or self.compilations > 0
+
     # -- install ------------------------------------------------------------------------
     def install(self, patches: Any) -> None:
         import torch
@@ -169,21 +179,31 @@ class CompileWatch:
         def compile_(*args: Any, **kwargs: Any) -> Any:
             out = original(*args, **kwargs)
             watch.static = watch.static or kwargs.get("dynamic") is False
-            watch.used = True
-            watch.arm()
+            watch.mark_used()
+            fn = args[0] if args else kwargs.get("model")
+            if watch.on_function is not None and fn is not None and out is not fn and not kwargs.get("disable") \
+                    and not isinstance(fn, torch.nn.Module) and callable(out):
+                out = watch.on_function(out, fn)  # a compiled function (torch.compile(fn), @torch.compile)
             return out
 
         def module_compile(module: Any, *args: Any, **kwargs: Any) -> Any:
             out = original_method(module, *args, **kwargs)
             watch.static = watch.static or kwargs.get("dynamic") is False
-            watch.used = True
-            watch.arm()
+            watch.mark_used()
             return out
 
         original = patches.set(torch, "compile", compile_)
         original_method = patches.set(torch.nn.Module, "compile", module_compile)
         if "torch._dynamo" in sys.modules:
             self.arm()
+
+    def mark_used(self) -> None:
+        """The script compiles (``on_use`` runs once)."""
+        first = not self.used
+        self.used = True
+        self.arm()
+        if first and self.on_use is not None:
+            self.on_use()
 
     def arm(self) -> None:
         if self.armed:
@@ -236,6 +256,8 @@ class CompileWatch:
 
     # -- events ------------------------------------------------------------------------------
     def _start(self, *args: Any) -> None:
+        if not self.used:  # a frame compiled before the script's torch.compile was seen (API mode)
+            self.mark_used()
         if self._t0 is None:
             self._t0 = (time.perf_counter(), self.step_kind())
 

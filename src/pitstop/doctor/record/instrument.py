@@ -21,10 +21,17 @@ uninstalls them, and routes the end of a step to each:
 - :class:`~pitstop.doctor.record.distributed.DistRecorder` (``dist``, one rank of a torchrun job
   only): collectives, DDP's gradient reduction, batch fingerprints.
 - :class:`~pitstop.doctor.record.compile_watch.CompileWatch` (``compile_watch``, both modes): what
-  TorchDynamo reports (graph breaks, recompiles, compile time) once the script compiles.
+  TorchDynamo reports (graph breaks, recompiles, compile time) once the script compiles, and
+  :class:`~pitstop.doctor.record.graph_calls.GraphCalls` (``graph_calls``, full mode): compiled graph
+  runs and CUDA graph replays per step.
 
 ``mode="light"`` installs only the step boundaries (and the compile watch): wall time per step and the loss, for
-A/B trials.
+A/B trials. In full mode the last observed steps alternate with *bare* steps, and the traced
+steps follow: both run quiet (``StepLog.quiet``: the hooks return at once, the saved-tensor hook,
+stack sampling and CUDA's sync-debug mode are off; the sampler's clock stops in the traced steps
+only), so that the bare steps time the script
+without the doctor (its overhead, same process, alternating) and the profiler sees the program
+as it runs.
 """
 
 from __future__ import annotations
@@ -37,15 +44,16 @@ import torch
 from pitstop.doctor.record.boundaries import StepBoundaries
 from pitstop.doctor.record.compile_watch import CompileWatch
 from pitstop.doctor.record.cores import machine_counters
+from pitstop.doctor.record.graph_calls import GraphCalls
 from pitstop.doctor.record.loaders import LoaderObserver
-from pitstop.doctor.record.memory import MemoryRecorder
+from pitstop.doctor.record.memory import ACTIVATION_STEPS, MemoryRecorder
 from pitstop.doctor.record.observers import ModelObserver
 from pitstop.doctor.record.passes import Passes
 from pitstop.doctor.record.patching import Patches
 from pitstop.doctor.record.profiled import ProfiledStep
 from pitstop.doctor.run.spec import StepRecord
 from pitstop.doctor.record.stacks import StackSampler
-from pitstop.doctor.record.steps import StepLog, StopDoctor, plan_of
+from pitstop.doctor.record.steps import QUIET_KINDS, StepLog, StopDoctor, plan_of
 from pitstop.doctor.record.syncs import SyncRecorder
 
 __all__ = ["Instrumentation", "StopDoctor"]
@@ -70,7 +78,7 @@ class Instrumentation:
         on_phase = self.memory.phase if cuda and self.full else None
         self.bounds = StepBoundaries(self.log, notes=self.notes, patches=self.patches, full=self.full, stop=stop,
                                      sampler=self.sampler, end_step=self._end_step, restart=self._restart,
-                                     on_phase=on_phase, on_loss=self.memory.watch_loss if self.full else None,
+                                     on_phase=on_phase, on_loss=self._on_loss if self.full else None,
                                      before_last_step=self.memory.take_grad_bytes if self.full else None)
         self.profiled = ProfiledStep(self.notes, trace_dir)
         self.passes = Passes(self._count)
@@ -83,7 +91,20 @@ class Instrumentation:
             from pitstop.doctor.record.distributed import DistRecorder
 
             self.dist = DistRecorder(self.log, self.patches)
-        self.compile_watch = CompileWatch(self.log.kind, on_arm=self.memory.compiled_code if self.full else None)
+        self.graph_calls = GraphCalls(self.patches, cuda=cuda)
+        self._compilations = 0  # compilations seen at the last step's end
+        self.compile_watch = CompileWatch(self.log.kind, on_arm=self.memory.compiled_code if self.full else None,
+                                          on_use=self._compiles if self.full else None,
+                                          on_function=self.forward.function_boundary if self.full else None)
+
+    def _compiles(self) -> None:
+        """The script compiles: count its compiled calls; on CUDA keep copies of its losses."""
+        self.graph_calls.arm()
+        self.bounds.copy_losses = self.graph_calls.cuda
+
+    def _on_loss(self, t: Any) -> None:
+        self.memory.watch_loss(t)
+        self.graph_calls.watch(t)
 
     def _count(self, mid: int, kind: str, where: str) -> None:
         self.forward.count(mid, kind, where)
@@ -122,7 +143,7 @@ class Instrumentation:
                 self.dist.install()
             self.data.install(self.patches)
             self.sync.install(self.patches)
-            self.memory.install(self.bounds)
+            self._quiet(self.log.kind() in QUIET_KINDS)
             sampler, data, forward, log = self.sampler, self.data, self.forward, self.log
             sampler.skip = lambda: data.busy > 0 or forward.depth > 0 or log.kind() != "observed"
             sampler.start()
@@ -159,7 +180,8 @@ class Instrumentation:
         kind = rec.kind
         if self.full:
             self.passes.settle(rec, log.records)
-            rec.memory = self.memory.now()
+            if kind == "observed":
+                rec.memory = self.memory.now()
             self.data.end_step(kind)
         self.bounds.new_step()
         if kind == "profiled" and log.cur.phases.get("eval"):
@@ -174,23 +196,38 @@ class Instrumentation:
         log.append(rec)
         if self.full:
             self._transitions(kind)
-            if log.kind() == "traced":  # the profiled GPU steps run without the per-tensor pack hook
-                self.memory.uninstall()
-            if self.sampler is not None:
-                self.sampler.paused = log.kind() == "traced"  # the profiled GPU steps run unsampled
-                self.sampler.label = "host"
-                self.sampler.open() if not self.sampler.paused else self.sampler.close()
+            self._quiet(log.quiet)
         if log.finished:
             if self.stop:
                 raise StopDoctor()
             log.pause()
 
+    def _quiet(self, quiet: bool) -> None:
+        """The next step is quiet or not (``StepLog.quiet``): the per-tensor pack hook only where
+        activations are counted (the first observed steps), the sampler and the CUDA sync-debug
+        mode only outside quiet steps."""
+        if self.log.kind() == "observed" and self.log.observed < ACTIVATION_STEPS:
+            self.memory.install(self.bounds)
+        else:  # the memory watch's forward hooks stay (an out-of-memory error names its module)
+            self.memory.uninstall(watch=False)
+        self.sync.quiet(quiet)
+        if self.sampler is not None:
+            # the clock stops in the traced steps only: through the bare steps it ticks as in the
+            # observed ones (sampling nothing), so that the two differ by the hooks alone (waking
+            # the thread again after each bare step would cost the next observed step a GIL handoff)
+            self.sampler.paused = self.log.kind() == "traced"
+            self.sampler.label = "host"
+            self.sampler.open() if not quiet else self.sampler.close()
+
     def _transitions(self, ended: str) -> None:
         t0, c0 = time.perf_counter(), time.process_time()
+        compilations = self.compile_watch.compilations
+        self.graph_calls.end_step(ended, compiled=compilations != self._compilations)
+        self._compilations = compilations
         self.data.read_workers(ended)
         if ended == "observed":
             self.memory.census(self.log.observed, self.log.index)
-        self.profiled.transition(ended, self.log.kind(), self.forward)
+        self.profiled.transition(ended, self.log.kind(), self.forward, compiles=self.compile_watch.compiles)
         self.log.exclude(t0, c0)  # bookkeeping of rare events is not the script's time
 
     def _restart(self, t: float, c: float, phases: dict[str, float]) -> None:

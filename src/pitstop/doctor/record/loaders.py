@@ -84,7 +84,7 @@ class LoaderObserver:
 
     def _dl_next(self, it):
         log = self.log
-        if log.passive:
+        if log.quiet:
             return self._orig_next(it)
         t0, c0 = perf(), time.process_time()
         self.busy += 1

@@ -22,7 +22,7 @@ from typing import Any
 from pitstop.doctor.record.patching import compiling_check
 
 __all__ = [
-    "storage_key", "unique_bytes", "param_bytes", "grad_bytes", "state_bytes", "rss_bytes",
+    "ACTIVATION_STEPS", "storage_key", "unique_bytes", "param_bytes", "grad_bytes", "state_bytes", "rss_bytes",
     "peak_rss_bytes", "capacity_bytes", "graph_nodes", "MemoryRecorder",
 ]
 
@@ -134,11 +134,17 @@ def _grad_fn(t: Any) -> Any:
         return None
 
 
+#: observed steps whose saved tensors are counted (the pack hook is off in the others)
+ACTIVATION_STEPS = 2
+
+
 class MemoryRecorder:
     """Memory while the script runs (full mode).
 
     - activations: the saved-tensor pack hook adds up the bytes autograd saves per step
-      (each storage once, parameters excluded); ``activations`` has one total per observed step;
+      (each storage once, parameters excluded) in the first :data:`ACTIVATION_STEPS` observed
+      steps (a Python call per saved tensor: ~100 us of the bundled MLP's 5 ms step, so not in
+      every step); ``activations`` has one total per such step;
     - ``grad_bytes``: gradient bytes of the primary optimizer's parameters at its last observed step;
     - on CUDA, ``phase_peaks``: the allocator's peak within each phase (reset at its start;
       no sync), and ``run_peak`` the highest seen;
@@ -169,6 +175,7 @@ class MemoryRecorder:
         self.watch: Any = None
 
     def install(self, backward: Any) -> None:
+        """The saved-tensor pack hook (again, after a quiet step; once: installed, it stays)."""
         import torch
 
         self.backward = backward
@@ -178,6 +185,8 @@ class MemoryRecorder:
             warmup = dict(self.log.plan).get("warmup", 0)
             self.watch = MemWatch(self.log, backward, cuda=self.cuda, profile_at=warmup - 1 if warmup else None)
             self.watch.install()
+        if self._saved_hooks is not None:
+            return
         pack, unpack = self._pack, self._unpack
         if self._compiled:
             pack, unpack = torch.compiler.disable(pack), torch.compiler.disable(unpack)
@@ -218,7 +227,7 @@ class MemoryRecorder:
         cycle that leaks every graph that is never back-propagated (eval with grad on)."""
         if self._compiling():  # AOTAutograd's own saved tensors: not the doctor's to count
             return t
-        if not self.log.passive and not self.backward.in_backward:
+        if not self.log.quiet and not self.backward.in_backward:
             key = storage_key(t)
             if key is not None and key not in self._param_keys and key not in self._acts:
                 try:

@@ -11,6 +11,7 @@ are counted here. Inner calls confirm the autocast state and find the batch layo
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import warnings
@@ -34,6 +35,16 @@ __all__ = ["ModelObserver", "first_tensor"]
 perf = time.perf_counter
 
 
+def _stack_key(frame: Any, depth: int = 8) -> tuple:
+    """The innermost ``depth`` frames' (code, line): the same key, the same call site (a frame
+    walk through torch's and frameworks' files per forward is not paid again)."""
+    key = []
+    while frame is not None and len(key) < depth:
+        key.append((frame.f_code, frame.f_lineno))
+        frame = frame.f_back
+    return tuple(key)
+
+
 def _caller_kwargs() -> dict[str, Any]:
     """The keyword arguments of the module call being made (``model(**batch)``): global
     forward pre-hooks receive only the positional ones, so read them from
@@ -47,6 +58,30 @@ def _caller_kwargs() -> dict[str, Any]:
             return dict(kw) if isinstance(kw, dict) else {}
         f = f.f_back
     return {}
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return None
+
+
+def _module_of(fn: Any, args: tuple, kwargs: dict) -> torch.nn.Module | None:
+    """The largest ``nn.Module`` a compiled function works with (see
+    :meth:`ModelObserver.function_boundary`), or None."""
+    nn = torch.nn
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, nn.Module):
+        return owner
+    found = [v for v in (*args, *kwargs.values()) if isinstance(v, nn.Module)]
+    code, fn_globals = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
+    if code is not None:
+        found += [v for c in (getattr(fn, "__closure__", None) or ()) if isinstance(v := _cell(c), nn.Module)]
+        found += [v for name in code.co_names if isinstance(v := fn_globals.get(name), nn.Module)]
+    if not found:
+        return None
+    return max(found, key=lambda m: sum(p.numel() for p in m.parameters()))
 
 
 class ModelObserver:
@@ -68,6 +103,7 @@ class ModelObserver:
         self._top: tuple[float, bool] = (0.0, True)
         self._top_call: tuple = ((), {}, 0.0)
         self._where = "?"
+        self._sites: dict[tuple, str] = {}  # stack key -> the user's call site
         self._ac_pending: str | None = None  # device whose autocast state the first inner call confirms
         self._layout_probe: tuple[int, torch.Tensor] | None = None
         self._handles: list[Any] = []
@@ -109,14 +145,53 @@ class ModelObserver:
             module._compiled_call_impl = boundary
         return out
 
+    def function_boundary(self, compiled: Any, fn: Any) -> Any:
+        """What ``torch.compile(fn)`` returned for a function ``fn``, observed at its boundary: a
+        call made outside any model forward is the forward of the largest module ``fn`` uses
+        (its bound ``self``, a module among its arguments, closure cells or the globals its code
+        names), so that a compiled ``forward_loss(x, y)`` has its batch and forward phase like
+        a model call; module hooks do not fire inside its graph. A function that uses no module
+        is left as it was."""
+        found: list[Any] = []
+
+        def boundary(*a: Any, **kw: Any) -> Any:
+            if self._compiling() or self.depth or self.log.quiet:  # dynamo first: no guard on the doctor's state
+                return compiled(*a, **kw)
+            module = found[0] if found else _module_of(fn, a, kw)
+            if module is None:
+                return compiled(*a, **kw)
+            if not found:
+                found.append(module)
+            self._fwd_pre(module, a, kw)
+            info = self.models.get(id(module))
+            if info is not None:
+                info["compiled"], info["compiled_function"] = True, True
+            output = None
+            try:
+                output = compiled(*a, **kw)
+                return output
+            finally:
+                self._fwd_post(module, a, output)
+
+        functools.update_wrapper(boundary, compiled)
+        return boundary
+
     # -- forward ----------------------------------------------------------------------
     def _fwd_pre(self, module, args, kwargs: dict | None = None) -> None:
         if self._compiling():  # inside a compiled region: observed at its boundary only
             return
         log = self.log
-        if log.passive:
+        if log.quiet:
             return
         self.depth += 1
+        if self.depth > 1:  # an inner call (most calls: kept short)
+            if self.depth == 2 and self._ac_pending is not None:
+                self._confirm_autocast()
+            if self._layout_probe is not None:
+                self._layout_watch(module, args)
+            if log.kind() == "profiled" and self.profiled.flow is not None and torch.is_grad_enabled():
+                self.profiled.flow.pre(module, args)
+            return
         grad = torch.is_grad_enabled()
         if self.depth == 1:
             if grad and self.cuda:
@@ -131,11 +206,6 @@ class ModelObserver:
                 self._layout_start(module, args, kwargs)
                 self._note_forward(module, args, grad)
             self._top = (perf(), grad)
-        else:
-            if self.depth == 2 and self._ac_pending is not None:
-                self._confirm_autocast()
-            if self._layout_probe is not None:
-                self._layout_watch(module, args)
         flow = self.profiled.flow
         if flow is not None and grad and log.kind() == "profiled":
             flow.pre(module, args)
@@ -144,11 +214,15 @@ class ModelObserver:
         if self._compiling():
             return
         log = self.log
-        if log.passive:
+        if log.quiet:
             return
-        flow = self.profiled.flow
-        if flow is not None and self._top[1] and log.kind() == "profiled":
-            flow.post(module, output)
+        if log.kind() == "profiled":
+            flow = self.profiled.flow
+            if flow is not None and self._top[1]:
+                flow.post(module, output)
+        if self.depth > 1:  # an inner call
+            self.depth -= 1
+            return
         if self.depth == 1 and not self.bounds.in_backward:
             seconds = perf() - self._top[0]
             self._layout_end(module)
@@ -179,7 +253,13 @@ class ModelObserver:
             info["forwards"][kind] += 1
             return
         # grad enabled: training or evaluation is decided by whether a backward follows (passes.py)
-        self._where = user_site(3, through_torch=True) or "?"
+        key = _stack_key(sys._getframe(2))
+        where = self._sites.get(key)
+        if where is None:
+            where = user_site(3, through_torch=True) or "?"
+            if len(self._sites) < 1024:
+                self._sites[key] = where
+        self._where = where
         dev = info["device"]
         ac = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None
         self.autocast[str(ac).replace("torch.", "") if ac is not None else "none"] += 1

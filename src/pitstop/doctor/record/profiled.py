@@ -93,14 +93,33 @@ class DataFlow:
         self.last = (module, output, getattr(output, "_version", -1))
 
 
-class StepProfiler:
-    """FlopCounterMode + KernelCensus around one step."""
+def eager_stance() -> Any:
+    """``torch.compiler.set_stance("force_eager")`` in effect from now on (the returned object's
+    ``__exit__`` restores the previous stance), or None where torch has no stances (< 2.6) or
+    refuses here (inside a compiled region)."""
+    import torch
 
-    def __init__(self) -> None:
+    set_stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
+    if set_stance is None:
+        return None
+    try:
+        return set_stance("force_eager")
+    except RuntimeError:
+        return None
+
+
+class StepProfiler:
+    """FlopCounterMode + KernelCensus around one step. ``stance`` (:func:`eager_stance`), when
+    the script compiles: the step runs eagerly under it, so that dynamo never meets the two
+    dispatch modes (a frame it meets under a ``TorchDispatchMode`` is marked "skip" for good:
+    the user's compiled function would run eagerly for the rest of the run)."""
+
+    def __init__(self, stance: Any = None) -> None:
         from torch.utils.flop_counter import FlopCounterMode
 
         self.flops = FlopCounterMode(display=False)
         self.census = KernelCensus()
+        self.stance = stance
         self.total_flops: int | None = None
         self.active = False
 
@@ -115,6 +134,9 @@ class StepProfiler:
         self.active = False
         self.census.__exit__(None, None, None)
         self.flops.__exit__(None, None, None)
+        if self.stance is not None:
+            stance, self.stance = self.stance, None
+            stance.__exit__(None, None, None)
         self.total_flops = int(self.flops.get_total_flops())
 
 
@@ -196,15 +218,15 @@ class ProfiledStep:
         self._profiler: StepProfiler | None = None
         self._tracer: Tracer | None = None
 
-    def transition(self, ended: str, nxt: str | None, seen: Any) -> None:
+    def transition(self, ended: str, nxt: str | None, seen: Any, *, compiles: bool = False) -> None:
         """Step ``ended`` is over and the next is of kind ``nxt``; ``seen`` (the forward
-        observer) has the models seen so far."""
+        observer) has the models seen so far; ``compiles``: the script compiled something."""
         if ended == "profiled" and self._profiler is not None:
             prof, self._profiler = self._profiler, None
             prof.stop()
             self.result = {"flops": prof.total_flops, "kernels": prof.census.to_dict()}
         if nxt == "profiled":
-            self._start(seen.live_models(), seen.any_compiled())
+            self._start(seen.live_models(), compiles or seen.any_compiled())
         if nxt == "traced" and self._tracer is None:
             import tempfile
 
@@ -220,13 +242,21 @@ class ProfiledStep:
         for model in models:
             names.update({id(m): n or type(m).__name__ for n, m in model.named_modules()})
         self.flow = DataFlow(names)
-        if compiled:
-            self.notes.append("FLOPs and kernel dtypes not counted: the model is torch.compile'd")
+        stance = eager_stance() if compiled else None
+        if compiled and stance is None:
+            self.notes.append("FLOPs and kernel dtypes not counted: the script compiles, and this torch cannot run "
+                              "the profiled step eagerly (torch.compiler.set_stance, torch >= 2.6)")
             return
+        if compiled:
+            self.notes.append("the profiled step (FLOPs, kernel dtypes, layer data flow) ran eagerly "
+                              "(torch.compiler.set_stance('force_eager')): the FLOPs are the eager program's; "
+                              "the compiled code itself is left as it was")
         try:
-            self._profiler = StepProfiler()
+            self._profiler = StepProfiler(stance)
             self._profiler.start()
         except Exception as exc:
+            if stance is not None:
+                stance.__exit__(None, None, None)
             self.notes.append(f"FLOP counting unavailable: {exc}")
             self._profiler = None
 

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from pitstop.doctor.record.patching import Patches, as_method, compiling_check, user_site
 from pitstop.doctor.record.steps import StepLog
 
-__all__ = ["install_sync_patches", "SyncRecorder", "TENSOR_SYNCS", "own_site", "OWN_DIR"]
+__all__ = ["install_sync_patches", "SyncRecorder", "SyncDebug", "TENSOR_SYNCS", "own_site", "OWN_DIR"]
 
 #: Tensor methods that copy a value to the host (a sync on CUDA), by report name.
 TENSOR_SYNCS = {"item": "item", "cpu": "cpu", "numpy": "numpy", "tolist": "tolist",
@@ -41,11 +41,15 @@ def own_site(site: str) -> bool:
     return os.path.abspath(site.rsplit(":", 1)[0]).startswith(OWN_DIR)
 
 
-def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, float], None]) -> Callable:
+def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, float], None], log: StepLog,
+                 counts: Callable[[], bool] = lambda: True) -> Callable:
     compiling = compiling_check()
 
     def wrapper(self, *args: Any, **kwargs: Any):
-        if compiling():  # traced by dynamo: the original op, as if unpatched
+        # traced by dynamo (first: dynamo then reads no state of the doctor, so guards none), a
+        # quiet step, or a call that cannot count (inside a DataLoader fetch or an optimizer step:
+        # Adam reads its step counters with .item()): the original op, as if unpatched
+        if compiling() or log.quiet or not counts():
             return original(self, *args, **kwargs)
         t0 = perf()
         try:
@@ -60,11 +64,12 @@ def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, floa
     return wrapper
 
 
-def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, float], None]) -> Callable:
+def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, float], None], log: StepLog,
+                   counts: Callable[[], bool] = lambda: True) -> Callable:
     compiling = compiling_check()
 
     def wrapper(*args: Any, **kwargs: Any):
-        if compiling():
+        if compiling() or log.quiet or not counts():
             return original(*args, **kwargs)
         t0 = perf()
         try:
@@ -78,54 +83,70 @@ def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, fl
 
 
 def install_sync_patches(patches: Patches, report_sync: Callable[[str, str, float], None],
-                         report_cuda_call: Callable[[str, str, float], None]) -> Callable[[], None] | None:
-    """Patch the sync points; return an uninstaller for the CUDA sync-debug mode (or None)."""
+                         report_cuda_call: Callable[[str, str, float], None], log: StepLog,
+                         counts_sync: Callable[[], bool] = lambda: True,
+                         counts_call: Callable[[], bool] = lambda: True) -> SyncDebug | None:
+    """Patch the sync points (each returns the original at once while ``log.quiet`` or while its
+    ``counts_*`` says a call would not count); return the CUDA sync-debug mode's switch (or None)."""
     import torch
 
     for attr, kind in TENSOR_SYNCS.items():
         original = getattr(torch.Tensor, attr)
-        patches.set(torch.Tensor, attr, _wrap_method(original, kind, report_sync))
+        patches.set(torch.Tensor, attr, _wrap_method(original, kind, report_sync, log, counts_sync))
     for attr, kind in CUDA_CALLS.items():
         fn = getattr(torch.cuda, attr, None)
         if fn is not None:
-            patches.set(torch.cuda, attr, _wrap_function(fn, kind, report_cuda_call))
+            patches.set(torch.cuda, attr, _wrap_function(fn, kind, report_cuda_call, log, counts_call))
     if not torch.cuda.is_available():
         return None
     return _install_sync_debug(report_sync)
 
 
-def _install_sync_debug(report_sync: Callable[[str, str, float], None]) -> Callable[[], None] | None:
-    """On CUDA: warn on every synchronizing op and count the warnings by their source line."""
-    import torch
+class SyncDebug:
+    """On CUDA: ``torch.cuda.set_sync_debug_mode("warn")`` on every synchronizing op, the
+    warnings counted by their source line; :meth:`quiet` turns the mode back to the script's
+    own for the quiet steps (``StepLog.quiet``) and on again after them."""
 
-    try:
-        previous_mode = torch.cuda.get_sync_debug_mode()
+    def __init__(self, report_sync: Callable[[str, str, float], None]) -> None:
+        import torch
+
+        self.previous_mode = torch.cuda.get_sync_debug_mode()
         torch.cuda.set_sync_debug_mode("warn")
-    except Exception:  # pragma: no cover - depends on the CUDA build
-        return None
-    previous_show = warnings.showwarning
+        self.previous_show = warnings.showwarning
+        previous_show = self.previous_show
 
-    def showwarning(message, category, filename, lineno, file=None, line=None):
-        if "synchroniz" in str(message).lower():
-            if not own_site(f"{filename}:{lineno}"):  # the wrappers' own calls: counted at the user's line
-                report_sync("sync-debug", f"{filename}:{lineno}", 0.0)
-            return
-        previous_show(message, category, filename, lineno, file, line)
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if "synchroniz" in str(message).lower():
+                if not own_site(f"{filename}:{lineno}"):  # the wrappers' own calls: counted at the user's line
+                    report_sync("sync-debug", f"{filename}:{lineno}", 0.0)
+                return
+            previous_show(message, category, filename, lineno, file, line)
 
-    warnings.showwarning = showwarning
-    ctx = warnings.catch_warnings()
-    ctx.__enter__()
-    warnings.simplefilter("always", UserWarning)
+        warnings.showwarning = showwarning
+        self.ctx = warnings.catch_warnings()
+        self.ctx.__enter__()
+        warnings.simplefilter("always", UserWarning)
 
-    def uninstall() -> None:
-        ctx.__exit__(None, None, None)
-        warnings.showwarning = previous_show
+    def quiet(self, on: bool) -> None:
+        import torch
+
         try:
-            torch.cuda.set_sync_debug_mode(previous_mode)
-        except Exception:  # pragma: no cover
+            torch.cuda.set_sync_debug_mode(self.previous_mode if on else "warn")
+        except Exception:  # pragma: no cover - depends on the CUDA build
             pass
 
-    return uninstall
+    def __call__(self) -> None:
+        """Uninstall."""
+        self.ctx.__exit__(None, None, None)
+        warnings.showwarning = self.previous_show
+        self.quiet(True)
+
+
+def _install_sync_debug(report_sync: Callable[[str, str, float], None]) -> SyncDebug | None:
+    try:
+        return SyncDebug(report_sync)
+    except Exception:  # pragma: no cover - depends on the CUDA build
+        return None
 
 
 class SyncRecorder:
@@ -140,24 +161,32 @@ class SyncRecorder:
         self.sites: dict[tuple[str, str], list[float]] = {}
         self.cuda_sites: dict[tuple[str, str], list[float]] = {}
         self.h2d: Counter[str] = Counter()
-        self.new_step()
-        self._debug_off: Callable[[], None] | None = None
-        self._orig_to: Any = None
-        self._compiling = compiling_check()
-
-    def new_step(self) -> None:
         self.step_syncs: Counter[tuple[str, str]] = Counter()
         self.step_sync_s: Counter[tuple[str, str]] = Counter()
         self.step_cuda: Counter[tuple[str, str]] = Counter()
         self.step_cuda_s: Counter[tuple[str, str]] = Counter()
         self.step_h2d: Counter[str] = Counter()
+        self._debug_off: SyncDebug | None = None
+        self._orig_to: Any = None
+        self._compiling = compiling_check()
+
+    def new_step(self) -> None:
+        for table in (self.step_syncs, self.step_sync_s, self.step_cuda, self.step_cuda_s, self.step_h2d):
+            table.clear()
 
     def install(self, patches: Patches) -> None:
         import torch
 
-        self._debug_off = install_sync_patches(patches, self.on_sync, self.on_cuda_call)
+        loaders, bounds = self.loaders, self.bounds
+        self._debug_off = install_sync_patches(patches, self.on_sync, self.on_cuda_call, self.log,
+                                               lambda: not (loaders.busy or bounds.in_opt), lambda: not bounds.in_opt)
         if torch.cuda.is_available():
             self._orig_to = patches.set(torch.Tensor, "to", as_method(self._tensor_to))
+
+    def quiet(self, on: bool) -> None:
+        """The next step is quiet (``on``) or not: the CUDA sync-debug mode follows."""
+        if self._debug_off is not None:
+            self._debug_off.quiet(on)
 
     def uninstall(self) -> None:
         if self._debug_off is not None:
@@ -180,7 +209,7 @@ class SyncRecorder:
             self.on_sync(kind, site, seconds)
 
     def _tensor_to(self, t, *args, **kwargs):
-        if self._compiling():
+        if self._compiling() or self.log.quiet:
             return self._orig_to(t, *args, **kwargs)
         t0 = perf()
         out = self._orig_to(t, *args, **kwargs)

@@ -133,7 +133,7 @@ class MemWatch:
 
     # -- forward hooks -------------------------------------------------------------------------
     def _pre(self, module: Any, args: Any) -> None:
-        if self._compiling() or self.inert:
+        if self._compiling() or self.inert or self.log.quiet:  # quiet: bare and traced steps time no hook
             return
         key = id(module)
         if key in self.roots or not self.stack:
@@ -152,7 +152,7 @@ class MemWatch:
                     k for t in _tensors(args) if (k := storage_of(t)) is not None)
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if self._compiling() or self.inert:
+        if self._compiling() or self.inert or self.log.quiet:  # quiet: bare and traced steps time no hook
             return
         st = self.stack
         while st and st[-1][0] is not module:  # frames an exception unwound without their hooks
