@@ -204,9 +204,12 @@ class Instrumentation:
 
     def _quiet(self, quiet: bool) -> None:
         """The next step is quiet or not (``StepLog.quiet``): the per-tensor pack hook only where
-        activations are counted (the first observed steps), the sampler and the CUDA sync-debug
+        activations are counted (warm-up and the first observed steps), the sampler and the CUDA sync-debug
         mode only outside quiet steps."""
-        if self.log.kind() == "observed" and self.log.observed < ACTIVATION_STEPS:
+        kind = self.log.kind()
+        if kind == "warmup" or (kind == "observed" and self.log.observed < ACTIVATION_STEPS):
+            # warm-up too: the memory watch's hooks are in place before the first compilation
+            # (compiled graphs guard on the global forward hooks) and see the profiled memory step
             self.memory.install(self.bounds)
         else:  # the memory watch's forward hooks stay (an out-of-memory error names its module)
             self.memory.uninstall(watch=False)
