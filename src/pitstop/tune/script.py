@@ -43,8 +43,11 @@ def run_from_result(result: Any, steps: int) -> Run:
     """A :class:`Run` from the doctor's :class:`RunResult`."""
     recs = [s for s in result.steps if s.kind in ("warmup", "observed")]
     observed = [s for s in recs if s.kind == "observed"]
+    # the losses of the training steps in the order they ran: a full-mode run's bare steps (between
+    # its last observed ones) trained too, so the i-th loss is the i-th step's in any run mode
+    trained = [s for s in result.steps if s.kind in ("warmup", "observed", "bare")][:len(recs)]
     run = Run(status="ok", step_times=[s.wall for s in observed],
-              warmup_times=[s.wall for s in recs if s.kind == "warmup"], losses=[s.loss for s in recs],
+              warmup_times=[s.wall for s in recs if s.kind == "warmup"], losses=[s.loss for s in trained],
               peak_memory=result.peak_memory, elapsed=result.elapsed, message=result.message,
               traceback=result.traceback,
               cpu_times=[None if s.cpu is None else s.cpu + (s.cpu_children or 0.0) for s in observed],
