@@ -77,6 +77,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 
 class UnsafeLoadRule(LintRule, tip="PIT903"):
+    concern = "security"  # never hidden as one-time: running once does not make unpickling safe
     message = "torch.load(weights_only=False) unpickles arbitrary objects: a crafted checkpoint runs code; keep weights_only=True"
     in_tests = False  # a unit test loads the file it just wrote, on the same device
 
