@@ -310,4 +310,15 @@ class Frequencies:
                 return EPOCH
             if self.project.is_called(self.path, key):
                 return ONCE
-        return found if local else UNKNOWN
+        if local:
+            return found
+        # nothing linted calls it: a method (called on some object the lint cannot resolve) or a function handed
+        # on as a value (``data_processor=process_sample``) runs who knows how often; a function never referenced
+        # is an entry point (a command, an API): once per run
+        return UNKNOWN if own_class or defined is not None and defined.function is not None or self._referenced(name) \
+            else ONCE
+
+    def _referenced(self, name: str) -> bool:
+        """The file mentions ``name`` other than by calling or defining it (``fn=name``, ``[name]``, ``name.x``)."""
+        text = self.source if self.source is not None else self.module.code
+        return re.search(rf"(?<!def )(?<![\w.]){re.escape(name)}\b(?!\s*\()", text) is not None

@@ -51,7 +51,7 @@ _LIBRARIES = frozenset({
     | set(getattr(sys, "stdlib_module_names", ())))
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+(\.*[\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n#]+)|import[ \t]+([^\n#]+))",
                           re.M)
-_CALLED = re.compile(r"(?<![\w.])((?:[A-Za-z_]\w*\.)*)([A-Za-z_]\w*)[ \t]*\(")
+_CALLED = re.compile(r"(?<!def )(?<!class )(?<![\w.])((?:[A-Za-z_]\w*\.)*)([A-Za-z_]\w*)[ \t]*\(")
 _KEYWORDS = frozenset({"if", "for", "while", "return", "print", "and", "or", "not", "in", "with", "elif", "assert",
                        "len", "range", "isinstance", "super", "int", "float", "str", "dict", "list", "tuple", "set",
                        "min", "max", "zip", "enumerate", "getattr", "setattr", "hasattr", "type", "sum", "sorted"})

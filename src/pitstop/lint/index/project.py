@@ -46,7 +46,8 @@ _CHEAP_CALLS = frozenset({"len", "int", "min", "max", "slice", "range", "float",
                           "randint", "rand", "randn", "randperm", "randrange", "zeros", "ones", "full", "arange",
                           "tensor", "as_tensor", "long"})
 _MODULE_ASSIGN = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
-_SHARDS = re.compile(r"\bfully_shard\b|FullyShardedDataParallel\b|\bFSDP\s*\(|deepspeed\.initialize\b|"
+_SHARDS = re.compile(r"\bfully_shard\b|FullyShardedDataParallel\b|\bFSDP\s*\(|deepspeed\.initialize\b|FSDPStrategy\b|"
+                     r"DeepSpeedStrategy\b|strategy\s*=\s*[\"'](?:fsdp|deepspeed)|"
                      r"^[ \t]*import[ \t]+deepspeed\b|^[ \t]*from[ \t]+torch\.distributed\.fsdp\b", re.M)
 _MODULE_BASE = re.compile(r"^(?:torch\.)?(?:nn\.)?(?:Module|Sequential|ModuleList|ModuleDict)$|(?:^|\.)LightningModule$")
 
@@ -162,13 +163,15 @@ def _scan_file(path: str, size: int, mtime_ns: int) -> ModuleInfo:
 
 
 def _project_root(path: str) -> str:
+    """The folder above the file's outermost package; a folder without ``__init__.py`` inside a package (a
+    namespace subpackage: torchtitan's ``components/``) is part of it."""
     folder = os.path.dirname(os.path.abspath(path))
-    while os.path.isfile(os.path.join(folder, "__init__.py")):
+    while True:
         parent = os.path.dirname(folder)
-        if parent == folder:
-            break
+        if parent == folder or not (os.path.isfile(os.path.join(folder, "__init__.py"))
+                                    or os.path.isfile(os.path.join(parent, "__init__.py"))):
+            return folder
         folder = parent
-    return folder
 
 
 @dataclass(frozen=True)
