@@ -23,7 +23,7 @@ _NOT_TENSOR = frozenset({"device", "dtype", "no_grad", "enable_grad", "inference
                          "load", "save", "manual_seed", "seed", "set_grad_enabled", "get_default_dtype",
                          "is_tensor", "numel", "jit", "set_printoptions", "finfo", "iinfo", "Generator",
                          "Size", "typename", "use_deterministic_algorithms", "set_num_threads", "get_num_threads"})
-_EVAL_NAME = re.compile(r"eval|valid|test|predict|infer|zero_?shot", re.I)
+_EVAL_NAME = re.compile(r"eval|valid|test|predict|infer", re.I)
 _MODEL_NAME = re.compile(r"model|^net$|^network$|^(student|teacher)$", re.I)
 #: names that do something TO a model rather than run it: ``load_model(...)``, ``self._swap_models()``
 _NOT_FORWARD = re.compile(

@@ -230,6 +230,8 @@ def binary_ops(node: cst.CSTNode | None, *ops: type) -> list[cst.BinaryOperation
             stack += [n.left, n.right]
         elif isinstance(n, cst.Call):
             stack += [a.value for a in n.args]
+            if isinstance(n.func, cst.Attribute):  # ``np.interp(ni, xi, [1, nbs / bs]).round()``
+                stack.append(n.func.value)
         elif isinstance(n, (cst.List, cst.Tuple)):
             stack += [e.value for e in n.elements]
         elif isinstance(n, cst.UnaryOperation):

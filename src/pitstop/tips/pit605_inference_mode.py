@@ -133,7 +133,8 @@ class InferenceModeRule(LintRule, tip="PIT605"):
             self.stack.append(None)
             return
         state = _Eval(node)
-        state.named = ctx.is_eval_function(node)
+        state.named = ctx.is_eval_function(node) or "zero_shot" in node.name.value.lower() \
+            or "zeroshot" in node.name.value.lower()
         for d in node.decorators:
             mode = ctx.grad_mode(d.decorator)
             if mode:

@@ -9,33 +9,36 @@ from pitstop.lint.defaults.figure import Figure
 __all__ = ["FIGURES", "NEWEST_ROUND"]
 
 #: the newest round of labels (its labels are pending: they can turn a rule off, never on)
-NEWEST_ROUND = 4
+NEWEST_ROUND = 5
 
 FIGURES: tuple[Figure, ...] = (
     Figure("PIT101", confirmed_right=11, confirmed_wrong=2, confirmed_debatable=2, silenced_wrong=52),
     Figure("PIT102", confirmed_right=6, confirmed_wrong=1, confirmed_debatable=2, silenced_wrong=4),
     Figure("PIT103", confirmed_right=21, confirmed_debatable=1, silenced_wrong=3),
-    Figure("PIT106", confirmed_right=11, confirmed_debatable=5, silenced_wrong=4),
+    Figure("PIT105", pending_right=1, pending_debatable=1),
+    Figure("PIT106", confirmed_right=11, confirmed_debatable=5, pending_right=6, silenced_wrong=4),
     Figure("PIT107", silenced_wrong=1),
-    Figure("PIT201", confirmed_right=48, confirmed_debatable=3, pending_right=3, silenced_wrong=7),
+    Figure("PIT201", confirmed_right=51, confirmed_debatable=3, pending_right=11, pending_debatable=1, silenced_wrong=7),
     Figure("PIT201/chain", confirmed_right=11, confirmed_debatable=1),
     Figure("PIT202", silenced_wrong=9),
-    Figure("PIT203", confirmed_right=6, pending_right=1, silenced_wrong=8),
-    Figure("PIT302", confirmed_right=13, pending_right=3, silenced_wrong=3),
+    Figure("PIT203", confirmed_right=7, silenced_wrong=8),
+    Figure("PIT302", confirmed_right=16, pending_right=7, silenced_wrong=3),
     Figure("PIT303", confirmed_right=1, silenced_wrong=1),
     Figure("PIT403", confirmed_right=2, silenced_wrong=1),
-    Figure("PIT404", confirmed_right=10, confirmed_wrong=2, confirmed_debatable=1, pending_right=2, silenced_wrong=5),
+    Figure("PIT404", confirmed_right=12, confirmed_wrong=2, confirmed_debatable=1, pending_right=3, pending_wrong=2, pending_debatable=6, silenced_wrong=5),
     Figure("PIT405", confirmed_right=1),
     Figure("PIT407", confirmed_debatable=1),
-    Figure("PIT502", confirmed_right=18, confirmed_wrong=2, confirmed_debatable=5, pending_right=1),
+    Figure("PIT502", confirmed_right=19, confirmed_wrong=2, confirmed_debatable=5, pending_right=2, silenced_wrong=1),
     Figure("PIT603", confirmed_right=2),
     Figure("PIT604", confirmed_debatable=2),
-    Figure("PIT605", confirmed_right=14, confirmed_debatable=3, pending_right=2, silenced_wrong=9),
+    Figure("PIT605", confirmed_right=16, confirmed_debatable=3, pending_right=2, pending_debatable=2, silenced_wrong=9),
     Figure("PIT605/autograd-on", confirmed_right=1),
-    Figure("PIT701", confirmed_right=6, confirmed_debatable=2, pending_right=2),
+    Figure("PIT701", confirmed_right=8, confirmed_debatable=2, pending_right=2),
+    Figure("PIT702", pending_right=1),
     Figure("PIT703", silenced_wrong=5),
     Figure("PIT802", confirmed_right=2, silenced_wrong=13),
     Figure("PIT803", confirmed_debatable=2, silenced_wrong=4),
-    Figure("PIT902", pending_right=2, silenced_wrong=1),
+    Figure("PIT902", confirmed_right=2, silenced_wrong=1),
+    Figure("PIT903", pending_right=7, pending_debatable=1),
     Figure("PIT904", confirmed_right=4),
 )
