@@ -198,3 +198,16 @@ def test_lint_never_imports_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "exit 1" in proc.stdout and "PIT103" in proc.stdout
+
+
+def test_a_form_feed_or_line_separator_does_not_break_the_project_scan(tmp_path, monkeypatch, capsys):
+    """A form feed (``\\x0c``, common in old GNU-style sources) or U+2028 is a line break for str.splitlines() but
+    not for Python or the scan's offsets: the line scan of the project index crashed on such a file (found on
+    DeepSpeedExamples, issue 42); every file is still linted."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ff.py").write_text("import torch\n\x0c\n# a\u2028comment\ndef helper(x):\n    return x.item()\n\n\n"
+                                    "def train(model, loader, opt):\n    for x in loader:\n        model(x.cuda()).sum().backward()\n"
+                                    "        opt.step()\n        helper(model(x))\n", encoding="utf-8")
+    assert main(["lint", "--isolated", "--preview", "--jobs", "1", "ff.py"]) == 1
+    out = capsys.readouterr().out
+    assert "ff.py:12:9: PIT201 train -> helper -> item" in out

@@ -101,11 +101,13 @@ _FSDP = " (not under FSDP or DeepSpeed ZeRO: their parameter all-gathers fail un
 class _Eval:
     """What one candidate evaluation function does (the lint decides at its end)."""
 
-    __slots__ = ("node", "grad_off", "model_called", "evidence", "trains", "reports", "named", "loops", "evals")
+    __slots__ = ("node", "grad_off", "model_called", "evidence", "trains", "reports", "named", "loops", "evals",
+                 "sharded")
 
     def __init__(self, node):
         self.node, self.grad_off, self.model_called, self.evidence, self.trains = node, False, False, False, False
         self.named = self.loops = self.evals = False  # named for evaluation; loops over a loader; calls .eval()
+        self.sharded = False  # the project shards its model (FSDP, DeepSpeed)
         self.reports = []  # (node, expr) of each no_grad decorator / with item
 
 
@@ -127,12 +129,14 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
     def visit_FunctionDef(self, node):
         ctx = self.ctx
-        if ctx.in_unit_test(node) or ctx.framework_class() is not None or ctx.shards_model:
-            # unit tests; framework hooks (the Trainer runs them without autograd); a project that shards its
-            # model with FSDP or DeepSpeed anywhere in its code (issue 42: known from the project, not the file)
+        if ctx.in_unit_test(node) or ctx.framework_class() is not None:
+            # unit tests; framework hooks (the Trainer runs them without autograd)
             self.stack.append(None)
             return
         state = _Eval(node)
+        # a project that shards its model with FSDP or DeepSpeed anywhere in its code (issue 42: known from the
+        # project, not the file) keeps no_grad; an evaluation with autograd on still wants torch.no_grad()
+        state.sharded = ctx.shards_model
         state.named = ctx.is_eval_function(node) or "zero_shot" in node.name.value.lower() \
             or "zeroshot" in node.name.value.lower()
         for d in node.decorators:
@@ -151,11 +155,13 @@ class InferenceModeRule(LintRule, tip="PIT605"):
         # finding in code that runs once, shown with --all, never silenced)
         if state is None or state.trains or not (state.named and state.evidence or state.loops and state.evals):
             return
-        for where, expr in state.reports:
+        for where, expr in () if state.sharded else state.reports:
             self.report(where, fix=self._fix(expr), function=node)
         if not state.grad_off and state.model_called:
-            self.report(node.name, f"`{node.name.value}` runs the model with autograd on; "
-                                   "wrap it in torch.inference_mode()" + _FSDP, function=node, pattern="autograd-on")
+            advice = ("wrap it in torch.no_grad() (the project shards its model: inference_mode breaks FSDP/DeepSpeed "
+                      "all-gathers on older torch)" if state.sharded else "wrap it in torch.inference_mode()" + _FSDP)
+            self.report(node.name, f"`{node.name.value}` runs the model with autograd on; " + advice, function=node,
+                        pattern="autograd-on")
 
     def _state(self):
         state = self.stack[-1] if self.stack else None

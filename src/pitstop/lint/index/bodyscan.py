@@ -21,7 +21,7 @@ _SUM_RETURN = re.compile(r"^[ \t]*return[ \t]+[^\n]*\*[ \t]*(?:self\.)?(?:bs|bsz
 
 def blocks(text: str, pattern: re.Pattern, group: int) -> dict:
     """name -> indented body (comments stripped) of the first ``class``/``def`` of that name."""
-    lines = text.splitlines()
+    lines = text.split("\n")  # as ``starts`` counts them (splitlines() also breaks at \x0c)
     starts, pos = [], 0
     for line in lines:
         starts.append(pos)

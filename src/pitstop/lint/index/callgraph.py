@@ -166,7 +166,7 @@ def scan_calls(text: str, stem: str = "") -> CallInfo:
     called_anywhere = frozenset(call_tags(text, imports))
     if "def " not in text:
         return CallInfo(set_true=set_true, called=called_anywhere, stem=stem)
-    lines = text.splitlines()
+    lines = text.split("\n")  # as ``starts`` counts them: splitlines() also breaks at \x0c and \u2028
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line) + 1)
