@@ -52,6 +52,8 @@ class Label:
     bad_fix: bool = False
     missed: bool = False
     cell: int | None = None  # notebooks: lines count within this cell
+    pattern: str = ""  # the rule's sub-pattern that reports it ("" for the main one)
+    quiet: bool = False  # the current rules do not report it (a wrong finding removed since, or a known miss)
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,17 @@ class Reported:
     message: str
     fixable: bool
     cell: int | None = None
-    frequency: str = "step"  # "step" / "epoch" / "once" (issue 31): "once" is left out of the default output
+    frequency: str = "step"  # "step" / "epoch" / "once" / "unknown" (issues 31, 42)
+    pattern: str = ""
+    concern: str = "cost"
+
+    @property
+    def default(self) -> bool:
+        """Shown by a default ``pitstop lint`` run: a stable rule or sub-pattern (pitstop.lint.defaults), and not a
+        cost finding in code that runs once or whose frequency is unknown."""
+        from pitstop.lint.defaults import is_stable
+
+        return is_stable(self.code, self.pattern) and not (self.concern == "cost" and self.frequency in ("once", "unknown"))
 
 
 @dataclass
@@ -113,7 +125,7 @@ def load_labels(path: Path = LABELS) -> list[Label]:
                              f"{', '.join(VERDICTS)}, got {row.get('verdict')!r}")
         labels.append(Label(row["path"], row["code"], int(row["line"]), int(row.get("column", 0)), row["anchor"],
                             row["verdict"], row.get("reason", ""), bool(row.get("bad_fix")), bool(row.get("missed")),
-                            row.get("cell")))
+                            row.get("cell"), row.get("pattern", ""), bool(row.get("quiet"))))
     return labels
 
 
@@ -147,7 +159,7 @@ def reported(json_findings: list[dict], root: Path = CORPUS) -> list[Reported]:
         cell = f.get("cell")
         out.append(Reported(path, f["code"], f["line"], f["column"], anchor(root, path, f["line"], cell, cache),
                             f["message"], (f.get("fix") or {}).get("applicability") == "safe", cell,
-                            f.get("frequency", "step")))
+                            f.get("frequency", "step"), f.get("pattern", ""), f.get("concern", "cost")))
     return out
 
 
@@ -193,11 +205,97 @@ def run_lint(src: str | None = None, corpus: Path = CORPUS, extra: tuple[str, ..
     if src is not None:
         env["PYTHONPATH"] = str(Path(src).resolve())
     proc = subprocess.run([sys.executable, "-m", "pitstop", "lint", "--isolated", "--format", "json", "--exit-zero",
-                           *extra, *lint_corpus_build.lint_repos()], cwd=corpus, env=env, capture_output=True, text=True)
+                           "--all", "--preview", *extra, *lint_corpus_build.lint_repos()], cwd=corpus, env=env,
+                          capture_output=True, text=True)
     try:
         return json.loads(proc.stdout)
     except json.JSONDecodeError:
         raise RuntimeError(f"pitstop lint failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}") from None
+
+
+def sync_labels(m: Matching, path: Path = LABELS) -> list[str]:
+    """Rewrite ``quiet``/``pattern`` of the labels in ``path`` from a lint run's matching ``m``: a matched label
+    takes its finding's sub-pattern and is not quiet; a label no finding matched becomes quiet when it is wrong,
+    debatable or a known miss. Returns the labelled-right findings that went missing (not marked: a regression,
+    to fix or to label ``missed`` with a reason)."""
+    matched = {(lab.path, lab.code, lab.line, lab.column, lab.cell): f.pattern for f, lab in m.matched}
+    lost = []
+    blocks = path.read_text(encoding="utf-8").split("\n[[finding]]\n")
+    out = [blocks[0]]
+    labels = load_labels(path)
+    assert len(labels) == len(blocks) - 1, "one [[finding]] table per label"
+    for lab, block in zip(labels, blocks[1:]):
+        lines = [ln for ln in block.split("\n") if not ln.startswith(("quiet = ", "pattern = "))]
+        key = (lab.path, lab.code, lab.line, lab.column, lab.cell)
+        extra = []
+        if key in matched:
+            if matched[key]:
+                extra.append(f'pattern = "{matched[key]}"')
+        elif lab.verdict != "true" or lab.missed:
+            extra.append("quiet = true")
+            if lab.pattern:
+                extra.append(f'pattern = "{lab.pattern}"')
+        else:
+            lost.append(f"{lab.path}:{lab.line}: {lab.code} {lab.anchor}")
+            if lab.pattern:
+                extra.append(f'pattern = "{lab.pattern}"')
+        at = next((i for i, ln in enumerate(lines) if ln.startswith("reason = ")), len(lines) - 1)
+        lines[at + 1:at + 1] = extra
+        out.append("\n".join(lines))
+    from pitstop.atomic import write_atomic
+
+    write_atomic(path, "\n[[finding]]\n".join(out))
+    return lost
+
+
+def _stable(lab: Label) -> bool:
+    from pitstop.lint.defaults import is_stable
+
+    return is_stable(lab.code, lab.pattern)
+
+
+def repo_rounds() -> dict[str, int]:
+    """Repository name -> the round its labels were gathered in (MANIFEST.toml ``round``)."""
+    return {r["name"]: int(r.get("round", 1)) for r in lint_corpus_build.load_manifest()["repo"]}
+
+
+def figures(labels: list[Label], rounds: dict[str, int] | None = None) -> list[dict]:
+    """Per rule and sub-pattern (``PIT201``, ``PIT201/chain``): the labels of findings the current rules report
+    (not ``quiet``), right / wrong / debatable, split into confirmed rounds and the newest round (pending), and
+    the wrong findings of confirmed rounds a later change removed. What pitstop.lint.defaults.measured holds."""
+    rounds = rounds or repo_rounds()
+    newest = max((rounds.get(lab.path.split("/", 1)[0], 1) for lab in labels), default=1)
+    out: dict[str, dict] = {}
+    for lab in labels:
+        rule = f"{lab.code}/{lab.pattern}" if lab.pattern else lab.code
+        row = out.setdefault(rule, {"rule": rule, **{f"{w}_{v}": 0 for w in ("confirmed", "pending")
+                                                     for v in ("right", "wrong", "debatable")}, "silenced_wrong": 0})
+        pending = rounds.get(lab.path.split("/", 1)[0], 1) >= newest and newest > 1
+        verdict = {"true": "right", "false": "wrong", "debatable": "debatable"}[lab.verdict]
+        if lab.quiet:
+            if verdict == "wrong" and not pending:
+                row["silenced_wrong"] += 1
+            continue
+        row[f"{'pending' if pending else 'confirmed'}_{verdict}"] += 1
+    return [out[k] for k in sorted(out)]
+
+
+def figures_module(rows: list[dict], rounds: dict[str, int] | None = None) -> str:
+    """The text of src/pitstop/lint/defaults/measured.py for ``rows`` (:func:`figures`)."""
+    rounds = rounds or repo_rounds()
+    newest = max(rounds.values(), default=1)
+    lines = ['"""Measured precision of every lint rule and sub-pattern: GENERATED by',
+             '``python benchmarks/lint_precision.py --write-figures`` from tests/lint_corpus/labels.toml (do not edit;',
+             'tests/test_lint_defaults.py checks it against the labels). See :mod:`pitstop.lint.defaults`."""', "",
+             "from __future__ import annotations", "", "from pitstop.lint.defaults.figure import Figure", "",
+             '__all__ = ["FIGURES", "NEWEST_ROUND"]', "",
+             "#: the newest round of labels (its labels are pending: they can turn a rule off, never on)",
+             f"NEWEST_ROUND = {newest}", "", "FIGURES: tuple[Figure, ...] = ("]
+    for r in rows:
+        args = ", ".join(f"{k}={v}" for k, v in r.items() if k != "rule" and v)
+        lines.append(f'    Figure("{r["rule"]}"{", " + args if args else ""}),')
+    lines.append(")")
+    return "\n".join(lines) + "\n"
 
 
 def _pct(x: float | None) -> str:
@@ -253,12 +351,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unlabelled", action="store_true", help="also list unlabelled findings with their context")
     p.add_argument("--absent", action="store_true", help="also list labelled-true findings that are not reported")
     p.add_argument("--default-output", action="store_true",
-                   help="score what `pitstop lint` shows by default: findings in code that runs once left out")
+                   help="score what `pitstop lint` shows by default (stable rules and sub-patterns, one-time cost "
+                        "findings left out); recall over the labels of the stable ones")
+    p.add_argument("--sync-labels", action="store_true",
+                   help="mark in labels.toml which labels the current rules report (quiet, pattern), then exit")
+    p.add_argument("--write-figures", action="store_true",
+                   help="write src/pitstop/lint/defaults/measured.py (each rule's measured precision) from the labels and exit")
     args = p.parse_args(argv)
+    if args.write_figures:
+        from pitstop.atomic import write_atomic
+
+        write_atomic(ROOT / "src" / "pitstop" / "lint" / "defaults" / "measured.py", figures_module(figures(load_labels())))
+        print("wrote src/pitstop/lint/defaults/measured.py")
+        return 0
     if not lint_corpus_build.is_built(CORPUS):
         print(lint_corpus_build.skip_reason(CORPUS))
         return 2
     labels = load_labels()
+    if args.sync_labels:
+        lost = sync_labels(match(reported(run_lint()), labels))
+        print(f"labels synced; {len(lost)} labelled-right finding(s) no longer reported" + "".join(f"\n  {x}" for x in lost))
+        return 1 if lost else 0
     variants = [tuple(s.split("=", 1)) if "=" in s else (s, s) for s in args.src or []] or [("this", None)]
     failed = 0
     named: dict[str, dict[str, Score]] = {}
@@ -267,7 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             found = reported(run_lint(src))
             if args.default_output:
-                found = [f for f in found if f.frequency != "once"]
+                found = [f for f in found if f.default]
+                labels = [lab for lab in labels if _stable(lab)]  # recall of what the default set covers
             m = match(found, labels)
         except RuntimeError as exc:
             print(exc)

@@ -160,7 +160,7 @@ def pitstop_serial(files):
 
 
 def pitstop_parallel(files, jobs):
-    from pitstop.lint import project
+    from pitstop.lint.index import project
     from pitstop.lint.parallel import LintOptions, Task, run_tasks
     from pitstop.lint.runner import all_rule_classes
 

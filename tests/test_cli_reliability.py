@@ -128,8 +128,8 @@ def test_lint_output_file_that_cannot_be_written_is_refused_first(tmp_path, caps
 
 def test_lint_output_file_is_written(tmp_path, capsys):
     (tmp_path / "a.py").write_text("import torch\nstate = torch.load('x.pt')\n")
-    assert main(["lint", "--all", "--jobs", "1", str(tmp_path / "a.py"), "--format", "json", "-o",
-                 str(tmp_path / "r.json")]) == 1  # --all: module-level code runs once
+    assert main(["lint", "--all", "--preview", "--jobs", "1", str(tmp_path / "a.py"), "--format", "json", "-o",
+                 str(tmp_path / "r.json")]) == 1  # --all: module-level code runs once; PIT404 is a preview rule
     assert '"PIT404"' in (tmp_path / "r.json").read_text()
 
 

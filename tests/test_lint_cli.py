@@ -22,6 +22,7 @@ BAD = textwrap.dedent('''\
     a = torch.zeros(3).cuda()
     state = torch.load("x.pt")
     y = x.permute(1, 0).view(-1)
+    model(y).sum().backward()  # the file trains (PIT102 is about code that trains)
 ''')
 
 
@@ -34,9 +35,10 @@ def project(tmp_path, monkeypatch):
 
 
 def lint(capsys, *args):
-    """``pitstop lint --all ARGS``: these tests are about the CLI's mechanics on module-level snippets,
-    which run once (hidden by default: see test_one_time_findings_are_hidden_by_default)."""
-    code = main(["lint", "--all", *args])
+    """``pitstop lint --all --preview ARGS``: these tests are about the CLI's mechanics on module-level snippets,
+    which run once (hidden by default: see test_one_time_findings_are_hidden_by_default), with every rule (only
+    those whose measured precision holds run by default: tests/test_lint_defaults.py)."""
+    code = main(["lint", "--all", "--preview", *args])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -1,6 +1,6 @@
 """`pitstop lint` on real training code: the labelled corpus.
 
-The corpus is files of twelve public training codebases, pinned by commit and sha256 in
+The corpus is files of twenty-nine public training codebases, pinned by commit and sha256 in
 tests/lint_corpus/MANIFEST.toml and built OUTSIDE the repository (no third-party code is checked
 in) by `python benchmarks/lint_corpus_build.py [--mirror DIR]` into $PITSTOP_LINT_CORPUS or
 ~/.cache/pitstop/lint-corpus; the tests that lint it skip, with that command as the reason, when
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from pitstop.lint.defaults import is_stable
 from pitstop.lint.notebook import read_notebook
 
 from conftest import ROOT, run_cli
@@ -65,6 +66,23 @@ ACCEPTED_FALSE: dict[tuple[str, str, str], str] = {
         "a model class has",
     ("pytorch-examples/time_sequence_prediction/train.py", "PIT404", "data = torch.load('traindata.pt')"):
         "a CPU-only script; PIT404 stays on for CPU scripts, which can load checkpoints saved on a GPU",
+    ("litgpt/extensions/xla/finetune/adapter.py", "PIT404", 'train_data = torch.load(data_dir / "train.pt")'):
+        "a preview rule (PIT404): tokenized data its prepare script saved from the CPU; the lint does not see where a "
+        "data file was written",
+    ("litgpt/extensions/xla/finetune/adapter.py", "PIT404", 'val_data = torch.load(data_dir / "test.pt")'):
+        "a preview rule (PIT404): tokenized data saved from the CPU, as above",
+    ("DeepSpeedExamples/applications/DeepSpeed-Chat/dschat/utils/data/data_utils.py", "PIT404",
+     "return torch.load(train_fname,"):
+        "a preview rule (PIT404): the script's own cache of CPU dataset objects, which the lint does not follow",
+    ("DeepSpeedExamples/applications/DeepSpeed-Chat/dschat/utils/data/data_utils.py", "PIT404",
+     "weights_only=False), torch.load(eval_fname,"):
+        "a preview rule (PIT404): the script's own cache of CPU dataset objects, as above",
+    ("nanochat/nanochat/loss_eval.py", "PIT803", "def evaluate_bpb(model, batches, steps, token_bytes):"):
+        "a preview rule (PIT803, 0 right of 2): the callers in other files switch to eval mode, and the model has no "
+        "dropout or BatchNorm; the lint sees neither",
+    ("nanochat/scripts/chat_eval.py", "PIT803",
+     "def run_categorical_eval(task_object, tokenizer, model, batch_size, max_problems=None):"):
+        "a preview rule (PIT803): the model has no dropout or BatchNorm, which the lint does not see",
     ("nanotron/src/nanotron/serialize/random.py", "PIT404", "state = torch.load(filename)"):
         "one-time (hidden by default): the saved RandomStates hold CPU tensors (get_rng_state), which the lint "
         "cannot see from the torch.save of an object",
@@ -141,14 +159,39 @@ def test_labelled_false_findings_do_not_fire(matching):
 @pytest.mark.slow
 @needs_corpus
 def test_precision_and_recall_targets(matching, labels):
+    """Every finding (--all --preview): precision >= 0.90, recall >= 0.90, every rule on by default >= 0.80 (issue
+    11). What a default run shows (issue 42): precision >= 0.95 and recall >= 0.90 of the labelled-right findings
+    of the rules and sub-patterns on by default."""
     scores = lp.score(matching, labels)
     print("\n" + lp.table(scores))
     total = scores["all"]
     weak = {c: s.precision for c, s in scores.items()
-            if c != "all" and s.true + s.false >= 5 and s.precision < 0.80}
+            if c != "all" and is_stable(c) and s.true + s.false >= 5 and s.precision < 0.80}
     assert total.precision >= 0.90, f"precision {total.precision:.2f} < 0.90"
-    assert not weak, f"rules under 0.80 precision: {weak}"
+    assert not weak, f"rules on by default under 0.80 precision: {weak}"
     assert total.recall >= 0.90, f"recall {total.recall:.2f} < 0.90"
+    default = [(f, lab) for f, lab in matching.matched if f.default]
+    shown = lp.score(lp.Matching(default, [f for f in matching.unlabelled if f.default]),
+                     [lab for lab in labels if is_stable(lab.code, lab.pattern)])["all"]
+    print(f"default output: {shown.findings} findings, precision {shown.precision:.3f}, debatable {shown.debatable}, "
+          f"recall {shown.found_true}/{shown.labelled_true}")
+    assert shown.precision >= 0.95 and shown.recall >= 0.90, (shown.precision, shown.recall)
+
+
+@pytest.mark.slow
+@needs_corpus
+def test_quiet_labels_are_exactly_the_findings_no_longer_reported(matching, labels):
+    """A label marked ``quiet`` (a finding the current rules do not report: a wrong one removed since, or a known
+    miss) must not match a finding, and every other label must, with the sub-pattern it records: the measured
+    figures (src/pitstop/lint/defaults/measured.py) count only what the rules report."""
+    matched = {id(lab): f for f, lab in matching.matched}
+    loud = [lab for lab in labels if lab.quiet and id(lab) in matched]
+    gone = [lab for lab in labels if not lab.quiet and id(lab) not in matched and not lab.missed]
+    moved = [lab for lab in labels if id(lab) in matched and matched[id(lab)].pattern != lab.pattern]
+    assert not loud, "quiet labels reported:\n" + "\n".join(map(_where, loud))
+    assert not gone, "labels not quiet but not reported (run benchmarks/lint_precision.py --sync-labels):\n" + \
+        "\n".join(map(_where, gone))
+    assert not moved, "labels whose sub-pattern changed:\n" + "\n".join(map(_where, moved))
 
 
 @pytest.mark.slow

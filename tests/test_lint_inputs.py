@@ -57,7 +57,7 @@ EXPECTED_ERRORS = {
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_each_bad_file_gets_one_error_line_and_the_rest_is_linted(messy, capsys, jobs):
     before = {p.name: p.read_bytes() for p in messy.iterdir() if not p.is_symlink()}
-    code = main(["lint", "--all", "--fix", "--unsafe-fixes", "--jobs", jobs, "."])
+    code = main(["lint", "--all", "--preview", "--fix", "--unsafe-fixes", "--jobs", jobs, "."])
     out, err = capsys.readouterr()
     assert code == 2
     lines = err.splitlines()
@@ -80,7 +80,7 @@ def test_deep_nesting_is_refused_whatever_the_recursion_limit(tmp_path, monkeypa
     old = sys.getrecursionlimit()
     sys.setrecursionlimit(limit)
     try:
-        code = main(["lint", "--all", "--jobs", "1", "deep_walk.py", "fine.py"])
+        code = main(["lint", "--all", "--preview", "--jobs", "1", "deep_walk.py", "fine.py"])
     finally:
         sys.setrecursionlimit(old)
     err = capsys.readouterr().err.splitlines()
@@ -101,7 +101,7 @@ def test_unreadable_file(messy, capsys, monkeypatch):
         return real_read(self)
 
     monkeypatch.setattr(Path, "read_bytes", read_bytes)
-    code = main(["lint", "--all", "--jobs", "1", "secret.py", "ok.py"])
+    code = main(["lint", "--all", "--preview", "--jobs", "1", "secret.py", "ok.py"])
     out, err = capsys.readouterr()
     assert code == 2
     assert err.splitlines() == ["secret.py: cannot parse: cannot read: Permission denied"]
@@ -113,16 +113,16 @@ def test_summary_counts_files_that_could_not_be_linted(messy, capsys):
     for name in ("ok.py", "huge.py", "deep_walk.py", "loop_a.py", "loop_b.py"):
         (messy / name).unlink()
     (messy / "clean.py").write_text("x = 1\n")
-    code = main(["lint", "--all", "--jobs", "1", "."])
+    code = main(["lint", "--all", "--preview", "--jobs", "1", "."])
     out, err = capsys.readouterr()
     assert code == 2 and len(err.splitlines()) == 4  # syntax, latin1, binary, deep
     assert "All checks passed!" not in out
     assert out.splitlines()[-1] == "4 files could not be linted (the `cannot parse` lines on stderr say why)."
-    code = main(["lint", "--all", "--diff", "--jobs", "1", "."])
+    code = main(["lint", "--all", "--preview", "--diff", "--jobs", "1", "."])
     err = capsys.readouterr().err
     assert code == 2 and err.splitlines()[-2:] == [
         "No fixes available.", "4 files could not be linted (the `cannot parse` lines on stderr say why)."]
-    code = main(["lint", "--all", "--jobs", "1", "clean.py"])
+    code = main(["lint", "--all", "--preview", "--jobs", "1", "clean.py"])
     assert code == 0 and capsys.readouterr().out == "All checks passed!\n"
 
 
@@ -138,7 +138,7 @@ def test_fix_through_a_symlink_writes_the_target_and_keeps_the_link(tmp_path, mo
     real.chmod(0o640)
     os.symlink("pkg/real.py", tmp_path / "link.py")  # relative, into another folder
     os.symlink("link.py", tmp_path / "chain.py")  # a link to a link
-    code = main(["lint", "--all", "--fix", "chain.py"])
+    code = main(["lint", "--all", "--preview", "--fix", "chain.py"])
     assert code == 0 and "Fixed 2 errors." in capsys.readouterr().out
     assert os.readlink(tmp_path / "chain.py") == "link.py" and os.readlink(tmp_path / "link.py") == "pkg/real.py"
     assert real.read_text() == SYMLINKED_FIXED
@@ -150,7 +150,7 @@ def test_fix_of_a_folder_with_a_file_and_a_link_to_it(tmp_path, monkeypatch, cap
     monkeypatch.chdir(tmp_path)
     (tmp_path / "real.py").write_text(SYMLINKED)
     os.symlink("real.py", tmp_path / "link.py")
-    assert main(["lint", "--all", "--fix", "--jobs", "1", "."]) == 0
+    assert main(["lint", "--all", "--preview", "--fix", "--jobs", "1", "."]) == 0
     assert (tmp_path / "link.py").is_symlink() and (tmp_path / "real.py").read_text() == SYMLINKED_FIXED
 
 
@@ -161,7 +161,7 @@ def test_fix_keeps_the_owner_of_the_file(tmp_path, monkeypatch, capsys):
     p = tmp_path / "theirs.py"
     p.write_text(SYMLINKED)
     os.chown(p, 4321, 4321)
-    main(["lint", "--all", "--fix", "theirs.py"])
+    main(["lint", "--all", "--preview", "--fix", "theirs.py"])
     assert p.read_text() == SYMLINKED_FIXED and (p.stat().st_uid, p.stat().st_gid) == (4321, 4321)
 
 
@@ -178,7 +178,7 @@ def test_fix_that_would_not_compile_is_refused(tmp_path, monkeypatch, capsys):
     (tmp_path / "t.py").write_text(src)
     real = runner._apply
     monkeypatch.setattr(runner, "_apply", lambda source, fixes: (real(source, fixes)[0] + "def (:\n", 1))
-    code = main(["lint", "--all", "--fix", "t.py"])
+    code = main(["lint", "--all", "--preview", "--fix", "t.py"])
     captured = capsys.readouterr()
     assert (tmp_path / "t.py").read_text() == src
     assert "not applied: the fixed file would not compile" in captured.err and code == 1
@@ -186,7 +186,7 @@ def test_fix_that_would_not_compile_is_refused(tmp_path, monkeypatch, capsys):
 
 @pytest.mark.slow
 def test_lint_never_imports_torch(tmp_path):
-    (tmp_path / "t.py").write_text("import torch\nfor x in loader:\n    x.cuda()\n")
+    (tmp_path / "t.py").write_text("import torch\nfor x in loader:\n    x.cuda()\n    model(x).sum().backward()\n")
     blocker = tmp_path / "block" / "torch"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError('pitstop lint imported torch')\n")
@@ -198,3 +198,16 @@ def test_lint_never_imports_torch(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "exit 1" in proc.stdout and "PIT103" in proc.stdout
+
+
+def test_a_form_feed_or_line_separator_does_not_break_the_project_scan(tmp_path, monkeypatch, capsys):
+    """A form feed (``\\x0c``, common in old GNU-style sources) or U+2028 is a line break for str.splitlines() but
+    not for Python or the scan's offsets: the line scan of the project index crashed on such a file (found on
+    DeepSpeedExamples, issue 42); every file is still linted."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ff.py").write_text("import torch\n\x0c\n# a\u2028comment\ndef helper(x):\n    return x.item()\n\n\n"
+                                    "def train(model, loader, opt):\n    for x in loader:\n        model(x.cuda()).sum().backward()\n"
+                                    "        opt.step()\n        helper(model(x))\n", encoding="utf-8")
+    assert main(["lint", "--isolated", "--preview", "--jobs", "1", "ff.py"]) == 1
+    out = capsys.readouterr().out
+    assert "ff.py:12:9: PIT201 train -> helper -> item" in out

@@ -45,7 +45,7 @@ def nb(tmp_path, monkeypatch):
 
 
 def lint(capsys, *args):
-    code = main(["lint", "--isolated", "--all", *args])  # cells of snippets run once: shown with --all
+    code = main(["lint", "--isolated", "--all", "--preview", *args])  # snippets run once: --all; every rule: --preview
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -216,7 +216,7 @@ def test_notebook_findings_in_sarif_and_github(nb, capsys):
 def test_project_index_scans_a_notebooks_code_not_its_json(tmp_path):
     """The project index (other files' classes, imports, calls) reads a notebook's code cells:
     its JSON text would hide every ``class``/``def`` line behind a quote."""
-    from pitstop.lint.project import build_index, clear_caches
+    from pitstop.lint.index.project import build_index, clear_caches
 
     cells = [_cell(["import torch.nn as nn\n", "from mylib.data import Frames\n", "!pip install x\n"]),
              _cell(["class Net(nn.Module):\n", "    def forward(self, x):\n", "        return x\n"]),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import textwrap
 
 from pitstop.lint.parallel import LintOptions, Task, run_tasks
-from pitstop.lint.project import build_index, scan_source
+from pitstop.lint.index.project import build_index, scan_source
 from pitstop.lint.runner import fix_source, lint_source, rules_for
 
 

@@ -51,7 +51,11 @@ class LintCommand(Command):
         p.add_argument("--force-exclude", action="store_true",
                        help="apply the excludes (.gitignore, build/, venvs, [tool.pitstop.lint] exclude) to paths named explicitly too (pre-commit)")
         p.add_argument("--all", dest="show_all", action="store_true",
-                       help="also show findings in code that runs once (setup, converters, exports); hidden by default")
+                       help="also show, count and fix findings about cost in code that runs once (setup, converters, "
+                            "exports) or whose frequency is unknown; hidden by default in every format")
+        p.add_argument("--preview", action="store_true",
+                       help="also run the rules and sub-patterns whose measured precision does not yet put them on by "
+                            "default (`pitstop tips --face L` shows each one's figure; --select CODE runs one)")
         p.add_argument("--show-files", action="store_true", help="list the files that would be linted and exit")
 
     def run(self, args: argparse.Namespace) -> int:
@@ -65,7 +69,7 @@ class LintCommand(Command):
             statistics=args.statistics, exit_zero=args.exit_zero, exit_non_zero_on_fix=args.exit_non_zero_on_fix,
             quiet=args.quiet, output_file=args.output_file, jobs=args.jobs, max_file_size=args.max_file_size,
             force_exclude=args.force_exclude, show_files=args.show_files,
-            show_all=args.show_all)
+            show_all=args.show_all, preview=args.preview)
         try:
             selection = select_rules(req)
         except ConfigError as exc:

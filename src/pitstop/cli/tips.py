@@ -44,7 +44,9 @@ class TipsCommand(Command):
                 raise CliError(f"unknown face {args.face!r}; choose from {', '.join(f'{k} ({v})' for k, v in FACES.items())}")
             selected = [t for t in selected if letter in t.faces or letter in t.implemented_faces()]
         if args.format == "json":
-            print(json.dumps([t.to_dict() for t in selected], indent=2))
+            from pitstop.report.tipdoc import tip_json
+
+            print(json.dumps([tip_json(t) for t in selected], indent=2))
             return EXIT_OK
         from pitstop.report import make_console
         from pitstop.report.tipdoc import print_tips
@@ -81,7 +83,9 @@ class ExplainCommand(Command):
             else:
                 sys.stdout.write(where_text(tip, places, Path.cwd()))
         elif args.format == "json":
-            print(json.dumps(tip.to_dict(), indent=2))
+            from pitstop.report.tipdoc import tip_json
+
+            print(json.dumps(tip_json(tip), indent=2))
         elif args.format == "markdown" or not sys.stdout.isatty():
             sys.stdout.write(tip_markdown(tip))
         else:

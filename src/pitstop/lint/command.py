@@ -1,8 +1,11 @@
 """What ``pitstop lint`` does once its arguments are parsed: choose the rules, find the files,
 lint them in parallel, print the report and give the exit status (ruff's: 0 clean, 1 findings
-or ``--exit-non-zero-on-fix`` with fixes, 2 files that could not be linted). Findings in code that
-runs once are left out of the text and GitHub output and of the exit status unless ``--all``;
-JSON and SARIF carry every finding with its frequency.
+or ``--exit-non-zero-on-fix`` with fixes, 2 files that could not be linted).
+
+One view (issue 42, :mod:`pitstop.lint.view`): by default only the rules and sub-patterns whose measured
+precision holds run (:mod:`pitstop.lint.defaults`; ``--preview`` or an exact ``--select`` code adds the
+others), and cost findings in code that runs once are left out (``--all`` adds them); text, GitHub, JSON
+and SARIF print that same set, ``--fix``/``--diff`` fix only it, and the exit status counts only it.
 
 The CLI (:mod:`pitstop.cli.lint`) only parses the arguments into a :class:`LintRequest` and
 calls :func:`select_rules` then :func:`run_lint`; a :class:`~pitstop.lint.config.ConfigError`
@@ -21,7 +24,9 @@ from typing import IO
 from pitstop.lint.config import ConfigError, LintConfig, find_pyproject, ignored_for, load_pyproject, resolve_selection
 from pitstop.lint.discovery import Discovered, Excludes, discover
 from pitstop.lint.findings import FileError
+from pitstop.lint.defaults import figures_of_code
 from pitstop.lint.parallel import LintOptions, LintRun, Task, run_tasks
+from pitstop.lint.view import View
 
 __all__ = ["LintRequest", "Selection", "LintOutputError", "select_rules", "run_lint", "display_path",
            "EXIT_OK", "EXIT_FINDINGS", "EXIT_ERRORS"]
@@ -56,8 +61,10 @@ class LintRequest:
     max_file_size: int | None = None
     force_exclude: bool = False
     show_files: bool = False
-    #: also show (text, GitHub) and count (exit status) findings in code that runs once
+    #: also show, count and fix cost findings in code that runs once (or whose frequency is unknown)
     show_all: bool = False
+    #: also run the rules and sub-patterns that are not on by default (pitstop.lint.defaults)
+    preview: bool = False
 
 
 @dataclass(frozen=True)
@@ -67,6 +74,7 @@ class Selection:
     config: LintConfig
     known: tuple[str, ...]
     enabled: frozenset[str]
+    view: View = View()
 
 
 def select_rules(req: LintRequest) -> Selection:
@@ -86,7 +94,11 @@ def select_rules(req: LintRequest) -> Selection:
         config = load_pyproject(found) if found else LintConfig()
     enabled = resolve_selection(known, config, select=list(req.select),
                                 extend_select=list(req.extend_select), ignore=list(req.ignore))
-    return Selection(config, tuple(known), frozenset(enabled))
+    explicit = frozenset(c for c in (*req.select, *req.extend_select, *(config.select or ()), *config.extend_select)
+                         if c in known)
+    view = View(show_all=req.show_all, preview=req.preview or config.preview, explicit=explicit)
+    enabled = {c for c in enabled if view.runs(c, [f.pattern for f in figures_of_code(c)])}
+    return Selection(config, tuple(known), frozenset(enabled), view)
 
 
 def run_lint(req: LintRequest, sel: Selection) -> int:
@@ -99,7 +111,7 @@ def run_lint(req: LintRequest, sel: Selection) -> int:
     for path, why in found.skipped:
         print(f"{display_path(Path(path))}: {why}", file=sys.stderr)
     tasks = _tasks(found, sel)
-    run = run_tasks(tasks, _options(req, sel.config))
+    run = run_tasks(tasks, _options(req, sel.config, sel.view))
     errors = [FileError(p, r) for p, r in found.errors] + run.errors
     for e in errors:
         print(str(e), file=sys.stderr)
@@ -111,7 +123,7 @@ def run_lint(req: LintRequest, sel: Selection) -> int:
     finally:
         if out is not sys.stdout:
             _write_report(req.output_file, out.getvalue())
-    return _exit_status(req, run, errors)
+    return _exit_status(req, sel, run, errors)
 
 
 def _discover(req: LintRequest, config: LintConfig) -> Discovered:
@@ -125,13 +137,13 @@ def _tasks(found: Discovered, sel: Selection) -> list[Task]:
                  may_write=f not in found.outside) for f in found.files]
 
 
-def _options(req: LintRequest, config: LintConfig) -> LintOptions:
+def _options(req: LintRequest, config: LintConfig, view: View) -> LintOptions:
     from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE
 
     max_size = req.max_file_size if req.max_file_size is not None else (
         config.max_file_size if config.max_file_size is not None else DEFAULT_MAX_FILE_SIZE)
     return LintOptions(fix=req.fix and not req.diff, unsafe=req.unsafe_fixes, diff=req.diff,
-                       max_size=max_size, jobs=req.jobs)
+                       max_size=max_size, jobs=req.jobs, view=view)
 
 
 def _report_diff(req: LintRequest, run: LintRun, errors: list[FileError], out: IO[str]) -> int:
@@ -158,15 +170,15 @@ def _report(req: LintRequest, sel: Selection, run: LintRun, errors: list[FileErr
     from pitstop.catalog import get
 
     findings = run.findings
-    visible = reporters.shown(findings, req.show_all)
+    visible = reporters.shown(findings, sel.view)
     for r in run.results:
         if r.note:
             print(f"{r.filename}: {r.note}", file=sys.stderr)
     if req.format == "json":
-        out.write(reporters.json_report(findings, errors))
+        out.write(reporters.json_report(visible, errors))
     elif req.format == "sarif":
         table = [(c, get(c).slug, get(c).title) for c in sorted(sel.enabled)]
-        out.write(reporters.sarif(findings, errors, table, __version__))
+        out.write(reporters.sarif(visible, errors, table, __version__))
     elif req.format == "github":
         out.write(reporters.github(visible, errors))
     else:
@@ -179,12 +191,12 @@ def _report(req: LintRequest, sel: Selection, run: LintRun, errors: list[FileErr
                       if linted or errors else "0 files linted.\n")
 
 
-def _exit_status(req: LintRequest, run: LintRun, errors: list[FileError]) -> int:
+def _exit_status(req: LintRequest, sel: Selection, run: LintRun, errors: list[FileError]) -> int:
     if errors and not req.exit_zero:
         return EXIT_ERRORS
     if req.exit_non_zero_on_fix and run.fixed:
         return EXIT_FINDINGS
-    counted = [f for f in run.findings if req.show_all or f.frequency != "once"]
+    counted = [f for f in run.findings if sel.view.shows(f)]
     return EXIT_FINDINGS if counted and not req.exit_zero else EXIT_OK
 
 

@@ -36,6 +36,7 @@ class LintConfig:
     exclude: tuple[str, ...] | None = None  # gitignore-style, relative to root; None: discovery's defaults
     extend_exclude: tuple[str, ...] = ()  # added to exclude (or to the defaults)
     source: str = ""  # the pyproject.toml it came from, "" for defaults
+    preview: bool = False  # run the rules and sub-patterns that are not on by default (pitstop.lint.defaults)
 
 
 def _short(value: object) -> str:
@@ -87,7 +88,8 @@ def load_pyproject(path: Path) -> LintConfig:
         if not isinstance(table, dict):
             name = ".".join(("tool", "pitstop", "lint")[:depth + 1])
             raise ConfigError(f"{path}: `{name}` must be a table, got {type(table).__name__} {_short(table)}")
-    known = {"select", "extend-select", "ignore", "per-file-ignores", "max-file-size", "exclude", "extend-exclude"}
+    known = {"select", "extend-select", "ignore", "per-file-ignores", "max-file-size", "exclude", "extend-exclude",
+             "preview"}
     unknown = sorted(set(table) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) in [tool.pitstop.lint]: {', '.join(unknown)}; "
@@ -96,6 +98,9 @@ def load_pyproject(path: Path) -> LintConfig:
     pfi = table.get("per-file-ignores", {})
     if not isinstance(pfi, dict):
         raise ConfigError(f"{where} per-file-ignores must be a table of pattern = [codes]")
+    preview = table.get("preview", False)
+    if not isinstance(preview, bool):
+        raise ConfigError(f"{where} preview must be true or false, got {_short(preview)}")
     size = table.get("max-file-size")
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
         raise ConfigError(f"{where} max-file-size must be a number of bytes (0: no limit), got {_short(size)}")
@@ -109,6 +114,7 @@ def load_pyproject(path: Path) -> LintConfig:
         exclude=_patterns(table["exclude"], f"{where} exclude") if "exclude" in table else None,
         extend_exclude=_patterns(table.get("extend-exclude", []), f"{where} extend-exclude"),
         source=str(path),
+        preview=preview,
     )
 
 

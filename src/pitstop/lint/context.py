@@ -51,7 +51,7 @@ class FileContext(FileWalk, Position, Matchers, FileFacts, DataFlow, Frequencies
         self._device: bool | None = None
         self.filename = filename
         self.path = path if path is not None else filename
-        #: :class:`pitstop.lint.project.ProjectIndex` of every linted file, or None (one file alone)
+        #: :class:`pitstop.lint.index.project.ProjectIndex` of every linted file, or None (one file alone)
         self.project = project
         self.test_file = is_test_file(filename) or (project is not None and project.in_test_folder(self.path))
         self.rules = [cls(self) for cls in rule_classes]
@@ -62,6 +62,8 @@ class FileContext(FileWalk, Position, Matchers, FileFacts, DataFlow, Frequencies
         self.ancestors: list[cst.CSTNode] = []
         self.scope: Scope = Scope("module", module, None)
         self.cuda_implied = False
+        #: the file trains: it calls ``.backward()`` or an optimizer's ``.step()`` somewhere (judged after the walk)
+        self.trains_here = False
         self.module_classes: set[str] = set()
         self._hooks: dict[str, tuple[list, list]] = {}
         for rule in self.rules:

@@ -10,7 +10,7 @@ into :class:`pitstop.lint.context.FileContext`): facts about the file.
 - :meth:`DataFlow.sync_chain`: for a call of a function of the linted files (``get_sigmas(t)``,
   ``self._log(loss)``, ``timer.stop()``), the chain of calls down to a sync with the device (``.item()``,
   ``.tolist()``, ``.numpy()``, ``torch.cuda.synchronize()``), any depth up to a bound, from the
-  project index's call graph (:mod:`pitstop.lint.callgraph`).
+  project index's call graph (:mod:`pitstop.lint.index.callgraph`).
 
 Needs ``module``, ``scope``, ``info``, ``project``, ``path`` and ``current_class`` from the
 class it is mixed into.
@@ -23,7 +23,8 @@ from typing import Any
 
 import libcst as cst
 
-from pitstop.lint.callgraph import sync_chain
+from pitstop.lint.index.callgraph import sync_chain
+from pitstop.lint.index.calltags import function_key
 from pitstop.lint.nodes import kwarg, number_value, string_value
 
 __all__ = ["DataFlow", "NOTHING", "ArgDefault"]
@@ -147,7 +148,7 @@ class DataFlow:
         """The calls from ``call`` down to a sync with the device, when ``call`` calls a function of the
         linted files (this file's, a ``self.`` method, one imported from a linted sibling, or a method of an
         object whose name one linted function of the project has) whose body, or a function it calls up to
-        :data:`pitstop.lint.callgraph.MAX_DEPTH` deep, syncs: (chain of ``Class.name`` labels ending in
+        :data:`pitstop.lint.index.callgraph.MAX_DEPTH` deep, syncs: (chain of ``Class.name`` labels ending in
         the sync, e.g. ``["Timer.stop", "synchronize"]``; line of the sync; ``item``/``tolist``/``numpy``/
         ``cpu``/``synchronize``; whether that line is in this file). Else None."""
         mine = self.project.modules.get(os.path.abspath(self.path)) if self.project is not None else None
@@ -155,27 +156,31 @@ class DataFlow:
         infos = self.project.call_infos(self.path) if self.project is not None else [here]
         method = False
         if isinstance(func, cst.Name):
-            name = func.value
+            name = function_key(here.stem, func.value)
             if self.qualname(func) is not None or name not in here.calls:
-                imported = self.info.imports.get(name)
+                imported = self.info.imports.get(func.value)
                 target = self.project.module_of(self.path, imported[0]) if imported and self.project else None
                 if target is None:
                     return None
-                name, here = imported[1], target.calls
+                here = target.calls
+                name = function_key(here.stem, imported[1])
         elif isinstance(func, cst.Attribute):
             name = func.attr.value
             receiver = func.value
-            if not (isinstance(receiver, cst.Name) and receiver.value in ("self", "cls")):
+            if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls"):
+                name = "@" + name  # a method of the caller's class (its file first)
+            else:
                 module = self.qualname(receiver)
                 if module is not None:  # utils.clip_gradients(...): a linted module of the project, or a library
                     target = self.project.module_of(self.path, module) if self.project is not None else None
                     if target is None:
                         return None
                     here = target.calls
+                    name = function_key(here.stem, name)
                 elif isinstance(receiver, cst.Name) and receiver.value in _NOT_OPTIONS:
                     return None
                 else:
-                    method = True
+                    name, method = "." + name, True  # a method of some object: never a module function
         else:
             return None
         def argument(position: int, param: str) -> str | None:

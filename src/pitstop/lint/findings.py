@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Edit", "Fix", "LintFinding", "FileError", "FileResult", "ParseError"]
+__all__ = ["Edit", "Fix", "LintFinding", "FileError", "FileResult", "ParseError", "CONCERNS"]
 
-_SEVERITY = {"step": "high", "epoch": "medium", "once": "low"}  # as pitstop.lint.frequency.SEVERITY
+_SEVERITY = {"step": "high", "epoch": "medium", "once": "low", "unknown": "low"}  # as pitstop.lint.frequency.SEVERITY
+#: what a rule is about: cost (time, memory), correctness (wrong results), security, deprecation. Only a
+#: cost finding in code that runs once (or whose frequency is unknown) is hidden by default: running once
+#: makes neither a wrong result, nor an unsafe load, nor a deprecated call, any better
+CONCERNS = ("cost", "correctness", "security", "deprecation")
 
 
 @dataclass(frozen=True)
@@ -34,10 +38,15 @@ class Fix:
     applicability: str  # "safe" | "unsafe"
     message: str
     edits: tuple[Edit, ...]
+    #: the fix changes the model's ``state_dict`` layout (a parameter removed or renamed): checkpoints
+    #: saved before no longer load strictly, and a ``strict=False`` load silently drops what does not
+    #: fit. Always unsafe; applied only with ``--unsafe-fixes`` and never counted among the fixes the
+    #: summary offers
+    layout: bool = False
 
     def to_dict(self) -> dict:
         return {"applicability": self.applicability, "message": self.message,
-                "edits": [e.to_dict() for e in self.edits]}
+                "edits": [e.to_dict() for e in self.edits], **({"state_dict_layout": True} if self.layout else {})}
 
 
 @dataclass(frozen=True)
@@ -53,13 +62,30 @@ class LintFinding:
     fix: Fix | None = None
     cell: int | None = None  # notebooks: the cell (counted from 1 over all cells); lines are within it
     #: how often the reported code runs: "step" (every training step), "epoch" (per epoch or
-    #: evaluation), "once" (setup, converters, exports); see :mod:`pitstop.lint.frequency`
+    #: evaluation, or every N steps), "once" (setup, converters, exports), "unknown" (called only where
+    #: the lint cannot resolve the call: never claimed per step); see :mod:`pitstop.lint.frequency`
     frequency: str = "step"
+    #: the sub-pattern of the rule that made it ("" for the rule's main pattern): defaults are decided per
+    #: rule and sub-pattern from their measured precision (:mod:`pitstop.lint.defaults`)
+    pattern: str = ""
+    #: one of :data:`CONCERNS` (the rule's ``LintRule.concern``)
+    concern: str = "cost"
 
     @property
     def severity(self) -> str:
         """Follows the frequency: "high" (per step), "medium" (per epoch / evaluation), "low" (once)."""
         return _SEVERITY.get(self.frequency, "high")
+
+    @property
+    def hideable(self) -> bool:
+        """Left out of the default view: a cost finding in code that runs once or whose frequency is
+        unknown (``--all`` shows it); correctness, security and deprecation findings never are."""
+        return self.concern == "cost" and self.frequency in ("once", "unknown")
+
+    @property
+    def rule(self) -> str:
+        """``PIT201`` or, for a sub-pattern, ``PIT201/chain``: the unit whose precision is measured."""
+        return f"{self.code}/{self.pattern}" if self.pattern else self.code
 
     @property
     def location(self) -> str:
@@ -89,6 +115,8 @@ class LintFinding:
             "fix": self.fix.to_dict() if self.fix else None,
             "frequency": self.frequency,
             "severity": self.severity,
+            "concern": self.concern,
+            **({"pattern": self.pattern} if self.pattern else {}),
             **({"cell": self.cell} if self.cell is not None else {}),
         }
 

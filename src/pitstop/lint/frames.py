@@ -74,6 +74,7 @@ class Loop:
     over_loader: bool = False
     backward_calls: list = field(default_factory=list)  # (call, receiver expression)
     steps: list = field(default_factory=list)  # (call, conditional: bool)
+    step_tests: list = field(default_factory=list)  # the tests of the ``if``s between the loop and its steps
 
     @property
     def training(self) -> bool:
@@ -94,11 +95,19 @@ ACCUMULATION_NAME = re.compile(r"accum|sync|boundary|micro|update|step|iter|batc
 @dataclass(eq=False)
 class Cond:
     node: Any
-    guard: bool  # the body of an ``if`` whose test contains ``%``: runs every N steps
+    #: runs every N steps: the body of an ``if`` whose test contains ``%`` or names a periodic predicate
+    #: (``if should_log:``), or the rest of a block after a periodic guard clause (:mod:`pitstop.lint.guards`)
+    guard: bool
     orelse: bool = False
     #: the test can be an accumulation boundary: ``%``, an accumulation-like name, or a target of
     #: the enclosing loop (``if i == last``); a config switch (``if args.use_optimizer``) is not
     accumulation: bool = True
+    #: runs once per pass of the loop whose counter it tests: the body of ``if i == 0:`` (the counter's
+    #: name in ``counter``), or the rest of a block after ``if i != 0: continue``
+    once: bool = False
+    counter: str = ""
+    #: the frame stands for the rest of a block after a guard clause (``if not should_log: return``)
+    clause: bool = False
 
 
 @dataclass(eq=False)
@@ -147,6 +156,14 @@ class StepSite:
         idx = self.frames.index(loop)
         return any(isinstance(f, Cond) and (f.accumulation or not accumulation) for f in self.frames[idx + 1:])
 
+    def once_guard(self) -> Cond | None:
+        """The outermost once-guard (``if i == 0:``) around the node, if any."""
+        for f in self.frames:
+            if isinstance(f, Cond) and f.once:
+                return f
+        return None
+
     def per_step(self) -> bool:
-        """In a training loop (or a framework's per-step method) and not under an interval guard."""
-        return (self.loop() is not None or self.framework_step) and not self.guarded()
+        """In a training loop (or a framework's per-step method), not under an interval guard nor a
+        once-guard."""
+        return (self.loop() is not None or self.framework_step) and not self.guarded() and self.once_guard() is None

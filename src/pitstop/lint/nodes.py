@@ -8,7 +8,7 @@ __all__ = [
     "arg", "kwarg", "has_star_args", "positional", "is_true", "is_false", "int_value",
     "method", "receiver", "last_name", "string_value", "with_kwarg", "without_arg",
     "strip_parens", "contains_op", "has_kwargs_splat", "root_name", "number_value", "dotted",
-    "bound_names",
+    "bound_names", "names_in", "binary_ops",
 ]
 
 
@@ -192,3 +192,48 @@ def without_arg(call: cst.Call, target: cst.Arg) -> cst.Call:
     if args:
         args[-1] = args[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return call.with_changes(args=args)
+
+
+def names_in(node: cst.CSTNode | None) -> list[str]:
+    """The bare names an expression reads (``ni``, ``last_opt_step``, ``accumulate`` in ``ni - last >= accumulate``;
+    attribute chains give their root)."""
+    out: list[str] = []
+    stack = [node] if node is not None else []
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.Name):
+            out.append(n.value)
+        elif isinstance(n, cst.Attribute):
+            stack.append(n.value)
+        elif isinstance(n, cst.BinaryOperation):
+            stack += [n.left, n.right]
+        elif isinstance(n, cst.Comparison):
+            stack += [n.left, *(c.comparator for c in n.comparisons)]
+        elif isinstance(n, cst.BooleanOperation):
+            stack += [n.left, n.right]
+        elif isinstance(n, cst.UnaryOperation):
+            stack.append(n.expression)
+        elif isinstance(n, cst.Call):
+            stack += [a.value for a in n.args]
+    return out
+
+
+def binary_ops(node: cst.CSTNode | None, *ops: type) -> list[cst.BinaryOperation]:
+    """The binary operations with one of ``ops`` inside an expression (calls' arguments included)."""
+    out = []
+    stack = [node] if node is not None else []
+    while stack:
+        n = stack.pop()
+        if isinstance(n, cst.BinaryOperation):
+            if isinstance(n.operator, ops):
+                out.append(n)
+            stack += [n.left, n.right]
+        elif isinstance(n, cst.Call):
+            stack += [a.value for a in n.args]
+            if isinstance(n.func, cst.Attribute):  # ``np.interp(ni, xi, [1, nbs / bs]).round()``
+                stack.append(n.func.value)
+        elif isinstance(n, (cst.List, cst.Tuple)):
+            stack += [e.value for e in n.elements]
+        elif isinstance(n, cst.UnaryOperation):
+            stack.append(n.expression)
+    return out

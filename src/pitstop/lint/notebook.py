@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pitstop.lint.findings import FileResult, LintFinding
 from pitstop.lint.ipynb import Notebook, cell_source, fixed_document, is_notebook, read_notebook
+from pitstop.lint.view import EVERYTHING, View
 from pitstop.lint.runner import (DEFAULT_MAX_FILE_SIZE, bad_input_reported, fix_source, lint_source, read_source,
                                  rules_for, write_fixed)
 
@@ -44,13 +45,14 @@ def dump(doc: dict, indent: int | None) -> str:
 
 
 def lint_notebook_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = False, unsafe: bool = False,
-                       diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE, project=None) -> FileResult:
+                       diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE, project=None,
+                       view: View = EVERYTHING) -> FileResult:
     """Lint (and with ``fix``/``diff`` fix) one notebook, like ``runner.lint_file`` does a
     Python file (``project``: the project index, when the runner builds one). Never raises for
     bad input."""
     result = FileResult(display)
     rules = rules_for(codes)
-    context = () if project is None else (project, path)
+    context = (project, path if project is not None else None, view)
     with bad_input_reported(result):
         text, encoding = read_source(Path(path), max_size)
         nb = read_notebook(text)

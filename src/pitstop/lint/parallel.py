@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 
 from pitstop.lint.findings import FileError, FileResult, LintFinding
 from pitstop.lint.notebook import is_notebook, lint_notebook_file
-from pitstop.lint.project import ProjectIndex, index_for, index_signature
+from pitstop.lint.index.project import ProjectIndex, index_for, index_signature
 from pitstop.lint.runner import DEFAULT_MAX_FILE_SIZE, all_rule_classes, lint_file
+from pitstop.lint.view import EVERYTHING, View
 from pitstop.machine import usable_cores
 
 __all__ = ["Task", "LintOptions", "LintRun", "run_tasks"]
@@ -38,6 +39,7 @@ class LintOptions:
     diff: bool = False
     max_size: int = DEFAULT_MAX_FILE_SIZE
     jobs: int = 0  # 0: one per core
+    view: View = EVERYTHING  # what the run keeps, shows and fixes (pitstop.lint.view)
 
 
 @dataclass
@@ -60,7 +62,7 @@ class LintRun:
 def _one(task: Task, opts: LintOptions, project: ProjectIndex | None = None) -> FileResult:
     lint = lint_notebook_file if is_notebook(task.path) else lint_file
     result = lint(task.path, task.display, task.codes, fix=opts.fix and task.may_write, unsafe=opts.unsafe,
-                  diff=opts.diff, max_size=opts.max_size, project=project)
+                  diff=opts.diff, max_size=opts.max_size, project=project, view=opts.view)
     if opts.fix and not task.may_write and any(f.fix is not None for f in result.findings):
         result.note = ("not fixed: a symbolic link to a file outside the linted folder (run `pitstop lint --fix` on "
                        "the file it points to)")

@@ -17,22 +17,23 @@ def _fixable(f: LintFinding, unsafe: bool) -> bool:
 
 
 #: text order and SARIF/GitHub level per frequency (severity follows frequency)
-_ORDER = {"step": 0, "epoch": 1, "once": 2}
-_LEVEL = {"step": "error", "epoch": "warning", "once": "note"}
-_GITHUB = {"step": "error", "epoch": "warning", "once": "notice"}
-_WHEN = {"step": "", "epoch": "[per epoch/eval] ", "once": "[once] "}
+_ORDER = {"step": 0, "epoch": 1, "unknown": 2, "once": 3}
+_LEVEL = {"step": "error", "epoch": "warning", "once": "note", "unknown": "note"}
+_GITHUB = {"step": "error", "epoch": "warning", "once": "notice", "unknown": "notice"}
+_WHEN = {"step": "", "epoch": "[per epoch/eval] ", "once": "[once] ", "unknown": "[frequency unknown] "}
 
 
-def shown(findings: list[LintFinding], show_all: bool) -> list[LintFinding]:
-    """The findings a reader sees: per-step ones first, then per-epoch ones, one-time sites only with ``--all``."""
-    kept = [f for f in findings if show_all or f.frequency != "once"]
+def shown(findings: list[LintFinding], view) -> list[LintFinding]:
+    """The findings every output prints (``view``: :class:`pitstop.lint.view.View`): per-step ones first, then
+    per-epoch ones, one-time cost findings only with ``--all``."""
+    kept = [f for f in findings if view.shows(f)]
     return sorted(kept, key=lambda f: (_ORDER.get(f.frequency, 0), f.sort_key()))
 
 
 def hidden_note(hidden: int) -> str:
     """The summary line counting one-time findings left out ("" when none)."""
-    return (f"{hidden} finding{'s' * (hidden != 1)} in code that runs once (setup, converters, exports) "
-            "not shown: `--all` shows them.") if hidden else ""
+    return (f"{hidden} finding{'s' * (hidden != 1)} in code that runs once or whose frequency is unknown "
+            "(setup, converters, exports) not shown: `--all` shows them.") if hidden else ""
 
 
 def text(findings: list[LintFinding], unsafe: bool = False) -> str:
@@ -72,7 +73,9 @@ def summary(findings: list[LintFinding], fixed: int, unsafe: bool, errors: int =
     if hidden:
         lines.append(hidden_note(hidden))
     safe = sum(1 for f in findings if f.fix and f.fix.applicability == "safe")
-    hidden = sum(1 for f in findings if f.fix and f.fix.applicability == "unsafe")
+    # a fix that changes a state_dict layout is never offered (issue 42): --unsafe-fixes applies it, its
+    # message says what silently breaks
+    hidden = sum(1 for f in findings if f.fix and f.fix.applicability == "unsafe" and not f.fix.layout)
     if unsafe:
         safe, hidden = safe + hidden, 0
     if safe or hidden:

@@ -72,9 +72,16 @@ class LintRule(Face, face="L"):
     #: ``DummyModel``, ``ToyNet``: classes/functions named dummy/boring/toy/mock/fake/placeholder)
     dummy_models: ClassVar[bool] = True
     #: how often a finding's code runs (:mod:`pitstop.lint.frequency`): ``"site"``, that of the reported
-    #: line; ``"step"``, every step whatever the line (a DataLoader's workers, a layer's size, an
-    #: optimizer's implementation: set up once, paid every step)
+    #: line; ``"step"``, every step whatever the line (a layer's size, an optimizer's implementation: set
+    #: up once, paid every step); ``"use"``, that of the loops that use the object the reported call
+    #: builds (a DataLoader's workers and pinning are paid per batch of the loop that iterates it; a
+    #: sampler's missing ``set_epoch`` per epoch of it), ``use_default`` when no such loop is in the file
     runs: ClassVar[str] = "site"
+    use_default: ClassVar[str] = "step"
+    #: what the rule is about (:data:`pitstop.lint.findings.CONCERNS`): only ``"cost"`` findings are hidden
+    #: from the default view when their code runs once; wrong results, unsafe loads and deprecated calls
+    #: are shown whatever their frequency
+    concern: ClassVar[str] = "cost"
     #: node class name -> (visit method names, leave method names); filled per subclass
     hooks: ClassVar[dict[str, tuple[tuple[str, ...], tuple[str, ...]]]] = {}
 
@@ -89,8 +96,10 @@ class LintRule(Face, face="L"):
         cls.hooks = {k: (tuple(v), tuple(lv)) for k, (v, lv) in hooks.items()}
         if cls.tip and not cls.message:
             raise TypeError(f"{cls.__qualname__}: a lint rule needs a message")
-        if cls.runs not in ("site", "step"):
-            raise ValueError(f"{cls.__qualname__}: runs must be 'site' or 'step'")
+        if cls.runs not in ("site", "step", "use") or cls.use_default not in ("step", "epoch"):
+            raise ValueError(f"{cls.__qualname__}: runs must be 'site', 'step' or 'use' (use_default 'step' or 'epoch')")
+        if cls.concern not in ("cost", "correctness", "security", "deprecation"):
+            raise ValueError(f"{cls.__qualname__}: concern must be cost, correctness, security or deprecation")
         if cls.fix not in (None, SAFE, UNSAFE):
             raise ValueError(f"{cls.__qualname__}: fix must be 'safe', 'unsafe' or None")
 
@@ -102,12 +111,19 @@ class LintRule(Face, face="L"):
         return self.tip
 
     def report(self, node: Any, message: str | None = None, *, fix: FixSpec | None = None,
-               when: Callable[[], bool] | None = None, function: Any = None) -> None:
+               when: Callable[[], bool] | None = None, function: Any = None, pattern: str = "",
+               use: Any = None, runs: str | None = None) -> None:
         """Report ``node``; ``when`` (evaluated after the whole file was seen) can veto it; ``function``:
-        the FunctionDef the finding is about (a decorator, a name), whose frequency it takes."""
+        the FunctionDef the finding is about (a decorator, a name), whose frequency it takes; ``pattern``:
+        the rule's sub-pattern that matched ("" for its main one), measured and defaulted on its own
+        (:mod:`pitstop.lint.defaults`); ``use``: with ``runs = "use"``, the call whose object's uses
+        give the frequency (default ``node``); ``runs``: this report's own (``"pass:epoch"``: as often as a loop
+        over the object starts, ``"epoch"`` when none is found)."""
         if not self.in_tests and self.ctx.in_unit_test() or not self.dummy_models and self.ctx.in_dummy_model():
             return
-        self.ctx.report(self.tip, node, message or self.message, fix, when, self.runs, function)
+        runs = runs or (self.runs if self.runs != "use" else f"use:{self.use_default}")
+        self.ctx.report(self.tip, node, message or self.message, fix, when, runs, function, pattern, self.concern,
+                        use if use is not None else node)
 
     def finish(self) -> None:
         """Called once after the traversal, for rules that decide on the whole file."""

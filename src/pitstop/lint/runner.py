@@ -21,6 +21,7 @@ from pitstop.lint.context import FileContext, FixSpec, Pending
 from pitstop.lint.findings import Edit, FileError, FileResult, LintFinding, Fix, ParseError
 from pitstop.lint.nodes import strip_parens
 from pitstop.lint.rule import SAFE
+from pitstop.lint.view import EVERYTHING, View
 
 __all__ = ["lint_source", "fix_source", "lint_file", "rules_for", "all_rule_classes", "ParseError",
            "DEFAULT_MAX_FILE_SIZE", "is_valid_python", "compiles_here", "read_source", "bad_input_reported",
@@ -160,11 +161,13 @@ def is_valid_python(source: str, filename: str = "<fixed>") -> bool:
     return True
 
 
-def lint_source(source: str, filename: str, rules: list[type], project=None, path: str | None = None) -> list[LintFinding]:
+def lint_source(source: str, filename: str, rules: list[type], project=None, path: str | None = None,
+                view: View = EVERYTHING) -> list[LintFinding]:
     """Findings of ``rules`` in ``source`` (sorted, ``# noqa`` applied). Raises ParseError.
 
-    ``project`` (a :class:`pitstop.lint.project.ProjectIndex`) lets rules look at the other
-    linted files; ``path`` is where the file lies (default: ``filename``)."""
+    ``project`` (a :class:`pitstop.lint.index.project.ProjectIndex`) lets rules look at the other
+    linted files; ``path`` is where the file lies (default: ``filename``); ``view`` drops the findings of
+    sub-patterns it does not select (preview ones, by default on the command line)."""
     silenced = _file_noqa(source)
     if silenced == {"*"}:
         return []
@@ -187,7 +190,7 @@ def lint_source(source: str, filename: str, rules: list[type], project=None, pat
     seen = set()
     for p in pending:
         f = _finding(p, filename, module, positions, starts)
-        if f is None or (f.code, f.line, f.column) in seen or _noqa(lines, f):
+        if f is None or (f.code, f.line, f.column) in seen or _noqa(lines, f) or not view.selects(f.code, f.pattern):
             continue
         seen.add((f.code, f.line, f.column))
         out.append(f)
@@ -209,7 +212,8 @@ def _finding(p: Pending, filename, module, positions, starts) -> LintFinding | N
         return None
     fix = _resolve_fix(p.fix, module, positions, starts) if p.fix else None
     return LintFinding(p.code, slug(p.code), p.message, filename, rng.start.line, rng.start.column + 1,
-                       rng.end.line, rng.end.column + 1, fix, frequency=p.frequency)
+                       rng.end.line, rng.end.column + 1, fix, frequency=p.frequency, pattern=p.pattern,
+                       concern=p.concern)
 
 
 def _resolve_fix(spec: FixSpec, module, positions, starts) -> Fix | None:
@@ -222,7 +226,7 @@ def _resolve_fix(spec: FixSpec, module, positions, starts) -> Fix | None:
         start = starts[rng.start.line - 1] + rng.start.column
         end = starts[rng.end.line - 1] + rng.end.column
         edits.append(Edit(content, rng.start.line, rng.start.column + 1, rng.end.line, rng.end.column + 1, start, end))
-    return Fix(spec.applicability, spec.message, tuple(sorted(edits, key=lambda e: e.start)))
+    return Fix(spec.applicability, spec.message, tuple(sorted(edits, key=lambda e: e.start)), spec.layout)
 
 
 # -- fixes -------------------------------------------------------------------------------
@@ -243,21 +247,25 @@ def _apply(source: str, fixes: list[Fix]) -> tuple[str, int]:
 
 
 def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = False, project=None,
-               path: str | None = None) -> tuple[str, list[LintFinding], int, str]:
+               path: str | None = None, view: View = EVERYTHING) -> tuple[str, list[LintFinding], int, str]:
     """Apply fixes until none applies. Returns (text, remaining findings, fixes applied, note).
+
+    Only the findings ``view`` shows are fixed (issue 42: ``--fix`` acts on what the report shows; without
+    ``--all`` a one-time finding keeps its code as it is). A fix that changes a state_dict layout is unsafe.
 
     Every round's result must parse and compile; a fix that breaks that is dropped (tried
     alone), so the returned text is always valid Python. A file in syntax newer than this
     interpreter (linted through libcst) gets no fixes: they could not be compiled to check them.
     Raises ParseError for the input."""
-    findings = lint_source(source, filename, rules, project, path)
+    findings = lint_source(source, filename, rules, project, path, view)
     applied, note, refused = 0, "", set()
-    if any(f.fix and (f.fix.applicability == SAFE or unsafe) for f in findings) and not compiles_here(source, filename):
+    if any(f.fix and (f.fix.applicability == SAFE or unsafe) and view.shows(f) for f in findings) \
+            and not compiles_here(source, filename):
         return source, findings, 0, (f"fixes not applied: the file uses syntax newer than Python "
                                      f"{sys.version_info[0]}.{sys.version_info[1]}, which runs pitstop and "
                                      "must compile a fixed file to check it")
     for _ in range(MAX_FIX_ROUNDS):
-        todo = [f for f in findings if f.fix and (f.fix.applicability == SAFE or unsafe)
+        todo = [f for f in findings if f.fix and (f.fix.applicability == SAFE or unsafe) and view.shows(f)
                 and _key(f, source) not in refused]
         if not todo:
             return source, findings, applied, note
@@ -274,7 +282,7 @@ def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = Fal
             if n == 0:
                 continue
         source, applied = new, applied + n
-        findings = lint_source(source, filename, rules, project, path)
+        findings = lint_source(source, filename, rules, project, path, view)
     note = note or f"fixes did not settle after {MAX_FIX_ROUNDS} rounds"
     return source, findings, applied, note
 
@@ -311,23 +319,26 @@ def read_source(path: Path, max_size: int = DEFAULT_MAX_FILE_SIZE) -> tuple[str,
 
 
 def lint_file(path: str, display: str, codes: tuple[str, ...], *, fix: bool = False, unsafe: bool = False,
-              diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE, project=None) -> FileResult:
+              diff: bool = False, max_size: int = DEFAULT_MAX_FILE_SIZE, project=None,
+              view: View = EVERYTHING) -> FileResult:
     """Lint (and with ``fix``/``diff`` fix) one file. Never raises for bad input."""
     result = FileResult(display)
     rules = rules_for(codes)
     with bad_input_reported(result):
         source, encoding = read_source(Path(path), max_size)
         if not (fix or diff):
-            result.findings = lint_source(source, display, rules, project, path)
+            result.findings = lint_source(source, display, rules, project, path, view)
             return result
-        new, result.findings, result.fixed, result.note = fix_source(source, display, rules, unsafe, project, path)
+        new, result.findings, result.fixed, result.note = fix_source(source, display, rules, unsafe, project, path,
+                                                                     view)
         if new != source:
             if diff:
                 result.diff = "".join(difflib.unified_diff(
                     source.splitlines(keepends=True), new.splitlines(keepends=True),
                     fromfile=f"a/{display}", tofile=f"b/{display}"))
             else:
-                write_fixed(result, path, new, encoding, relint=lambda: lint_source(source, display, rules, project, path))
+                write_fixed(result, path, new, encoding,
+                            relint=lambda: lint_source(source, display, rules, project, path, view))
     return result
 
 

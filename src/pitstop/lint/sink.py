@@ -16,6 +16,7 @@ class FixSpec:
     applicability: str
     message: str
     edits: tuple  # ((original node, replacement: str | CSTNode), ...)
+    layout: bool = False  # changes the state_dict layout (see pitstop.lint.findings.Fix.layout)
 
 
 @dataclass
@@ -29,6 +30,9 @@ class Pending:
     runs: str = "site"  # the rule's LintRule.runs
     frequency: str = "step"  # judged once the file was walked
     function: Any = None  # a FunctionDef the report is about (its frequency is the report's)
+    pattern: str = ""  # the rule's sub-pattern ("" for its main one)
+    concern: str = "cost"  # the rule's LintRule.concern
+    use: Any = None  # runs="use": the node whose uses (loops over the bound object) give the frequency
 
 
 class ReportSink:
@@ -36,15 +40,17 @@ class ReportSink:
     class it is mixed into."""
 
     def report(self, code: str, node: Any, message: str, fix: FixSpec | None, when, runs: str = "site",
-               function: Any = None) -> None:
+               function: Any = None, pattern: str = "", concern: str = "cost", use: Any = None) -> None:
         where = None if self.walked else self.where()
-        self.pending.append(Pending(code, node, message, fix, when, where, runs, function=function))
+        self.pending.append(Pending(code, node, message, fix, when, where, runs, function=function, pattern=pattern,
+                                    concern=concern, use=use))
 
     def source_of(self, node: cst.CSTNode) -> str:
         """The source text of ``node`` (``code`` is a tip's code everywhere else)."""
         return self.module.code_for_node(node)
 
     @staticmethod
-    def fix(applicability: str, message: str, *edits: tuple) -> FixSpec:
-        """A fix made of ``(node, replacement)`` edits; a replacement is code or a node."""
-        return FixSpec(applicability, message, tuple(edits))
+    def fix(applicability: str, message: str, *edits: tuple, layout: bool = False) -> FixSpec:
+        """A fix made of ``(node, replacement)`` edits; a replacement is code or a node. ``layout``: the fix
+        changes the model's state_dict layout (always unsafe; its message must say what silently breaks)."""
+        return FixSpec("unsafe" if layout else applicability, message, tuple(edits), layout)

@@ -18,6 +18,7 @@ from typing import Callable
 import libcst as cst
 
 from pitstop.lint.frames import ACCUMULATION_NAME, Cond, Loop, Scope, WithBlock
+from pitstop.lint.guards import ONCE, PERIODIC, classify, clause
 from pitstop.lint.matchers import MODULE_BASES
 from pitstop.lint.nodes import bound_names, dotted, last_name, string_value
 
@@ -74,6 +75,7 @@ class FileWalk:
             cst.Module: self._walk_module, cst.FunctionDef: self._walk_function,
             cst.Lambda: self._walk_lambda, cst.ClassDef: self._walk_class, cst.For: self._walk_for,
             cst.While: self._walk_while, cst.If: self._walk_if, cst.With: self._walk_with,
+            cst.IndentedBlock: self._walk_block,
         }
         self._pre = {cst.Call: self._pre_call, cst.Import: self._pre_import, cst.ImportFrom: self._pre_import_from,
                      cst.SimpleString: self._pre_string, cst.FormattedString: self._pre_string,
@@ -88,8 +90,12 @@ class FileWalk:
             rule.finish()
         kept = [p for p in self.pending if p.when is None or p.when()]
         for p in kept:
-            p.frequency = "step" if p.runs == "step" else self.function_frequency(p.function) \
-                if p.function is not None else self.frequency(p.where)
+            if p.runs == "step":
+                p.frequency = "step"
+            elif p.runs.startswith(("use:", "pass:")):
+                p.frequency = self.use_frequency(p.use, p.runs.startswith("pass:"), p.runs.split(":", 1)[1])
+            else:
+                p.frequency = self.function_frequency(p.function) if p.function is not None else self.frequency(p.where)
         return kept
 
     def _plan(self, t: type) -> tuple:
@@ -191,6 +197,7 @@ class FileWalk:
         for name in targets:
             self.scope.bind(name)
         loop = Loop(node, self.scope, targets, self._iterates_loader(node.iter))
+        self._record_loop(node.iter, loop)
         self._in_frame(loop, node.body)
         if node.orelse is not None:
             self._walk(node.orelse)
@@ -205,9 +212,37 @@ class FileWalk:
         self._walk(node.test)
         guard = find(node.test, lambda n: isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo))
         accumulation = guard is not None or self._accumulation_test(node.test)
-        self._in_frame(Cond(node, guard is not None, accumulation=accumulation), node.body)
+        kind, positive = classify(node.test, self._bound_value, self._loop_targets())
+        counter = _counter(node.test) if kind == ONCE else ""
+        body = Cond(node, guard is not None or kind == PERIODIC and positive, accumulation=accumulation,
+                    once=kind == ONCE and positive, counter=counter)
+        self._in_frame(body, node.body)
         if node.orelse is not None:
-            self._in_frame(Cond(node, False, orelse=True, accumulation=accumulation), node.orelse)
+            self._in_frame(Cond(node, kind == PERIODIC and not positive, orelse=True, accumulation=accumulation,
+                                once=kind == ONCE and not positive, counter=counter), node.orelse)
+
+    def _walk_block(self, node: cst.IndentedBlock) -> None:
+        """The statements of a block; after a guard clause (``if not should_log: return``, ``if step % N:
+        continue``, ``if i != 0: continue``) the rest of the block runs every N steps (or once)."""
+        pushed = 0
+        try:
+            for stmt in node.body:
+                self._walk(stmt)
+                kind = clause(stmt, self._bound_value, self._loop_targets()) if isinstance(stmt, cst.If) else None
+                if kind is not None:
+                    self.stack.append(Cond(stmt, kind == PERIODIC, accumulation=True, once=kind == ONCE,
+                                           counter=_counter(stmt.test) if kind == ONCE else "", clause=True))
+                    pushed += 1
+        finally:
+            if pushed:
+                del self.stack[-pushed:]
+
+    def _bound_value(self, name: str):
+        """The expression a name of the current function is bound to (None: unknown)."""
+        return self.scope.lookup(name)
+
+    def _loop_targets(self) -> frozenset:
+        return frozenset(t for f in self.function_frames() if isinstance(f, Loop) for t in f.targets)
 
     def _accumulation_test(self, test: cst.BaseExpression) -> bool:
         loop = self.loop()
@@ -246,7 +281,7 @@ class FileWalk:
     def _pre_string(self, node: cst.CSTNode) -> None:
         if not self.cuda_implied:
             s = string_value(node)
-            if s is not None and s.startswith("cuda"):
+            if s is not None and (s.startswith("cuda") or s == "nccl"):  # NCCL runs on CUDA devices only
                 self.cuda_implied = True
 
     def _pre_attribute(self, node: cst.Attribute) -> None:
@@ -264,6 +299,7 @@ class FileWalk:
             return
         name = func.attr.value
         if name in ("backward", "manual_backward"):
+            self.trains_here = True
             loop = self.loop()
             if loop is not None:
                 loop.backward_calls.append((node, self.backward_loss(node)))
@@ -273,9 +309,13 @@ class FileWalk:
             if self.is_optimizer(func.value) or (
                     node.args and "scaler" in (last_name(func.value) or "").lower()
                     and self.is_optimizer(node.args[0].value)):
+                self.trains_here = True
                 loop = self.loop()
                 if loop is not None:
-                    loop.steps.append((node, self.site().conditional(loop, accumulation=True)))
+                    site = self.site()
+                    loop.steps.append((node, site.conditional(loop, accumulation=True)))
+                    loop.step_tests.extend(f.node.test for f in site.frames[site.frames.index(loop) + 1:]
+                                           if isinstance(f, Cond))
                 else:
                     self.step_bodies.add(self.current_function())
         elif name == "cuda":
@@ -293,6 +333,8 @@ class FileWalk:
     def _post_assign(self, node) -> None:
         value = node.value
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+        if isinstance(value, cst.Call):
+            self._record_binding(value, targets)
         for target in targets:
             key = dotted(target)
             if key is not None:
@@ -300,6 +342,18 @@ class FileWalk:
             else:
                 for name in bound_names(target):
                     self.scope.bind(name)
+
+
+def _counter(test: cst.BaseExpression) -> str:
+    """The name a once-test compares (``ni`` in ``if ni == 0:``, ``not i != 0``)."""
+    while isinstance(test, cst.UnaryOperation):
+        test = test.expression
+    if isinstance(test, cst.Comparison):
+        for side in (test.left, test.comparisons[0].comparator):
+            name = last_name(side) if isinstance(side, (cst.Name, cst.Attribute)) else None
+            if name is not None:
+                return name
+    return ""
 
 
 def callable_params(params: cst.Parameters) -> list[str]:

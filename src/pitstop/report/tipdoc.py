@@ -7,7 +7,8 @@ from pathlib import Path
 
 from pitstop.catalog import FACES
 
-__all__ = ["faces_label", "print_tips", "tip_markdown", "index_markdown", "where_text"]
+__all__ = ["faces_label", "print_tips", "tip_markdown", "index_markdown", "where_text", "lint_label", "lint_lines",
+           "tip_json"]
 
 
 def faces_label(tip) -> str:
@@ -17,18 +18,63 @@ def faces_label(tip) -> str:
     return " ".join(f if f in done else f.lower() for f in letters)
 
 
+def _figures(tip) -> list:
+    """The measured figures of the tip's lint rule (main pattern first), or [] without a lint face."""
+    if "L" not in tip.implemented_faces():
+        return []
+    from pitstop.lint.defaults import figures_of_code
+
+    return figures_of_code(tip.code)
+
+
+def lint_label(tip) -> str:
+    """``on 1.00/62`` (on by default, precision over right+wrong labelled findings) or ``preview 0.86/14``;
+    a sub-pattern with another status adds ``+1 preview`` / ``+1 on``; "" without a lint face."""
+    figs = _figures(tip)
+    if not figs:
+        return ""
+    main = figs[0]
+    n = main.right + main.wrong
+    text = f"{'on' if main.stable else 'preview'} {main.precision:.2f}/{n}" if n else \
+        ("on" if main.stable else "preview") + " -/0"
+    others = [f for f in figs[1:] if f.stable != main.stable]
+    if others:
+        text += f" +{len(others)} {'on' if others[0].stable else 'preview'}"
+    return text
+
+
+def lint_lines(tip) -> list[str]:
+    """``pitstop explain``'s lines on the lint rule's measured precision and default status, one per sub-pattern."""
+    from pitstop.lint.defaults import status_line
+
+    return [f"{'Lint' if not f.pattern else f'Lint sub-pattern `{f.pattern}`'}: {status_line(f)}" for f in _figures(tip)]
+
+
+def tip_json(tip) -> dict:
+    """``tip.to_dict()`` plus, for a tip with a lint face, each rule/sub-pattern's measured figure and status."""
+    out = tip.to_dict()
+    figs = _figures(tip)
+    if figs:
+        out["lint"] = [{"rule": f.rule, "default": f.stable, "right": f.right, "wrong": f.wrong,
+                        "debatable": f.debatable, "precision": f.precision,
+                        "pending": f.pending_right + f.pending_wrong + f.pending_debatable} for f in figs]
+    return out
+
+
 def print_tips(tips: list, console) -> None:
-    """The ``pitstop tips`` table (code, slug, faces, title) and the faces legend."""
+    """The ``pitstop tips`` table (code, slug, faces, lint default and measured precision, title) and the legends."""
     from rich.table import Table
 
     table = Table(title=f"pitstop tips ({len(tips)})", title_justify="left")
-    for col in ("code", "slug", "faces", "title"):
+    for col in ("code", "slug", "faces", "lint", "title"):
         table.add_column(col, overflow="fold")
     for t in tips:
-        table.add_row(t.code, t.slug, faces_label(t), t.title)
+        table.add_row(t.code, t.slug, faces_label(t), lint_label(t), t.title)
     console.print(table)
     console.print("faces: upper case implemented, lower case planned; "
                   + ", ".join(f"{k}={v}" for k, v in FACES.items()))
+    console.print("lint: on by default or preview (`pitstop lint --preview`), then the measured precision over the "
+                  "right and wrong labelled real findings (`pitstop explain CODE` says more)")
 
 
 def tip_markdown(tip) -> str:
@@ -44,6 +90,7 @@ def tip_markdown(tip) -> str:
         f"- Faces: {face_line}" + (f"; planned: {', '.join(f'{FACES[f]} ({f})' for f in planned)}" if planned else ""),
         f"- Seeds: {', '.join(tip.seeds) if tip.seeds else 'beyond the seeds'}",
     ]
+    lines += [f"- {line}" for line in lint_lines(tip)]
     if tip.engine:
         lines.append(f"- Engine: {tip.engine}")
     if tip.helpers:

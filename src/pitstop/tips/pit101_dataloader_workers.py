@@ -79,7 +79,7 @@ from pitstop.lint.rule import LintRule, nodes, scope
 
 class NumWorkersRule(LintRule, tip="PIT101"):
     message = "DataLoader loads batches in the training process (num_workers=0); set num_workers"
-    in_tests, runs = False, "step"
+    in_tests, runs = False, "use"  # paid per batch of the loops that iterate the loader
 
     def visit_Call(self, node):
         ctx = self.ctx

@@ -90,7 +90,7 @@ from pitstop.lint.rule import LintRule, nodes, scope
 
 
 class PinMemoryRule(LintRule, tip="PIT102"):
-    runs = "step"  # paid every step wherever the reported line is
+    runs = "use"  # paid per batch of the loops that iterate the loader (every step when they train)
     message = ("DataLoader without pin_memory=True while the file trains on CUDA: pinned batches copy faster, and "
                "overlap compute only when copied with .to(device, non_blocking=True) (Accelerate copies with "
                "non_blocking=False unless its DataLoaderConfiguration says otherwise)")
@@ -104,7 +104,10 @@ class PinMemoryRule(LintRule, tip="PIT102"):
         if a is None and not nodes.has_star_args(node) or a is not None and nodes.is_false(a.value):
             training = scope.loader_scope(ctx, node, in_memory=True)  # None: an evaluation / one-off / in-memory / test loader
             if training is not None and not scope.items_on_device(ctx, node):
-                self.report(node, when=lambda: ctx.cuda_implied and training())
+                # only in code that trains (issue 42): this file, or a loader it builds for another file of a
+                # training project; an evaluation script that iterates its own loader trains nothing
+                self.report(node, when=lambda: ctx.cuda_implied and training() and (ctx.trains or (
+                    ctx.project is not None and not ctx.used_here(node) and ctx.project.trains(ctx.path))))
 
 
 # --- doctor face ---

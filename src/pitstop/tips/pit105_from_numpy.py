@@ -24,7 +24,9 @@ class FromNumpy(Tip):
     what = """
         Flags `torch.tensor(x)` where `x` is a call chain rooted in NumPy (`np.*(...)`,
         `np.*(...).astype(...)`), or a name bound in the same scope to one, or to
-        `<t>.numpy()`. Reported at the call. The fix, `torch.from_numpy(x)`, is offered as
+        `<t>.numpy()`; not when it passes a `device=` other than the CPU (`torch.tensor(a,
+        dtype=..., device=cuda)` makes the one host-to-device copy it needs, and `from_numpy`
+        takes neither `dtype` nor `device`). Reported at the call. The fix, `torch.from_numpy(x)`, is offered as
         unsafe: the tensor then shares memory with the array, so a later write to either one
         changes both. `pitstop bench PIT105` times both on this machine.
     """
@@ -84,6 +86,9 @@ class FromNumpyRule(LintRule, tip="PIT105"):
         pos = nodes.positional(node)
         if not pos or not self._numpy(pos[0].value, by_name=True):
             return
+        device = nodes.kwarg(node, "device")
+        if device is not None and not (nodes.string_value(device.value) or "").startswith("cpu"):
+            return  # torch.tensor(array, device=cuda): the one host-to-device copy it needs; from_numpy takes no device
         fix = None
         if len(node.args) == 1 and isinstance(node.func, cst.Attribute):
             fix = ctx.fix(UNSAFE, "Use torch.from_numpy (the tensor shares memory with the array)",

@@ -151,7 +151,7 @@ class SyncInLoopRule(LintRule, tip="PIT201"):
         self.report(node, f"{' -> '.join([caller, *chain])}: runs every training step and reads a device value "
                           f"on the host (.{read}() at line {line}{'' if local else ' of its file'}): the CPU waits "
                           "for the device; keep the value on the device or read it every N steps",
-                    when=lambda: ctx.device_implied and ctx.runs_every_step(site, fn))
+                    when=lambda: ctx.device_implied and ctx.runs_every_step(site, fn), pattern="chain")
 
 
 # --- doctor face ---

@@ -104,7 +104,7 @@ class SyncCallsInLoopRule(LintRule, tip="PIT203"):
                 self.report(node, f"{' -> '.join([caller, *chain])}: torch.cuda.synchronize() every training step "
                                   f"(line {line}{'' if local else ' of its file'}): it stalls the CPU until the "
                                   "device is idle; time with CUDA events, or synchronize only when logging",
-                            when=lambda: ctx.runs_every_step(site, fn))
+                            when=lambda: ctx.runs_every_step(site, fn), pattern="chain")
 
 
 # --- doctor face ---

@@ -118,6 +118,7 @@ _NEW_API = {"GradScaler": re.compile(r"(?<!cuda)(?<!cpu)\.amp\.GradScaler\("),
 
 
 class DeprecatedAmpRule(LintRule, tip="PIT302"):
+    concern = "deprecation"  # never hidden as one-time: it breaks when torch removes it, however often it runs
     message = "deprecated AMP API; use torch.amp.autocast(device, ...) / torch.amp.GradScaler(device)"
     fix = SAFE
 

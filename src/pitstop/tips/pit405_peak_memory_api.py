@@ -90,6 +90,7 @@ _OLD = frozenset({"torch.cuda.reset_max_memory_allocated", "torch.cuda.reset_max
 
 
 class PeakMemoryApiRule(LintRule, tip="PIT405"):
+    concern = "deprecation"  # never hidden as one-time: it breaks when torch removes it, however often it runs
     message = "deprecated memory API; use torch.cuda.reset_peak_memory_stats()"
     fix = SAFE
 

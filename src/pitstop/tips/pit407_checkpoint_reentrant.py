@@ -70,6 +70,7 @@ _CALLS = frozenset({"torch.utils.checkpoint.checkpoint", "torch.utils.checkpoint
 
 
 class CheckpointReentrantRule(LintRule, tip="PIT407"):
+    concern = "deprecation"  # never hidden as one-time: it breaks when torch removes it, however often it runs
     runs = "step"  # paid every step wherever the reported line is
     message = "activation checkpoint without use_reentrant=; PyTorch warns and will change the default: pass use_reentrant=False"
     fix = SAFE

@@ -25,9 +25,13 @@ class ConvBiasBeforeBn(Tip):
         argument, or a literal `bias=True`) immediately followed by `nn.BatchNormNd(...)`; and in
         a Module, `self.<bn>(self.<conv>(…))` where `__init__` binds those names to such a ConvNd
         and a BatchNormNd. `bias=<variable>` is not flagged (the lint cannot know its value), nor
-        are unit tests and deliberate dummy models.
-        Reported at the conv constructor, with an unsafe fix `bias=False` (unsafe because the
-        state-dict keys change, so existing checkpoints no longer load strictly). At run time the
+        are unit tests, deliberate dummy models, and projects that load trained or ported weights
+        into their models (`from_pretrained`, `load_state_dict(..., strict=False)`, a `pretrained`
+        option, a state-dict converter, or a file saying it was modified from a URL): there the
+        bias is part of what the weights compute. Reported at the conv constructor, with a fix
+        `bias=False` that changes the state_dict layout: it is applied only with `--unsafe-fixes`,
+        never counted among the fixes offered, and its message says what silently breaks (a
+        `strict=False` load drops the trained bias and outputs change with no error). At run time the
         doctor looks for convolutions with a bias whose output goes straight into a BatchNorm.
     """
     why = """
@@ -79,6 +83,12 @@ _CONVS = frozenset({"torch.nn.Conv1d", "torch.nn.Conv2d", "torch.nn.Conv3d"})
 _BNS = frozenset({"torch.nn.BatchNorm1d", "torch.nn.BatchNorm2d", "torch.nn.BatchNorm3d"})
 
 
+#: what the fix breaks (issue 42: "state-dict keys change" understated it)
+_LAYOUT = ("Set bias=False: this changes the state_dict layout (the conv's bias key goes); a checkpoint saved "
+           "before no longer loads with strict=True, and a strict=False load silently drops its trained bias, so "
+           "outputs change with no error: retrain, or subtract the bias from the BatchNorm's running_mean first")
+
+
 class ConvBiasBeforeBnRule(LintRule, tip="PIT603"):
     runs = "step"  # paid every step wherever the reported line is
     message = "conv bias directly followed by BatchNorm: the BN mean subtraction cancels it; use bias=False"
@@ -99,12 +109,15 @@ class ConvBiasBeforeBnRule(LintRule, tip="PIT603"):
         return not nodes.has_star_args(call)
 
     def _report(self, call):
+        ctx = self.ctx
+        if ctx.project.pretrained(ctx.path) if ctx.project is not None else ctx.info.pretrained:
+            return  # a model that loads trained (or ported) weights: their conv biases are part of what it computes
         bias = nodes.arg(call, "bias", 7)
         fix = None
         if bias is None:
-            fix = self.ctx.fix(UNSAFE, "Set bias=False (state-dict keys change)", (call, nodes.with_kwarg(call, "bias", "False")))
+            fix = ctx.fix(UNSAFE, _LAYOUT, (call, nodes.with_kwarg(call, "bias", "False")), layout=True)
         elif nodes.is_true(bias.value):
-            fix = self.ctx.fix(UNSAFE, "Set bias=False (state-dict keys change)", (bias.value, "False"))
+            fix = ctx.fix(UNSAFE, _LAYOUT, (bias.value, "False"), layout=True)
         self.report(call, fix=fix)
 
     def visit_Call(self, node):

@@ -29,8 +29,11 @@ class MultipleOf8(Tip):
         output projection, `nn.Linear(d_model, vocab)`): a literal, a module-level name bound
         once to one (`VOCAB = 50257`), or an argparse option of the same file (`args.hidden`
         with `default=1000`; the message names the option). Reported at the size, no fix (the
-        size is a modelling choice). `nn.Embedding` is not flagged: a lookup is a gather, not a matmul, and
-        uses no tensor cores. Unit tests and deliberate dummy models (`BoringModel`,
+        size is a modelling choice). `nn.Embedding` is flagged for an `embedding_dim` that is
+        not a multiple of 8 and, as its own sub-pattern (`PIT604/embedding`, measured apart), for a
+        `num_embeddings` of 1000 or more that is not a multiple of 64: the lookup itself is a
+        gather that uses no tensor cores, but a language model's output head has the vocabulary's
+        size (often sharing this weight). Unit tests and deliberate dummy models (`BoringModel`,
         `DummyModel`, ...) are not flagged either. At run time the doctor checks the sizes of the layers and of the batch
         actually used when training runs on a GPU in fp16/bf16. `pitstop bench PIT604` times a
         matmul just below, at and just above a multiple of 8 on this machine.
@@ -93,6 +96,7 @@ _SIZES = {
     "torch.nn.LSTM": (("input_size", 0), ("hidden_size", 1)),
     "torch.nn.GRU": (("input_size", 0), ("hidden_size", 1)),
     "torch.nn.MultiheadAttention": (("embed_dim", 0),),
+    "torch.nn.Embedding": (("num_embeddings", 0), ("embedding_dim", 1)),
 }
 
 
@@ -121,6 +125,13 @@ class MultipleOf8Rule(LintRule, tip="PIT604"):
                 shown = f"{name}={self.ctx.source_of(a.value)} (" + (
                     f"{option.option} defaults to {v})" if option is not None else f"= {v})")
             if v is None:
+                continue
+            if layer == "Embedding" and name == "num_embeddings":  # its own sub-pattern, measured apart
+                if v >= 1000 and v % 64:
+                    self.report(a.value, f"Embedding {shown} is not a multiple of 64: an output head that shares or "
+                                         "mirrors this weight (a language model's vocabulary) runs a matmul of that "
+                                         f"size; pad it to {-(-v // 64) * 64} (the extra rows are never indexed)",
+                                pattern="embedding")
                 continue
             if v >= 64 and v % 8:
                 self.report(a.value, f"{layer} {shown} is not a multiple of 8; tensor cores want "

@@ -29,16 +29,19 @@ class InferenceMode(Tip):
         Flags an evaluation decorated with `@torch.no_grad()` or containing `with torch.no_grad():`,
         reported at the decorator or the `with`; and an evaluation that calls a model under
         neither `no_grad` nor `inference_mode`, reported at the function name. An evaluation is a
-        function named for it (`eval`, `valid`, `test`, `predict`, `infer`) that also loops over a
-        loader or switches a model to eval mode, trains nothing (no `.backward()`, no optimizer
-        step: `train_and_eval` is not one), and runs repeatedly: called per epoch or per step, not
-        once after training (names alone never make an evaluation). A "model call" is a call of
+        function named for it (`eval`, `valid`, `test`, `predict`, `infer`, `zero_shot`) that also
+        loops over a loader or switches a model to eval mode, or a function of any name that does
+        both; and it trains nothing (no `.backward()`, no optimizer step: `train_and_eval` is not
+        one). Names alone never make an evaluation. How often it runs is the finding's frequency:
+        an evaluation run once after training is a one-time finding (`pitstop lint --all` shows
+        it). A "model call" is a call of
         something named like a model (`model(x)`, `self.net(x)`), not a verb on one
         (`load_model(...)`), and never a function decorated `@torch.no_grad()`/`inference_mode()`
         in the file or the project. Not flagged: unit tests, the hooks of a framework class (a
         LightningModule's `validation_step`: the Trainer already runs it without autograd), and
-        files that shard the model with FSDP or DeepSpeed (their parameter all-gathers fail under
-        `inference_mode` on older torch; the message carries that caveat). The fix
+        projects whose code shards the model with FSDP (`fully_shard`, `FullyShardedDataParallel`)
+        or DeepSpeed in any linted file, not only the evaluating one (their parameter all-gathers
+        fail under `inference_mode` on older torch; the message carries that caveat). The fix
         `torch.inference_mode()` is offered as unsafe (its outputs cannot enter autograd later).
         At run time the doctor checks whether evaluation forward passes run with gradient
         recording enabled.
@@ -93,17 +96,18 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 #: the caveat every PIT605 message carries (issue 31): a sharded model's all-gather runs inside the forward
 _FSDP = " (not under FSDP or DeepSpeed ZeRO: their parameter all-gathers fail under inference_mode on older torch)"
-#: files where evaluation runs a sharded model or inside a framework's trainer: no finding there
-_SHARDED = ("FullyShardedDataParallel", "fully_shard", "deepspeed", "FSDP")
 
 
 class _Eval:
     """What one candidate evaluation function does (the lint decides at its end)."""
 
-    __slots__ = ("node", "grad_off", "model_called", "evidence", "trains", "reports")
+    __slots__ = ("node", "grad_off", "model_called", "evidence", "trains", "reports", "named", "loops", "evals",
+                 "sharded")
 
     def __init__(self, node):
         self.node, self.grad_off, self.model_called, self.evidence, self.trains = node, False, False, False, False
+        self.named = self.loops = self.evals = False  # named for evaluation; loops over a loader; calls .eval()
+        self.sharded = False  # the project shards its model (FSDP, DeepSpeed)
         self.reports = []  # (node, expr) of each no_grad decorator / with item
 
 
@@ -125,11 +129,16 @@ class InferenceModeRule(LintRule, tip="PIT605"):
 
     def visit_FunctionDef(self, node):
         ctx = self.ctx
-        if not ctx.is_eval_function(node) or ctx.in_unit_test(node) or ctx.framework_class() is not None \
-                or any(w in (ctx.source or "") for w in _SHARDED):
-            self.stack.append(None)  # unit tests; framework hooks (the Trainer runs them without autograd); FSDP
+        if ctx.in_unit_test(node) or ctx.framework_class() is not None:
+            # unit tests; framework hooks (the Trainer runs them without autograd)
+            self.stack.append(None)
             return
         state = _Eval(node)
+        # a project that shards its model with FSDP or DeepSpeed anywhere in its code (issue 42: known from the
+        # project, not the file) keeps no_grad; an evaluation with autograd on still wants torch.no_grad()
+        state.sharded = ctx.shards_model
+        state.named = ctx.is_eval_function(node) or "zero_shot" in node.name.value.lower() \
+            or "zeroshot" in node.name.value.lower()
         for d in node.decorators:
             mode = ctx.grad_mode(d.decorator)
             if mode:
@@ -141,17 +150,18 @@ class InferenceModeRule(LintRule, tip="PIT605"):
     def leave_FunctionDef(self, node):
         state = self.stack.pop()
         # names alone never make an evaluation: it also loops over a loader or switches a model to eval
-        # mode, and trains nothing; and it must run repeatedly (per epoch, or per step of a full-batch
-        # training: GCN-like), never once
-        if state is None or not state.evidence or state.trains:
+        # mode, and trains nothing; a function of any name that does both (a zero-shot classification loop)
+        # is one too. How often it runs is the finding's frequency (issue 42: a one-time evaluation is a
+        # finding in code that runs once, shown with --all, never silenced)
+        if state is None or state.trains or not (state.named and state.evidence or state.loops and state.evals):
             return
-        ctx = self.ctx
-        repeated = lambda: ctx.function_frequency(node) != "once"  # noqa: E731
-        for where, expr in state.reports:
-            self.report(where, fix=self._fix(expr), function=node, when=repeated)
+        for where, expr in () if state.sharded else state.reports:
+            self.report(where, fix=self._fix(expr), function=node)
         if not state.grad_off and state.model_called:
-            self.report(node.name, f"`{node.name.value}` runs the model with autograd on; "
-                                   "wrap it in torch.inference_mode()" + _FSDP, function=node, when=repeated)
+            advice = ("wrap it in torch.no_grad() (the project shards its model: inference_mode breaks FSDP/DeepSpeed "
+                      "all-gathers on older torch)" if state.sharded else "wrap it in torch.inference_mode()" + _FSDP)
+            self.report(node.name, f"`{node.name.value}` runs the model with autograd on; " + advice, function=node,
+                        pattern="autograd-on")
 
     def _state(self):
         state = self.stack[-1] if self.stack else None
@@ -171,7 +181,7 @@ class InferenceModeRule(LintRule, tip="PIT605"):
     def visit_For(self, node):
         state = self._state()
         if state is not None and self.ctx.iterates_loader(node.iter):
-            state.evidence = True
+            state.evidence = state.loops = True
 
     visit_CompFor = visit_For  # [model(x) for x in loader]
 
@@ -183,7 +193,7 @@ class InferenceModeRule(LintRule, tip="PIT605"):
         if method == "enter_context" and node.args and self.ctx.grad_mode(node.args[0].value):
             state.grad_off = True  # stack.enter_context(torch.no_grad()) (detectron2's inference_on_dataset)
         elif method == "eval" and not node.args:
-            state.evidence = True
+            state.evidence = state.evals = True
         elif method in ("backward", "manual_backward") or method == "step" and self.ctx.is_optimizer(node.func.value):
             state.trains = True
         elif not state.model_called and self.ctx.is_model_call(node):

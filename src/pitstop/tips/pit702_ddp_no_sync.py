@@ -14,7 +14,8 @@ class DdpNoSync(Tip):
     truth = ""
 
     what = """
-        Flags a file that uses `DistributedDataParallel`, whose training loop calls `.step()`
+        Flags a file that uses `DistributedDataParallel` (directly, or through a function of the
+        linted project that returns one, such as a `smart_DDP(model)` helper), whose training loop calls `.step()`
         under a condition (gradient accumulation) and never uses `no_sync`. It reports at the
         backward call and offers no fix: which micro-steps may skip the sync depends on your
         loop. At run time (`pitstop doctor --nproc-per-node N`) the doctor counts the gradient
@@ -80,7 +81,7 @@ class DdpNoSync(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, nodes
+from pitstop.lint.rule import LintRule, cst, nodes
 
 class DdpNoSyncRule(LintRule, tip="PIT702"):
     runs = "step"  # paid every step wherever the reported line is
@@ -98,8 +99,8 @@ class DdpNoSyncRule(LintRule, tip="PIT702"):
             self.no_sync = True
 
     def visit_Call(self, node):
-        if self.ctx.is_ddp(node):
-            self.ddp = True
+        if self.ctx.is_ddp(node) or isinstance(node.func, cst.Name) and self.ctx.wraps_ddp(node.func.value):
+            self.ddp = True  # DistributedDataParallel(...), or a helper of the project that returns one (smart_DDP)
         elif nodes.method(node) == "backward":
             self.backwards.append((node, self.ctx.site()))
 

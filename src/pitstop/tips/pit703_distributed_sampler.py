@@ -146,8 +146,9 @@ class DistributedSamplerRule(LintRule, tip="PIT703"):
         if project is not None and project.calls_method(self.ctx.path, "set_epoch"):
             self.set_epoch = True  # called in another module of the project (timm's train.py for its loader.py)
         if not self.set_epoch:
-            for node in self.samplers:
-                self.report(node, "DistributedSampler without sampler.set_epoch(epoch): every epoch sees the same order")
+            for node in self.samplers:  # its cost is every epoch's pass over the loader it feeds (issue 42)
+                self.report(node, "DistributedSampler without sampler.set_epoch(epoch): every epoch sees the same order",
+                            runs="pass:epoch")
 
 
 # --- doctor face ---

@@ -77,6 +77,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 
 class ZeroGradEveryMicroStepRule(LintRule, tip="PIT801"):
+    concern = "correctness"  # never hidden as one-time: a wrong result is wrong however often the code runs
     runs = "step"  # paid every step wherever the reported line is
     message = "zero_grad() every micro-step while step() is conditional: the accumulated gradients are wiped before each step"
     in_tests = False

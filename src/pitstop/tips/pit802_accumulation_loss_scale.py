@@ -81,9 +81,15 @@ class AccumulationLossScale(Tip):
 
 
 # --- lint face ---
-from pitstop.lint.rule import LintRule, cst, nodes
+import re  # noqa: E402
+
+from pitstop.lint.rule import LintRule, cst, nodes  # noqa: E402
 
 _ACCELERATORS = frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"})
+
+
+#: names of a batch size: the divisor of a count of micro-steps derived from a nominal batch
+_BATCH = re.compile(r"(?:^|_)(?:bs|batch|batch_size|bsz|micro_batch|mbs)(?:$|_)", re.I)
 
 
 def _is_grad(expr):
@@ -93,6 +99,7 @@ def _is_grad(expr):
 
 
 class LossScaleRule(LintRule, tip="PIT802"):
+    concern = "correctness"  # never hidden as one-time: a wrong result is wrong however often the code runs
     runs = "step"  # paid every step wherever the reported line is
     message = "gradients accumulated over micro-steps but the loss is not divided by their number: the step is k times too large"
     in_tests = False
@@ -120,6 +127,37 @@ class LossScaleRule(LintRule, tip="PIT802"):
             return  # with accelerator.accumulate(model): the framework scales and syncs
         self.backwards.append((node, ctx.site(), loss, ctx.framework_backward(node)))
 
+    def _nominal_batch(self, loop):
+        """The step runs every ``k`` micro-steps with ``k`` derived from a nominal batch: ``accumulate =
+        max(round(nbs / batch_size), 1)`` with ``nbs`` a constant (64), the count of micro-batches of the
+        size the learning rate and weight decay were tuned for; the summed gradient is what that batch gives."""
+        for test in loop.step_tests:
+            for name in nodes.names_in(test):
+                value = loop.scope.lookup(name)
+                for div in nodes.binary_ops(value, cst.Divide, cst.FloorDivide):
+                    left = loop.scope.lookup(div.left.value) if isinstance(div.left, cst.Name) else div.left
+                    if nodes.number_value(left) is not None and _BATCH.search(nodes.last_name(div.right) or ""):
+                        return True
+        return False
+
+    def _summed(self, recv, scope):
+        """The backward'ed loss is a batch's sum: ``reduction="sum"``, or made by a loss class or function (of this
+        file or a linted sibling) that returns its value times the batch size (``return loss * bs``)."""
+        ctx = self.ctx
+        for name in ctx.loss_names(recv):
+            value = scope.lookup(name) or ctx.unpacked_from(name)
+            call = value if isinstance(value, cst.Call) else None
+            if call is None:
+                continue
+            made = scope.lookup(call.func.value) if isinstance(call.func, cst.Name) else None
+            for c in (call, made):
+                if isinstance(c, cst.Call) and nodes.string_value((nodes.kwarg(c, "reduction") or cst.Arg(cst.Name("x"))).value) == "sum":
+                    return True
+            maker = nodes.last_name(made.func) if isinstance(made, cst.Call) else nodes.last_name(call.func)
+            if maker and ctx.returns_batch_sum(maker):
+                return True
+        return False
+
     def visit_AugAssign(self, node):
         if isinstance(node.operator, (cst.DivideAssign, cst.MultiplyAssign)) and _is_grad(node.target):
             self.grads_scaled.append(self.ctx.site())
@@ -141,6 +179,8 @@ class LossScaleRule(LintRule, tip="PIT802"):
             loop = site.inner_loop()
             if loop is None or not loop.conditional_step or nodes.contains_op(recv, cst.Divide):
                 continue
+            if self._nominal_batch(loop) or self._summed(recv, loop.scope):
+                continue  # each step is the gradient of a nominal batch's sum, which the hyperparameters fit
             if framework and self.framework_divides or any(loop in s.frames for s in self.grads_scaled):
                 continue
             names = self.ctx.loss_names(recv)

@@ -84,6 +84,7 @@ from pitstop.lint.rule import LintRule, cst, nodes  # noqa: E402
 
 
 class EvalModeRule(LintRule, tip="PIT803"):
+    concern = "correctness"  # never hidden as one-time: a wrong result is wrong however often the code runs
     message = "evaluation runs the model without model.eval(): dropout and BatchNorm stay in training mode"
     in_tests = False
 

@@ -70,6 +70,7 @@ from pitstop.lint.rule import UNSAFE, LintRule, cst, nodes
 
 
 class AliasNotCopyRule(LintRule, tip="PIT804"):
+    concern = "correctness"  # never hidden as one-time: a wrong result is wrong however often the code runs
     message = "`b = a` does not copy a tensor: the in-place op that follows changes both; use a.clone()"
     fix = UNSAFE
 

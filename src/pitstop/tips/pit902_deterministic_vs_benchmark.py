@@ -74,6 +74,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 
 class DeterministicVsBenchmarkRule(LintRule, tip="PIT902"):
+    concern = "correctness"  # never hidden as one-time: a wrong result is wrong however often the code runs
     runs = "step"  # paid every step wherever the reported line is
     message = "cudnn.benchmark = True contradicts cudnn.deterministic = True set in the same file: benchmark picks kernels by timing"
 

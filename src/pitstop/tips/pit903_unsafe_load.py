@@ -22,9 +22,12 @@ class UnsafeLoad(Tip):
     )
 
     what = """
-        Flags `torch.load(…, weights_only=False)`, reporting at the keyword. No fix is offered:
+        Flags `torch.load(…, weights_only=False)`, reporting at the keyword, however often the
+        code runs (running once does not make unpickling safe). No fix is offered:
         only you know whether the file is trusted and what it must contain. Unit tests
-        (`test_*.py`, `Test*.test_*`) are not flagged: they load the file they just wrote.
+        (`test_*.py`, `Test*.test_*`) are not flagged: they load the file they just wrote; nor is a
+        load of a path the same function writes with `torch.save` (a cache of its own objects, such
+        as dataset splits, which `weights_only=True` cannot load).
     """
     why = """
         Checkpoints are pickle files. With `weights_only=False` the unpickler imports and calls
@@ -77,11 +80,22 @@ from pitstop.lint.rule import LintRule, nodes
 
 
 class UnsafeLoadRule(LintRule, tip="PIT903"):
+    concern = "security"  # never hidden as one-time: running once does not make unpickling safe
     message = "torch.load(weights_only=False) unpickles arbitrary objects: a crafted checkpoint runs code; keep weights_only=True"
     in_tests = False  # a unit test loads the file it just wrote, on the same device
 
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.saved = set()  # (function, path source) of each torch.save
+
     def visit_Call(self, node):
-        if self.ctx.call_name(node) == "torch.load":
+        q = self.ctx.call_name(node)
+        pos = nodes.positional(node)
+        if q == "torch.save" and len(pos) >= 2:
+            self.saved.add((self.ctx.current_function(), self.ctx.source_of(pos[1].value)))
+        elif q == "torch.load":
             a = nodes.kwarg(node, "weights_only")
             if a is not None and nodes.is_false(a.value):
-                self.report(a)
+                key = (self.ctx.current_function(), self.ctx.source_of(pos[0].value)) if pos else None
+                # not a cache of the function's own objects, written by torch.save beside it (issue 42)
+                self.report(a, when=lambda: key not in self.saved)

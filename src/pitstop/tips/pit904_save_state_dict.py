@@ -104,6 +104,7 @@ from pitstop.lint.rule import LintRule, nodes
 
 
 class SaveStateDictRule(LintRule, tip="PIT904"):
+    concern = "correctness"  # never hidden as one-time: a wrong result is wrong however often the code runs
     message = "torch.save of a whole nn.Module pickles its class by import path; save model.state_dict() instead"
 
     def __init__(self, ctx):

@@ -1,7 +1,7 @@
 """When a sync inside a helper may be reported through a chain of calls (issue 31, third round).
 
 A finding reached through a helper (``train_step -> log_metrics -> item``) claims two things the line
-scan of :mod:`pitstop.lint.callgraph` must have evidence for, or stay quiet (precision beats recall):
+scan of :mod:`pitstop.lint.index.callgraph` must have evidence for, or stay quiet (precision beats recall):
 
 - **the sync runs whenever the helper does.** Each statement of a helper's own body gets the flags that
   must be on for it to run (:func:`requirements`), or None when it runs only on some condition the scan

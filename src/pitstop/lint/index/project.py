@@ -14,13 +14,15 @@ two example folders side by side (``mnist/``, ``imagenet/``) are two projects.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import os
 import re
 from dataclasses import dataclass, field
 
-from pitstop.lint.callgraph import CallInfo, repeated_names, scan_calls
+from pitstop.lint.index.callgraph import CallInfo, called_keys, repeated_names, scan_calls
+from pitstop.lint.index.bodyscan import (TO_DEVICE, batch_sum_losses, ddp_helpers, device_functions, loads_pretrained,
+                                   on_device, pad_functions)
+from pitstop.lint.index.calltags import module_stem
 from pitstop.lint.findings import ParseError
 from pitstop.lint.ipynb import is_notebook, read_notebook
 from pitstop.lint.matchers import is_test_file
@@ -43,9 +45,10 @@ _CALLED = re.compile(r"([A-Za-z_][\w.]*)[ \t]*\(")
 _CHEAP_CALLS = frozenset({"len", "int", "min", "max", "slice", "range", "float", "divmod", "isinstance", "tuple",
                           "randint", "rand", "randn", "randperm", "randrange", "zeros", "ones", "full", "arange",
                           "tensor", "as_tensor", "long"})
-_TO_DEVICE = re.compile(r"\.cuda\(|\.to\(\s*(?:self\.)?(?:device|accelerator\.device|[\"']cuda)|"
-                        r"\bdevice\s*=\s*(?:self\.)?(?:device|accelerator\.device|[\"']cuda)")
 _MODULE_ASSIGN = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
+_SHARDS = re.compile(r"\bfully_shard\b|FullyShardedDataParallel\b|\bFSDP\s*\(|deepspeed\.initialize\b|FSDPStrategy\b|"
+                     r"DeepSpeedStrategy\b|strategy\s*=\s*[\"'](?:fsdp|deepspeed)|"
+                     r"^[ \t]*import[ \t]+deepspeed\b|^[ \t]*from[ \t]+torch\.distributed\.fsdp\b", re.M)
 _MODULE_BASE = re.compile(r"^(?:torch\.)?(?:nn\.)?(?:Module|Sequential|ModuleList|ModuleDict)$|(?:^|\.)LightningModule$")
 
 
@@ -80,6 +83,18 @@ class ModuleInfo:
     #: ``hash`` of the text scanned (this process's and its forks'): a file linted as it was indexed
     #: reuses the index's scan (:meth:`ProjectIndex.scan_of`) instead of scanning its text again
     digest: int = 0
+    #: the code (comments left out) shards a model: FSDP (``fully_shard``, ``FullyShardedDataParallel``) or
+    #: DeepSpeed (``deepspeed.initialize``), whose parameter all-gathers fail under inference_mode on older torch
+    shards: bool = False
+    #: loss functions, and loss classes through ``__call__``/``forward``, that return the batch's sum (``* bs``)
+    batch_sum: frozenset = frozenset()
+    #: the code loads trained weights into models (``from_pretrained``, ``load_state_dict(..., strict=False)``, a
+    #: state-dict converter): changing a layer's parameters anywhere in the project breaks those weights
+    loads_weights: bool = False
+    #: the file's own models are pretrained or ported: the above, a ``pretrained`` option, or a notice that the
+    #: file was "modified from" a URL
+    pretrained: bool = False
+    ddp_helpers: frozenset = frozenset()  # functions that wrap a model in DistributedDataParallel
 
     def assigned_once(self, name: str) -> bool:
         return name in self.module_once
@@ -125,54 +140,11 @@ def scan_source(text: str, path: str = "") -> ModuleInfo:
                       frozenset(re.findall(r"(?<![\w.])([A-Z]\w*)[ \t]*\(", text)), frozenset(datasets),
                       frozenset(a or b for a, b in _IMPORT.findall(text)),
                       frozenset(k for k, n in assigned.items() if n == 1),
-                      _on_device(text, datasets),
-                      _device_functions(text) if _TO_DEVICE.search(text) else frozenset(),
-                      _pad_functions(text) if ".pad(" in text or "pad_sequence(" in text else frozenset(),
-                      scan_calls(text), hash(text))
-
-
-def _blocks(text: str, pattern: re.Pattern, group: int) -> dict:
-    """name -> indented body (comments stripped) of the first ``class``/``def`` of that name."""
-    lines = text.splitlines()
-    starts, pos = [], 0
-    for line in lines:
-        starts.append(pos)
-        pos += len(line) + 1
-    out: dict = {}
-    for m in pattern.finditer(text):
-        name = m[group]
-        if name in out:
-            continue
-        first = bisect.bisect_right(starts, m.start()) - 1
-        head = lines[first] if 0 <= first < len(lines) else ""
-        indent = len(head.expandtabs()) - len(head.expandtabs().lstrip())
-        body = []
-        for line in lines[first + 1:]:
-            code = line.split("#", 1)[0]
-            if code.strip() and len(line.expandtabs()) - len(line.expandtabs().lstrip()) <= indent:
-                break
-            body.append(code)
-        out[name] = "\n".join(body)
-    return out
-
-
-def _on_device(text: str, datasets) -> frozenset:
-    if not datasets or not _TO_DEVICE.search(text):
-        return frozenset()
-    bodies = _blocks(text, _CLASS, 1)
-    return frozenset(n for n in datasets if _TO_DEVICE.search(bodies.get(n, "")))
-
-
-_PAD = re.compile(r"\.pad\(|pad_sequence\(")
-_IO = re.compile(r"\bopen\(|Image|imread|decode|load|read|\btokenizer\(|\.encode\(")
-
-
-def _pad_functions(text: str) -> frozenset:
-    return frozenset(n for n, body in _blocks(text, _DEF, 2).items() if _PAD.search(body) and not _IO.search(body))
-
-
-def _device_functions(text: str) -> frozenset:
-    return frozenset(n for n, body in _blocks(text, _DEF, 2).items() if _TO_DEVICE.search(body))
+                      on_device(text, datasets),
+                      device_functions(text) if TO_DEVICE.search(text) else frozenset(),
+                      pad_functions(text) if ".pad(" in text or "pad_sequence(" in text else frozenset(),
+                      scan_calls(text, module_stem(path)), hash(text), _SHARDS.search(re.sub(r"#[^\n]*", "", text)) is not None,
+                      batch_sum_losses(text), *loads_pretrained(text), ddp_helpers(text))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -191,13 +163,15 @@ def _scan_file(path: str, size: int, mtime_ns: int) -> ModuleInfo:
 
 
 def _project_root(path: str) -> str:
+    """The folder above the file's outermost package; a folder without ``__init__.py`` inside a package (a
+    namespace subpackage: torchtitan's ``components/``) is part of it."""
     folder = os.path.dirname(os.path.abspath(path))
-    while os.path.isfile(os.path.join(folder, "__init__.py")):
+    while True:
         parent = os.path.dirname(folder)
-        if parent == folder:
-            break
+        if parent == folder or not (os.path.isfile(os.path.join(folder, "__init__.py"))
+                                    or os.path.isfile(os.path.join(parent, "__init__.py"))):
+            return folder
         folder = parent
-    return folder
 
 
 @dataclass(frozen=True)
@@ -246,11 +220,33 @@ class ProjectIndex:
     def call_infos(self, path: str) -> list:  # the CallInfo of every file of ``path``'s project
         return [m.calls for m in self._siblings(path)]
 
-    def repeated_names(self, path: str) -> tuple:  # names run every step / every epoch (pitstop.lint.callgraph)
+    def repeated_names(self, path: str) -> tuple:  # definition keys run every step / every epoch (pitstop.lint.index.callgraph)
         key = ("step", os.path.abspath(path))
         if key not in self._cache:
             self._cache[key] = repeated_names(self.call_infos(path))
         return self._cache[key]
+
+    def is_called(self, path: str, key: str) -> bool:
+        """Some linted code of ``path``'s project calls the definition ``key`` (``name`` / ``.name``)."""
+        cache = ("called", os.path.abspath(path))
+        if cache not in self._cache:
+            self._cache[cache] = called_keys(self.call_infos(path))
+        return key in self._cache[cache]
+
+    def pretrained(self, path: str) -> bool:
+        """``path``'s models are pretrained or ported (ModuleInfo.pretrained), or some linted file of its project loads
+        trained weights into models (ModuleInfo.loads_weights)."""
+        info = self.modules.get(os.path.abspath(path))
+        return info is not None and info.pretrained or any(m.loads_weights for m in self._siblings(path))
+
+    def trains(self, path: str) -> bool:
+        """Some linted file of ``path``'s project runs a training step (a loop or function calling backward or an
+        optimizer step, or a framework's per-step method)."""
+        return any(m.calls.step_calls for m in self._siblings(path))
+
+    def shards(self, path: str) -> bool:
+        """Some linted file of ``path``'s project shards a model with FSDP or DeepSpeed (in its code, not a comment)."""
+        return any(m.shards for m in self._siblings(path))
 
     def no_grad_functions(self, path: str) -> frozenset:
         """Names of functions/methods decorated no_grad/inference_mode in ``path``'s project."""
