@@ -1,0 +1,86 @@
+"""One-time costs apart from the steady step (torch-free): what a trick pays before its
+steady steps, measured once, never charged to every pair, and the run-time estimates the
+scheduler and the budget plan use.
+
+A trial's runs each start a fresh process (or fork), so a trick that compiles pays its
+compilation in every run: the **first** run compiles cold (``compile_s``: the warm-up steps'
+time beyond their steady time), later runs hit Inductor's on-disk cache (``compile_s_cached``,
+the cheapest of them). The pairs compare steady steps only (the warm-up steps are not
+measured), so the compilation never enters a speed-up; the first run's cost is reported once,
+with the number of steps after which the steady gain pays it back (``break_even_steps``, only
+for a trick decided faster). The same holds for any trick whose warm-up costs more than the
+baseline's (DataLoader worker start-up, cuDNN's algorithm search): its extra warm-up time is
+its one-time cost per run (``Knob.one_time`` says what it is).
+
+For the budget, the scheduler estimates a run of a trial from its own later runs (an expensive
+trial's cold first run is not the price of its next one), else from the baseline's; an
+expensive trial that never ran is charged ``EXPENSIVE_FIRST_RUN`` baseline runs for its first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pitstop.stats import median
+from pitstop.tune.result import CompileCost, Trial
+from pitstop.tune.run import Run
+
+__all__ = ["EXPENSIVE_FIRST_RUN", "run_estimate", "first_run_guess", "warmup_overhead", "one_time_cost"]
+
+#: an expensive trial's first run (its cold compilation) before it is measured, in baseline runs
+EXPENSIVE_FIRST_RUN = 3.0
+
+
+def _elapsed(runs: Sequence[Run]) -> float | None:
+    return median([r.elapsed for r in runs if r.ok and r.elapsed > 0])
+
+
+def run_estimate(runs: Sequence[Run], baseline: Trial, expensive: bool = False) -> float:
+    """Seconds one more run of a configuration whose runs so far are ``runs`` should take: their
+    median (an expensive configuration's later runs once it has some: its first compiled cold),
+    else the baseline's runs (times :data:`EXPENSIVE_FIRST_RUN` for an expensive configuration's
+    first), else 0 (nothing known)."""
+    own = [r for r in runs if r.ok]
+    if expensive and len(own) >= 2:
+        own = own[1:]
+    mine = _elapsed(own)
+    if mine is not None:
+        return mine
+    base = _elapsed(baseline.runs) or 0.0
+    return base * (EXPENSIVE_FIRST_RUN if expensive and not runs else 1.0)
+
+
+def first_run_guess(baseline: Trial) -> float:
+    """The one-time cost an expensive trial that never ran is charged: its first run beyond a
+    plain one (:data:`EXPENSIVE_FIRST_RUN` - 1 baseline runs)."""
+    return (_elapsed(baseline.runs) or 0.0) * (EXPENSIVE_FIRST_RUN - 1)
+
+
+def warmup_overhead(run: Run) -> float | None:
+    """The warm-up steps' time beyond as many steady steps (None without both)."""
+    med = run.median_step
+    if med is None or not run.warmup_times:
+        return None
+    return max(0.0, sum(run.warmup_times) - med * len(run.warmup_times))
+
+
+def one_time_cost(trial: Trial, baseline: Trial, reference: Trial | None = None) -> CompileCost | None:
+    """An expensive trial's one-off cost (compilation), apart from its steady speed: the first
+    (cold) run's warm-up overhead, the cheapest later one, and after how many steps the first
+    pays off -- only when the trial is kept, its saving per step taken against ``reference``
+    (default: the baseline; a stage on the path is measured against the path before it)."""
+    if not trial.expensive:
+        return None
+    overheads = [o for r in trial.ok_runs if (o := warmup_overhead(r)) is not None]  # in run order: cold first
+    if not overheads:
+        return None
+    ref = reference if reference is not None else baseline
+    base, mine = ref.median_step, trial.median_step
+    saved = None
+    if trial.status == "kept" and base is not None and trial.speed is not None:
+        saved = base - base / trial.speed.ratio
+    elif trial.status == "kept" and base is not None and mine is not None:
+        saved = base - mine
+    return CompileCost(overheads[0], min(overheads[1:]) if overheads[1:] else None,
+                       math.ceil(overheads[0] / saved) if saved and saved > 0 else None)
