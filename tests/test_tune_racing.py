@@ -15,7 +15,7 @@ from pitstop.jsoncodec import dumps
 from pitstop.tune.knob import Context, Knob
 from pitstop.tune.options import TuneOptions
 from pitstop.tune.protocol import search
-from pitstop.tune.racing import Prior, pairs_to_verdict, pooled_noise, prior_of, rank
+from pitstop.tune.schedule.racing import Prior, pairs_to_verdict, pooled_noise, prior_of, rank
 from pitstop.tune.result import Run
 
 

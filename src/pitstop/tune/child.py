@@ -58,14 +58,16 @@ def mark_setup(path: str) -> None:
     """Mark where the run's set-up goes, written to ``path`` as JSON (``time.monotonic`` stamps,
     comparable with the parent's on one machine): ``script`` (now: the script starts next),
     ``imports`` (seconds in the script's top-level ``import`` statements until its first training
-    forward), ``forward`` (that forward starts: :func:`pitstop.tune.patch.on_model`, before the
-    knobs' model changes) and ``step`` (the first optimizer step after it ends). Runs last among
-    the setups; costs two small file writes inside the first (warm-up) step."""
+    forward), ``forward`` (the first forward of a module in training mode with gradients on) and
+    ``step`` (the first optimizer step after it ends). Runs last among the setups; a global
+    forward pre-hook and a global optimizer step hook, each removed the first time it fires (so
+    nothing of it is left when a script's compiled model is first traced); two small file writes
+    inside the first (warm-up) step."""
     import builtins
     import json
     import time
 
-    from pitstop.tune.patch import on_model
+    import torch
 
     marks: dict[str, float] = {"script": time.monotonic(), "imports": 0.0}
     original = builtins.__import__
@@ -89,26 +91,28 @@ def mark_setup(path: str) -> None:
         except OSError:
             pass
 
-    def at_forward(model: Any) -> None:
+    def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+        if "step" not in marks and "forward" in marks:
+            marks["step"] = time.monotonic()
+            step_hook.remove()
+            write()
+
+    def at_forward(module: Any, args: Any) -> None:
+        if "forward" in marks or not (module.training and torch.is_grad_enabled()):
+            return
         marks["forward"] = time.monotonic()
+        forward_hook.remove()
         if builtins.__import__ is timed_import:
             builtins.__import__ = original
         write()
-        try:
-            from torch.optim.optimizer import register_optimizer_step_post_hook
-        except ImportError:  # a torch without global step hooks: the first step stays unmarked
-            return
-
-        def after_step(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if "step" not in marks:
-                marks["step"] = time.monotonic()
-                handle.remove()
-                write()
-
-        handle = register_optimizer_step_post_hook(after_step)
 
     builtins.__import__ = timed_import
-    on_model(at_forward, order=-1)
+    forward_hook = torch.nn.modules.module.register_module_forward_pre_hook(at_forward)
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+    except ImportError:  # a torch without global step hooks: the first step stays unmarked
+        return
+    step_hook = register_optimizer_step_post_hook(after_step)
 
 
 def read_marks(path: str) -> dict[str, float]:

@@ -40,7 +40,7 @@ from dataclasses import replace
 
 from pitstop.tune.confirm import confirm
 from pitstop.tune.result import CombineStep, Trial
-from pitstop.tune.listing import SHARE_SAFETY
+from pitstop.tune.schedule.listing import SHARE_SAFETY
 from pitstop.tune.session import TuneSession
 from pitstop.tune.stages import Stage, evidence_order, retry_reason, shares_after
 from pitstop.tune.verdict import verdict

@@ -28,8 +28,8 @@ from pitstop.tune.combine import combine
 from pitstop.tune.knob import Context, Knob
 from pitstop.tune.options import Backend, TuneOptions
 from pitstop.tune.result import Trial, TuneResult
-from pitstop.tune.search_info import BudgetUse, TuneSettings, time_split
-from pitstop.tune.session import TuneSession, script_warnings
+from pitstop.tune.search_info import BudgetUse, TuneSettings, script_warnings, time_split
+from pitstop.tune.session import TuneSession
 
 __all__ = ["search", "what_is_left", "budget_note"]
 

@@ -203,6 +203,17 @@ class ScriptBackend:
         self.ctx = context_from_observations(result.observations)
         return self.ctx
 
+    def survey_run(self) -> Run | None:
+        """The survey as a :class:`Run` (what a run of this script costs: set-up, steps), or
+        None before the survey. Its elapsed runs from the child's instrumentation to its last
+        step: the script's set-up and every step (the fork before and the full-mode report after
+        left out, the survey's own cost, not a run's)."""
+        if self.survey is None:
+            return None
+        run = run_from_result(self.survey, self.survey_steps)
+        run.elapsed = sum(run.warmup_times) + sum(run.step_times)
+        return run
+
     def _base_setups(self) -> tuple[Any, ...]:
         from pitstop.tune.child import THREADS_TARGET
 

@@ -4,16 +4,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pitstop.tune.plan import BudgetPlan
+from pitstop.tune.schedule.plan import BudgetPlan
 from pitstop.tune.run import SetupSplit
 
 if TYPE_CHECKING:
     from pitstop.tune.options import TuneOptions
 
-__all__ = ["TuneSettings", "BudgetUse", "ScriptWarnings", "TimeSplit", "TrialTime", "time_split"]
+__all__ = ["TuneSettings", "BudgetUse", "ScriptWarnings", "TimeSplit", "TrialTime", "time_split", "script_warnings"]
 
 
 @dataclass
@@ -121,3 +122,13 @@ def time_split(run_of: list[tuple[str, Any]], *, total: float, survey: float, wo
                                 measured=m, other=o, split=_split_sum([r.split for r in mine if r.split is not None])))
     return TimeSplit(total=total, survey=survey, setup=setup, warmup=warm, measured=measured, other=other,
                      runs=len(runs), worker=worker, trials=tuple(trials))
+
+
+def script_warnings(runs: Sequence[Any]) -> ScriptWarnings | None:
+    """What the script wrote to stderr over all runs, deduplicated: ``lines`` in all,
+    ``distinct`` lines, the ``first`` few distinct ones (None when it wrote nothing)."""
+    lines = [ln for r in runs for ln in r.stderr_lines]
+    if not lines:
+        return None
+    distinct = list(dict.fromkeys(ln.strip() for ln in lines if ln.strip()))
+    return ScriptWarnings(lines=len(lines), distinct=len(distinct), first=distinct[:3])

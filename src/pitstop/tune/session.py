@@ -7,12 +7,12 @@ How a comparison runs (:meth:`TuneSession.measure`): the reference (the baseline
 so far) and the candidates as ``R C C R C C R ...``: the first candidate run after a reference
 run pairs with it, the second with the reference run after it, so every candidate run is next
 to a reference run. Each slot goes to the candidate the racing scheduler ranks first
-(:mod:`pitstop.tune.racing`: expected gain per second of measuring), so a leader is driven to its
+(:mod:`pitstop.tune.schedule.racing`: expected gain per second of measuring), so a leader is driven to its
 verdict before a long shot gets its second pair. A candidate leaves once its interval decided
 (:func:`pitstop.paired.decide`), its loss trajectory is not equivalent, or its run failed, or
 its pairs ran out (``max_pairs``; fewer for an expensive one). Under ``--budget`` a candidate is
 started only when the seconds its verdict is forecast to take fit what is left (the budget
-plan, :mod:`pitstop.tune.plan`, says so before measuring).
+plan, :mod:`pitstop.tune.schedule.plan`, says so before measuring).
 """
 
 from __future__ import annotations
@@ -26,17 +26,16 @@ from pitstop.paired import Pair, Sample, decide
 from pitstop.tune.equivalence import check_losses
 from pitstop.tune.explanation import explain_trial
 from pitstop.tune.knob import Context, Knob, Setting
-from pitstop.tune.listing import SHARE_SAFETY, list_trials
-from pitstop.tune.onetime import first_run_guess, one_time_cost, run_estimate
+from pitstop.tune.schedule.listing import list_trials
+from pitstop.tune.schedule.costs import first_run_guess, one_time_cost, run_estimate, steps_for
 from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.progress import NullProgress
-from pitstop.tune.racing import Prior, log_ratios, more_for_verdict, pairs_to_verdict, pooled_noise, prior_of, rank
+from pitstop.tune.schedule.racing import Prior, log_ratios, more_for_verdict, pooled_noise, prior_of, rank
 from pitstop.tune.result import CombineStep, Run, ToDecide, Trial
-from pitstop.tune.search_info import ScriptWarnings
 from pitstop.stats import median
 from pitstop.tune.verdict import verdict
 
-__all__ = ["TuneSession", "failure_reason", "script_warnings", "SHARE_SAFETY"]
+__all__ = ["TuneSession", "failure_reason"]
 
 _WHAT = {"crashed": "crashed", "timeout": "timed out", "oom": "ran out of memory", "error": "raised an error",
          "setup_error": "could not be applied (setup failed)", "too_few_steps": "stopped too early"}
@@ -44,10 +43,6 @@ _WHAT = {"crashed": "crashed", "timeout": "timed out", "oom": "ran out of memory
 
 #: pairs beyond ``--repeats`` an undecided expensive trial may get
 EXPENSIVE_EXTRA_PAIRS = 2
-#: at most this many times ``--steps`` per run where the set-up dominates a run (``more_steps``)
-MORE_STEPS = 8
-#: under ``--budget``, more steps per run only while this many runs still fit what is left
-PLAN_RUNS = 12
 
 
 def failure_reason(run: Run) -> str:
@@ -79,12 +74,12 @@ class TuneSession:
         self.run_of: list[tuple[str, Run]] = []  # (configuration, run) in the order they ran
         self.steps = options.steps             # measured steps per run (more where set-up dominates)
         self.steps_why: str | None = None
-        self.plan: Any = None                  # pitstop.tune.plan.BudgetPlan, made before measuring
+        self.plan: Any = None                  # pitstop.tune.schedule.plan.BudgetPlan, made before measuring
         self.deferred: list[Trial] = []        # expensive tricks measured on top of the path, after the cheap
         self.reserve = 0.0                     # seconds kept apart (the result's confirmation)
         self.spreads: list[list[float]] = []   # every candidate's log-ratios so far (noise extrapolations)
         self.not_started: dict[int, str] = {}  # id(trial) -> why the budget did not start it
-        self.hopeless: set[int] = set()        # id(trial): stopped undecided, no verdict forecast within its cap
+        self.hopeless: set[int] = set()        # id(trial): stopped undecided, slower on its pairs' mean
         self._last: tuple[Trial, Sample] | None = None   # the most recent run, when it was a reference
 
     @property
@@ -115,7 +110,7 @@ class TuneSession:
 
     def prior(self, trial: Trial) -> Prior:
         """What ``trial``'s last setting (the trick it adds) is expected to give before any pair
-        (:func:`pitstop.tune.racing.prior_of`)."""
+        (:func:`pitstop.tune.schedule.racing.prior_of`)."""
         if not trial.settings:
             return prior_of(None)
         s = trial.settings[-1]
@@ -132,11 +127,14 @@ class TuneSession:
 
     def survey(self) -> None:
         """Observe the training once (unless a context was given) and list the trials
-        (:func:`pitstop.tune.listing.list_trials`)."""
+        (:func:`pitstop.tune.schedule.listing.list_trials`)."""
         started = self.budget.spent
         if self.ctx is None:
             self.ctx = self.backend.context()
         self.survey_s = self.budget.spent - started
+        survey_run = getattr(self.backend, "survey_run", None)  # script mode: the survey as a run
+        if callable(survey_run) and (run := survey_run()) is not None:
+            self.adapt_steps(run)
         trials, left_out, notes = list_trials(self.selected, self.ctx, self.options, self.backend.mode, self.new_trial)
         self.trials += trials
         self.not_applicable += left_out
@@ -145,14 +143,14 @@ class TuneSession:
     # -- runs ----------------------------------------------------------------------------
     def estimate(self, trial: Trial) -> float:
         """Seconds one more run of ``trial`` is expected to take, from the runs of its
-        configuration so far (:func:`pitstop.tune.onetime.run_estimate`)."""
+        configuration so far (:func:`pitstop.tune.schedule.costs.run_estimate`)."""
         return run_estimate(self._same(trial), self.baseline, trial.expensive)
 
     def steady(self, trial: Trial) -> float:
         """Seconds a later run of ``trial`` should take (an expensive configuration's first run,
         its cold compilation, left out: :meth:`one_time` charges it once)."""
         runs = [r for r in self._same(trial) if r.ok]
-        return run_estimate(runs[1:] if trial.expensive else runs, self.baseline)
+        return run_estimate(runs[1:] if trial.expensive and len(runs) >= 2 else runs, self.baseline)
 
     def one_time(self, trial: Trial) -> float:
         """The one-time cost ``trial`` has still to pay (an expensive configuration's first run,
@@ -205,25 +203,10 @@ class TuneSession:
         return sample
 
     def adapt_steps(self, run: Run) -> None:
-        """More measured steps per run when the first baseline run spent longer on everything
-        but its measured steps (set-up, warm-up, shutdown) than on them, so that a pair costs
-        mostly measuring: as many steps as that time holds, at most ``MORE_STEPS`` x
-        ``--steps`` and, under a budget, while ``PLAN_RUNS`` runs still fit what is left."""
-        opts = self.options
-        measured = sum(run.step_times)
-        if not opts.more_steps or not run.step_times or measured <= 0:
-            return
-        per_step, fixed = measured / len(run.step_times), max(0.0, run.elapsed - measured)
-        if fixed <= measured:
-            return
-        steps = min(opts.steps * MORE_STEPS, math.ceil(fixed / per_step))
-        if self.budget.seconds is not None:
-            steps = min(steps, int((self.budget.remaining() / PLAN_RUNS - fixed) / per_step))
-        if steps > opts.steps:
-            self.steps = steps
-            self.steps_why = (f"the first baseline run spent {fixed:.1f} s on set-up, warm-up and shutdown and "
-                              f"{measured:.1f} s on its {len(run.step_times)} measured steps: {steps} steps per run "
-                              "from then on, so that a pair costs mostly measuring")
+        """Measured steps per run from the survey's ``run``: more where set-up dominates
+        (:func:`pitstop.tune.schedule.costs.steps_for`); every run of the search measures as many."""
+        if self.options.more_steps:
+            self.steps, self.steps_why = steps_for(run, self.options.steps, self.budget.remaining())
 
     # -- paired, raced comparison ------------------------------------------------------------
     def measure(self, ref: Trial, candidates: Sequence[Trial], *, planned: bool = True) -> dict[int, list[Pair]]:
@@ -266,7 +249,7 @@ class TuneSession:
 
     def _pick(self, ref: Trial, live: list[Trial], pairs: dict[int, list[Pair]], with_ref: bool,
               planned: bool = True) -> Trial | None:
-        """The candidate of the next run (:func:`pitstop.tune.racing.rank`) that fits the budget,
+        """The candidate of the next run (:func:`pitstop.tune.schedule.racing.rank`) that fits the budget,
         with a reference run when ``with_ref``. Under a budget a candidate not started yet starts
         only when the seconds its verdict is forecast to take fit what is left; one that cannot
         is left out, with why."""
@@ -302,26 +285,25 @@ class TuneSession:
         return d is not None and d.status != "undecided"
 
     def _hopeless(self, cand: Trial, pairs: list[Pair]) -> bool:
-        """Undecided after ``--repeats`` pairs, slower on its point estimate, and its pairs' spread
-        forecasts no verdict within its pairs at most: stopped (no gain), its remaining pairs go
-        to the others."""
-        opts = self.options
+        """Undecided after ``--repeats`` pairs and slower than the reference on their mean: it
+        stops (no gain; precision over recall), its remaining pairs go to tricks that can still
+        be kept."""
         logs = log_ratios(pairs)
-        if len(logs) < opts.min_pairs or sum(logs) >= 0:
+        if len(logs) < self.options.min_pairs or sum(logs) >= 0:
             return False
-        total = pairs_to_verdict(logs, prior=1.0, bar=1 + opts.margin, confidence=opts.confidence,
-                                 min_pairs=opts.min_pairs, cap=self.cap(cand), noise=pooled_noise(self.spreads + [logs]))
-        if total is None:
-            self.hopeless.add(id(cand))
-        return total is None
+        self.hopeless.add(id(cand))
+        return True
 
     def _loss_check(self, trial: Trial) -> Any:
+        """The trial's losses vs the baseline's over the first ``--warmup`` + ``--steps`` steps
+        (the horizon the tolerances were measured on, whatever more steps a run measures)."""
         base, mine = self.baseline.ok_runs, trial.ok_runs
+        n = self.options.warmup + self.options.steps
         ranks = min((len(r.rank_losses) for r in base + mine), default=0)
         if ranks < 2:
-            return check_losses([r.losses for r in base], [r.losses for r in mine],
+            return check_losses([r.losses[:n] for r in base], [r.losses[:n] for r in mine],
                                 reduced_precision=trial.reduced_precision)
-        checks = [check_losses([r.rank_losses[k] for r in base], [r.rank_losses[k] for r in mine],
+        checks = [check_losses([r.rank_losses[k][:n] for r in base], [r.rank_losses[k][:n] for r in mine],
                                reduced_precision=trial.reduced_precision) for k in range(ranks)]  # every rank's
         k = next((k for k, c in enumerate(checks) if not c.passed), None)
         if k is None:
@@ -374,8 +356,7 @@ class TuneSession:
         seconds) its pairs' spread says a verdict would take (``trial.to_decide``)."""
         opts = self.options
         if id(trial) in self.hopeless:
-            return (f"stopped: slower on its pairs so far, and their spread forecasts no verdict within "
-                    f"{self.cap(trial)} pairs")
+            return "stopped: slower on its pairs' mean, its remaining pairs went to tricks that could still be kept"
         if not self.budget.exhausted:
             return (f"an expensive trial gets {self.expensive_pairs} pairs" if trial.expensive
                     else f"--max-pairs {opts.most_pairs}")
@@ -392,11 +373,10 @@ class TuneSession:
         """The first baseline run, the plan, then the single tricks vs the baseline, paired and
         raced; expensive tricks wait for the path (:func:`pitstop.tune.combine.combine`) unless
         no cheap trick is kept, or the bench measured one the best on this device."""
-        from pitstop.tune.plan import make_plan
+        from pitstop.tune.schedule.plan import make_plan
 
         if self._run_reference(self.baseline) is None:
             raise TuneError("the time budget ran out before the baseline could run")
-        self.adapt_steps(self.baseline.ok_runs[-1])
         cheap = [t for t in self.trials if not t.expensive]
         best_cheap = max((self.prior(t).ratio for t in cheap), default=None)
         self.deferred = [t for t in self.trials if t.expensive and best_cheap is not None
@@ -411,13 +391,3 @@ class TuneSession:
             pairs = self.measure(self.baseline, later)
             for t in later:
                 self.judge(t, pairs.get(id(t), []))
-
-
-def script_warnings(runs: Sequence[Run]) -> ScriptWarnings | None:
-    """What the script wrote to stderr over all runs, deduplicated: ``lines`` in all,
-    ``distinct`` lines, the ``first`` few distinct ones (None when it wrote nothing)."""
-    lines = [ln for r in runs for ln in r.stderr_lines]
-    if not lines:
-        return None
-    distinct = list(dict.fromkeys(ln.strip() for ln in lines if ln.strip()))
-    return ScriptWarnings(lines=len(lines), distinct=len(distinct), first=distinct[:3])

@@ -4,10 +4,10 @@ and why.
 
 Made once the first baseline run measured what a run costs (:meth:`TuneSession.measure_singles`):
 a pair costs a candidate run and half a reference run (``R C C R``); each trick's verdict is
-forecast from its prior (:func:`pitstop.tune.racing.prior_of`) and the noise assumed before any
-pair (:data:`pitstop.tune.racing.NOISE_PRIOR`) by :func:`pitstop.tune.racing.pairs_to_verdict`;
+forecast from its prior (:func:`pitstop.tune.schedule.racing.prior_of`) and the noise assumed before any
+pair (:data:`pitstop.tune.schedule.racing.NOISE_PRIOR`) by :func:`pitstop.tune.schedule.racing.pairs_to_verdict`;
 an expensive trick adds its first run (its compilation, estimated as
-:data:`pitstop.tune.onetime.EXPENSIVE_FIRST_RUN` baseline runs until measured) and comes after
+:data:`pitstop.tune.schedule.costs.EXPENSIVE_FIRST_RUN` baseline runs until measured) and comes after
 the cheap ones, on top of the path; the result's confirmation in fresh pairs is forecast like
 the best trick's verdict. Tricks are taken in the scheduler's order while their forecasts fit
 what is left; the rest "will not fit". The plan is a forecast: the search itself applies the
@@ -18,12 +18,9 @@ trick that decides sooner than forecast can leave room for one planned out.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from pitstop.tune.racing import NOISE_PRIOR, Prior, pairs_to_verdict, rank
-
-if TYPE_CHECKING:
-    from pitstop.tune.result import Trial
+from pitstop.tune.schedule.racing import NOISE_PRIOR, Prior, pairs_to_verdict, rank
 
 __all__ = ["PlanItem", "BudgetPlan", "make_plan"]
 
@@ -71,9 +68,10 @@ class BudgetPlan:
         return [i for i in self.items if not i.fits]
 
 
-def make_plan(session: Any, first: list[Trial], deferred: list[Trial]) -> BudgetPlan:
+def make_plan(session: Any, first: list[Any], deferred: list[Any]) -> BudgetPlan:
     """The plan of ``session`` (a :class:`pitstop.tune.session.TuneSession` whose first baseline
-    run ran) for the single tricks ``first`` and the expensive tricks ``deferred`` to the path."""
+    run ran) for the single tricks ``first`` and the expensive tricks ``deferred`` to the path
+    (:class:`pitstop.tune.result.Trial` each)."""
     opts, base = session.options, session.baseline.ok_runs[-1]
     measured = sum(base.step_times)
     per_step = measured / len(base.step_times) if base.step_times else 0.0
@@ -81,7 +79,7 @@ def make_plan(session: Any, first: list[Trial], deferred: list[Trial]) -> Budget
     pair_s = 1.5 * run_s
     bar = 1 + opts.margin
 
-    def forecast(trial: Trial, prior: float) -> int | None:
+    def forecast(trial: Any, prior: float) -> int | None:
         return pairs_to_verdict([], prior=prior, bar=bar, confidence=opts.confidence, min_pairs=opts.min_pairs,
                                 cap=session.cap(trial), noise=NOISE_PRIOR)
 

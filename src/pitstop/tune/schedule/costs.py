@@ -26,10 +26,15 @@ from pitstop.stats import median
 from pitstop.tune.result import CompileCost, Trial
 from pitstop.tune.run import Run
 
-__all__ = ["EXPENSIVE_FIRST_RUN", "run_estimate", "first_run_guess", "warmup_overhead", "one_time_cost"]
+__all__ = ["EXPENSIVE_FIRST_RUN", "MORE_STEPS", "PLAN_RUNS", "run_estimate", "first_run_guess", "warmup_overhead",
+           "one_time_cost", "steps_for"]
 
 #: an expensive trial's first run (its cold compilation) before it is measured, in baseline runs
 EXPENSIVE_FIRST_RUN = 3.0
+#: at most this many times ``--steps`` per run where the set-up dominates a run (``more_steps``)
+MORE_STEPS = 8
+#: under ``--budget``, more steps per run only while this many runs still fit what is left
+PLAN_RUNS = 12
 
 
 def _elapsed(runs: Sequence[Run]) -> float | None:
@@ -84,3 +89,24 @@ def one_time_cost(trial: Trial, baseline: Trial, reference: Trial | None = None)
         saved = base - mine
     return CompileCost(overheads[0], min(overheads[1:]) if overheads[1:] else None,
                        math.ceil(overheads[0] / saved) if saved and saved > 0 else None)
+
+
+def steps_for(run: Run, steps: int, remaining: float) -> tuple[int, str | None]:
+    """Measured steps per run, and why, from ``run`` (the survey's): more than ``steps`` when it
+    spent longer on everything but its measured steps (set-up, warm-up) than on them, so that a
+    pair costs mostly measuring: as many steps as that time holds, at most ``MORE_STEPS`` x
+    ``steps`` and while ``PLAN_RUNS`` runs fit ``remaining`` seconds (the budget left)."""
+    measured = sum(run.step_times)
+    if not run.step_times or measured <= 0:
+        return steps, None
+    per_step, fixed = measured / len(run.step_times), max(0.0, run.elapsed - measured)
+    if fixed <= measured:
+        return steps, None
+    more = min(steps * MORE_STEPS, math.ceil(fixed / per_step))
+    if math.isfinite(remaining):
+        more = min(more, int((remaining / PLAN_RUNS - fixed) / per_step))
+    if more <= steps:
+        return steps, None
+    return more, (f"the survey's run spent {fixed:.1f} s on set-up and warm-up and {measured:.1f} s on its "
+                  f"{len(run.step_times)} measured steps: {more} steps per run (instead of {steps}), so that a pair "
+                  "costs mostly measuring")
