@@ -110,6 +110,12 @@ def _compile_text(t: Trial) -> str:
     return f"; compile {c.compile_s:.1f} s once (its first run{later})"
 
 
+def _startup_text(t: Trial) -> str:
+    c = t.startup
+    pays = f", pays off after {c.break_even_steps} steps" if c.break_even_steps else ""
+    return f"; start-up {c.extra_s:.1f} s more warm-up per run than its reference{pays}"
+
+
 def render_text(result: TuneResult, file: IO[str] | None = None, width: int | None = None) -> None:
     """The terminal report: settings and baseline, the trials table, the combination, the
     best configuration with the code to use it, the sweep, notes and where the time went."""
@@ -173,7 +179,7 @@ def _trials_table(result: TuneResult) -> Any:
         codes = " ".join(dict.fromkeys(s.code for s in t.settings))
         verdict = VERDICT_TEXT.get(t.status, t.status)
         style = _STYLE.get(t.status, "")
-        reason = t.reason + (_compile_text(t) if t.compile else "") + (f"; {t.hardware.text()}" if t.hardware else "") + (f"; {t.explanation}" if t.explanation else "")
+        reason = t.reason + (_compile_text(t) if t.compile else "") + (_startup_text(t) if t.startup else "") + (f"; {t.hardware.text()}" if t.hardware else "") + (f"; {t.explanation}" if t.explanation else "")
         sp = t.speed
         table.add_row(t.name, codes, f"{t.steps_per_s:.2f}" if t.steps_per_s else "-", _speed(sp),
                       str(sp.pairs) if sp is not None else "-", _mem(t.memory_change), _loss(t.loss_check),

@@ -26,7 +26,8 @@ JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when u
                  "hardware": {"feature", "cpu", "missing", "slowdown", "text"} | null,
                  "to_decide": {"pairs", "seconds"} | null (undecided when the budget ran out: what a verdict
                  would take), "against": str | null (an expensive trick measured on top of this path, not
-                 alone against the baseline)}],
+                 alone against the baseline), "startup": {"extra_s", "break_even_steps"} | null (a cheap
+                 trick's warm-up beyond its reference's, paid by every run: worker start-up, algorithm search)}],
      "combination": [{"added", "status", "reason", "speedup_vs_previous"}],
      "stages": [{"stage", "trick", "knobs", "speedup_vs_previous" (vs the previous stage), "cumulative"
                  (over the baseline: the product of the stages' ratios), "clock", "reason", "in_recipe"}],
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
     from pitstop.engine.recipe import Recipe
     from pitstop.tune.sweep import SweepResult
 
-__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "CompileCost", "ToDecide", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA",
+__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "CompileCost", "StartupCost", "ToDecide", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA",
            "TrialStatus", "RunStatus", "CombineStatus", "COMBINE_STATUSES"]
 
 SCHEMA = "pitstop.tune/1"
@@ -83,6 +84,16 @@ class CompileCost:
 
     compile_s: float
     compile_s_cached: float | None
+    break_even_steps: int | None
+
+
+@dataclass(frozen=True)
+class StartupCost:
+    """What a trick adds to every run before its steady steps, beyond its reference's warm-up
+    (DataLoader workers starting, cuDNN's algorithm search): ``extra_s``, the median over its
+    runs, and after how many steps it pays off (only for a trick decided faster)."""
+
+    extra_s: float
     break_even_steps: int | None
 
 
@@ -121,6 +132,7 @@ class Trial:
     hardware: Any = None                          # pitstop.machine.HardwareNote: the machine explains its speed
     bounded: bool = False                         # left unmeasured alone: its phases' survey share could not reach the bar
     to_decide: ToDecide | None = None             # undecided when the budget ran out: what a verdict would take
+    startup: StartupCost | None = None            # its warm-up beyond its reference's (a cheap trick's one-time cost)
     against: str | None = None                    # measured against this path, not the baseline (None: the baseline)
 
     @property
@@ -192,7 +204,8 @@ class Trial:
                 "run_step_times": [_num(r.median_step) for r in self.runs],
                 "peak_memory": self.peak_memory,
                 "hardware": self.hardware.to_dict() if self.hardware is not None else None,
-                "to_decide": to_json(self.to_decide), "against": self.against}
+                "to_decide": to_json(self.to_decide), "against": self.against,
+                "startup": to_json(self.startup)}
 
 
 @dataclass(frozen=True)

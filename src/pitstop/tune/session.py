@@ -27,7 +27,7 @@ from pitstop.tune.equivalence import check_losses
 from pitstop.tune.explanation import explain_trial
 from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.schedule.listing import list_trials
-from pitstop.tune.schedule.costs import first_run_guess, one_time_cost, run_estimate, steps_for
+from pitstop.tune.schedule.costs import first_run_guess, one_time_cost, run_estimate, startup_cost, steps_for
 from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.progress import NullProgress
 from pitstop.tune.schedule.racing import Prior, log_ratios, more_for_verdict, pooled_noise, prior_of, rank
@@ -349,6 +349,7 @@ class TuneSession:
         if check.status == "unchecked":
             trial.reason += "; loss not captured, equivalence unchecked"
         trial.compile = one_time_cost(trial, self.baseline, reference)
+        trial.startup = startup_cost(trial, reference if reference is not None else self.baseline)
         explain_trial(trial, self.knob)
 
     def _undecided(self, trial: Trial, pairs: list[Pair]) -> str:

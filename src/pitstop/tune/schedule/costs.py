@@ -23,14 +23,17 @@ import math
 from collections.abc import Sequence
 
 from pitstop.stats import median
-from pitstop.tune.result import CompileCost, Trial
+from pitstop.tune.result import CompileCost, StartupCost, Trial
 from pitstop.tune.run import Run
 
 __all__ = ["EXPENSIVE_FIRST_RUN", "MORE_STEPS", "PLAN_RUNS", "run_estimate", "first_run_guess", "warmup_overhead",
-           "one_time_cost", "steps_for"]
+           "one_time_cost", "startup_cost", "steps_for", "STARTUP_FLOOR"]
 
 #: an expensive trial's first run (its cold compilation) before it is measured, in baseline runs
 EXPENSIVE_FIRST_RUN = 3.0
+#: a cheap trick's warm-up beyond its reference's is reported from this many seconds (and beyond the
+#: reference's own run-to-run spread of it)
+STARTUP_FLOOR = 0.1
 #: at most this many times ``--steps`` per run where the set-up dominates a run (``more_steps``)
 MORE_STEPS = 8
 #: under ``--budget``, more steps per run only while this many runs still fit what is left
@@ -89,6 +92,31 @@ def one_time_cost(trial: Trial, baseline: Trial, reference: Trial | None = None)
         saved = base - mine
     return CompileCost(overheads[0], min(overheads[1:]) if overheads[1:] else None,
                        math.ceil(overheads[0] / saved) if saved and saved > 0 else None)
+
+
+def _saved(trial: Trial, reference: Trial) -> float | None:
+    base = reference.median_step
+    if trial.status != "kept" or base is None or trial.speed is None:
+        return None
+    return base - base / trial.speed.ratio
+
+
+def startup_cost(trial: Trial, reference: Trial) -> StartupCost | None:
+    """A cheap trick's warm-up beyond ``reference``'s (its pairs' reference), paid by every run:
+    the median over its runs, when it exceeds :data:`STARTUP_FLOOR` and the spread of the
+    reference's own warm-ups; with the steps after which a kept trick pays it back (None: not
+    clearly above the reference's)."""
+    if trial.expensive:
+        return None
+    mine = median([o for r in trial.ok_runs if (o := warmup_overhead(r)) is not None])
+    ref = [o for r in reference.ok_runs if (o := warmup_overhead(r)) is not None]
+    if mine is None or len(ref) < 2:
+        return None
+    extra = mine - (median(ref) or 0.0)
+    if extra <= max(STARTUP_FLOOR, max(ref) - min(ref)):
+        return None
+    saved = _saved(trial, reference)
+    return StartupCost(extra, math.ceil(extra / saved) if saved and saved > 0 else None)
 
 
 def steps_for(run: Run, steps: int, remaining: float) -> tuple[int, str | None]:
