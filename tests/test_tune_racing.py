@@ -200,3 +200,50 @@ def test_a_cheap_tricks_start_up_is_its_one_time_cost_with_the_steps_it_takes_to
     buf = io.StringIO()
     render_text(r, file=buf, width=300)
     assert "start-up 0.9 s more warm-up per run than its reference, pays off after" in buf.getvalue()
+
+
+def test_more_steps_only_where_set_up_dominates_and_only_while_the_budget_keeps_room():
+    from pitstop.tune.schedule.costs import MORE_STEPS, steps_for
+
+    def survey(setup, step, n=5):  # the survey as a run: its set-up inside the first warm-up step
+        return Run("ok", step_times=[step] * n, warmup_times=[setup + step], elapsed=setup + step * (n + 1))
+
+    assert steps_for(survey(0.2, 0.1), 10, math.inf) == (10, None)          # measuring already dominates
+    steps, why = steps_for(survey(15.0, 0.1), 10, math.inf)                 # a GPU run: 15 s of set-up
+    assert steps == 10 * MORE_STEPS and "15.1 s on set-up and warm-up" in why
+    assert steps_for(survey(3.0, 0.1), 10, math.inf)[0] == 31               # as many steps as the set-up holds
+    assert steps_for(survey(15.0, 0.1), 10, 160.0) == (10, None)            # 12 runs of 15 s do not fit 160 s
+    assert steps_for(survey(3.0, 0.1), 10, 60.0)[0] == int((60 / 12 - 3.1) / 0.1)  # 12 runs still fit 60 s
+
+
+def test_the_set_up_split_from_the_childs_marks():
+    from pitstop.tune.script import setup_split
+
+    run = Run("ok", step_times=[0.1] * 4, warmup_times=[2.0], elapsed=3.0)
+    marks = {"script": 10.5, "imports": 0.3, "forward": 11.5, "step": 12.0}
+    sp = setup_split(marks, 10.0, run)
+    assert (sp.start, sp.imports, sp.build, sp.compile) == pytest.approx((0.5, 0.3, 0.7, 0.0))
+    assert sp.first_step == pytest.approx(0.4)  # forward to the end of step 1, less a steady step
+    assert setup_split({"script": 10.5}, 10.0, run) is None  # no training forward marked
+
+
+def test_a_bench_report_measured_on_this_device_orders_the_measuring(tmp_path):
+    from pitstop.tune.options import read_bench_priors
+
+    report = {"device": {"device": "cpu", "cpu_model": "AMD EPYC", "gpu": None},
+              "results": [{"code": "PIT954", "ratio": {"ratio": 3.0, "low": 2.8, "high": 3.2}, "error": None},
+                          {"code": "PIT953", "ratio": None, "error": "skipped"}]}
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps(report))
+    priors = read_bench_priors(str(path))
+    assert [(b.code, b.ratio, b.device, b.device_name) for b in priors] == [("PIT954", 3.0, "cpu", "AMD EPYC")]
+    lead = _knob("lead", "PIT953", 1 / 1.25, "channels_last")
+    other = _knob("other", "PIT954", 1 / 1.25, "cudnn_benchmark")
+    backend = ClockedBackend([lead, other], noise=0.01)
+    r = search(backend, [lead, other], TuneOptions(steps=10, warmup=3, bench=priors))
+    first = r.budget.plan.items[0]
+    assert first.trick == "other" and "pitstop bench measured 3.00x" in first.prior.source
+    assert backend.calls[1][0] == ("other",)  # the bench's measured win runs first
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="bad.json: not a pitstop bench JSON report"):
+        read_bench_priors(str(tmp_path / "bad.json"))
