@@ -86,14 +86,20 @@ class _Path:
     def cumulative(self) -> float:
         return self.stages[-1].cumulative or 1.0
 
+    def shares(self) -> dict[str, float] | None:
+        """The survey's phase shares once the path runs (:func:`pitstop.tune.stages.shares_after`)."""
+        s = self.session
+        phases = lambda st: s.knob(st).phases(st.value, s.ctx)  # noqa: E731
+        touched = None if any(not phases(st) for st in self.combo.settings) else {
+            p for st in self.combo.settings for p in phases(st)}
+        return shares_after(s.ctx, touched, self.cumulative)
+
     def eligible(self, cands: Sequence[Trial], sure: set[int]) -> list[Trial]:
         """The candidates worth measuring on top of the path, likely winner first; the others
         are skipped with the reason (said once per candidate and reason)."""
         s = self.session
         phases = lambda st: s.knob(st).phases(st.value, s.ctx)  # noqa: E731
-        touched = None if any(not phases(st) for st in self.combo.settings) else {
-            p for st in self.combo.settings for p in phases(st)}
-        shares = shares_after(s.ctx, touched, self.cumulative)
+        shares = self.shares()
         out = []
         for c in cands:
             why = None if id(c) in sure else retry_reason(
@@ -125,6 +131,7 @@ class _Path:
         tried = self._with(cands)
         if not tried:
             return None, []
+        self.session.path_shares = self.shares()  # the candidates' priors: their phases' share on the path
         pairs = self.session.measure(self.combo, [new for _, new in tried])
         faster: list[tuple[Trial, Trial]] = []
         again: list[Trial] = []

@@ -30,7 +30,7 @@ from pitstop.tune.schedule.listing import list_trials
 from pitstop.tune.schedule.costs import first_run_guess, one_time_cost, run_estimate, startup_cost, steps_for
 from pitstop.tune.options import Backend, Budget, TuneError, TuneOptions, merge_recipe_fields, select_knobs
 from pitstop.tune.progress import NullProgress
-from pitstop.tune.schedule.racing import Prior, log_ratios, more_for_verdict, pooled_noise, prior_of, rank
+from pitstop.tune.schedule.racing import Prior, log_ratios, more_for_verdict, pooled_noise, prior_for, prior_of, rank
 from pitstop.tune.result import CombineStep, Run, ToDecide, Trial
 from pitstop.stats import median
 from pitstop.tune.verdict import verdict
@@ -77,6 +77,7 @@ class TuneSession:
         self.plan: Any = None                  # pitstop.tune.schedule.plan.BudgetPlan, made before measuring
         self.deferred: list[Trial] = []        # expensive tricks measured on top of the path, after the cheap
         self.reserve = 0.0                     # seconds kept apart (the result's confirmation)
+        self.path_shares: dict[str, float] | None = None  # the survey's shares once the path runs
         self.spreads: list[list[float]] = []   # every candidate's log-ratios so far (noise extrapolations)
         self.not_started: dict[int, str] = {}  # id(trial) -> why the budget did not start it
         self.hopeless: set[int] = set()        # id(trial): stopped undecided, slower on its pairs' mean
@@ -110,18 +111,14 @@ class TuneSession:
 
     def prior(self, trial: Trial) -> Prior:
         """What ``trial``'s last setting (the trick it adds) is expected to give before any pair
-        (:func:`pitstop.tune.schedule.racing.prior_of`)."""
+        (:func:`pitstop.tune.schedule.racing.prior_for`)."""
         if not trial.settings:
             return prior_of(None)
         s = trial.settings[-1]
-        knob = self.knob(s)
-        phases = knob.phases(s.value, self.ctx) if self.ctx is not None else ()
-        share = self.ctx.share(phases) if phases and self.ctx is not None else None
-        bench = self._bench(knob.tip)
-        return prior_of(share, bench, phases=phases)
+        return prior_for(self.knob(s), s.value, self.ctx, self.options.bench,
+                         self.path_shares if len(trial.settings) > 1 else None)
 
     def _bench(self, code: str) -> float | None:
-        """The ratio ``pitstop bench`` measured for ``code`` on this kind of device (None: not given)."""
         device = self.ctx.device if self.ctx is not None else None
         return next((b.ratio for b in self.options.bench if b.code == code and b.device == device), None)
 

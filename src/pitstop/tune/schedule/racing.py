@@ -35,7 +35,7 @@ from typing import Any
 from pitstop.paired import Pair, choose_measure
 from pitstop.stats import t_quantile
 
-__all__ = ["Prior", "Prospect", "prior_of", "log_ratios", "pooled_noise", "pairs_to_verdict", "rank", "NOISE_PRIOR",
+__all__ = ["Prior", "Prospect", "prior_of", "prior_for", "log_ratios", "pooled_noise", "pairs_to_verdict", "rank", "NOISE_PRIOR",
            "FLOOR", "HALVING", "more_for_verdict", "UNKNOWN_SHARE"]
 
 #: spread (sd of a pair's log-ratio) assumed before two pairs measured it: 5%
@@ -75,6 +75,22 @@ def prior_of(share: float | None, bench: float | None = None, *, phases: Sequenc
         return Prior(1 / (1 - HALVING * s), f"unknown share of the step: as if it halved {s:.0%} of it")
     return Prior(1 / max(1e-9, 1 - HALVING * min(share, 0.999)),
                  f"if it halved {what} ({share:.0%} of the step in the survey)")
+
+
+def prior_for(knob: Any, value: Any, ctx: Any, bench: Sequence[Any] = (), path_shares: dict[str, float] | None = None
+              ) -> Prior:
+    """The prior of ``knob`` set to ``value`` on the training of ``ctx`` (a
+    :class:`pitstop.tune.knob.Context`): the phases it can change, their share of the step in
+    the survey (``path_shares``: the shares once the path it is added to runs), and the ratio
+    ``pitstop bench`` measured for its tip on this kind of device when ``bench`` (the
+    :class:`pitstop.tune.options.BenchPrior` given) has one."""
+    phases = knob.phases(value, ctx) if ctx is not None else ()
+    share = ctx.share(phases) if phases and ctx is not None else None
+    if phases and path_shares is not None:
+        share = sum(path_shares.get(p, 0.0) for p in phases)
+    device = ctx.device if ctx is not None else None
+    ratio = next((b.ratio for b in bench if b.code == knob.tip and b.device == device), None)
+    return prior_of(share, ratio, phases=phases)
 
 
 def log_ratios(pairs: Sequence[Pair]) -> list[float]:
