@@ -247,3 +247,16 @@ def test_a_bench_report_measured_on_this_device_orders_the_measuring(tmp_path):
     (tmp_path / "bad.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="bad.json: not a pitstop bench JSON report"):
         read_bench_priors(str(tmp_path / "bad.json"))
+
+
+def test_a_trick_under_one_decided_faster_stops_alone_and_is_measured_again_on_top_of_its_path():
+    big = _knob("big", "PIT959", 0.5, "channels_last")
+    mid = _knob("mid", "PIT960", 1 / 1.1, "cudnn_benchmark")
+    backend = ClockedBackend([big, mid], noise=0.08, seed=5)
+    r = search(backend, [big, mid], TuneOptions(steps=10, warmup=3))
+    m = r.trial("mid")
+    assert r.trial("big").status == "kept"
+    if m.speed.status == "undecided":  # decided in its first pairs, it would not need the rule
+        assert m.speed.pairs == 3 and "stopped: under big" in m.reason
+        assert any(c.added == "mid" for c in r.combination)  # measured again on top of big
+        assert [n for n, _ in backend.calls].count(("mid",)) == 3

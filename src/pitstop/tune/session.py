@@ -18,12 +18,11 @@ plan, :mod:`pitstop.tune.schedule.plan`, says so before measuring).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from collections.abc import Sequence
 from typing import Any
 
 from pitstop.paired import Pair, Sample, decide
-from pitstop.tune.equivalence import check_losses
+from pitstop.tune.equivalence import check_runs
 from pitstop.tune.explanation import explain_trial
 from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.schedule.listing import list_trials
@@ -80,7 +79,7 @@ class TuneSession:
         self.path_shares: dict[str, float] | None = None  # the survey's shares once the path runs
         self.spreads: list[list[float]] = []   # every candidate's log-ratios so far (noise extrapolations)
         self.not_started: dict[int, str] = {}  # id(trial) -> why the budget did not start it
-        self.hopeless: set[int] = set()        # id(trial): stopped undecided, slower on its pairs' mean
+        self.hopeless: dict[int, str] = {}     # id(trial) -> why it stopped undecided
         self._last: tuple[Trial, Sample] | None = None   # the most recent run, when it was a reference
 
     @property
@@ -239,8 +238,9 @@ class TuneSession:
                     break
                 pairs[id(cand)].append(Pair(after, run.sample()))
                 waiting = False
+            best = self._fastest(candidates, pairs)
             live = [c for c in live if not self._settled(ref, c, pairs[id(c)]) and len(pairs[id(c)]) < self.cap(c)
-                    and not self._hopeless(c, pairs[id(c)])]
+                    and not self._hopeless(c, pairs[id(c)], best)]
         self.spreads += [log_ratios(pairs[id(c)]) for c in candidates if len(pairs[id(c)]) >= 2]
         return pairs
 
@@ -281,31 +281,37 @@ class TuneSession:
                    min_pairs=self.options.min_pairs, seed=self.options.seed)
         return d is not None and d.status != "undecided"
 
-    def _hopeless(self, cand: Trial, pairs: list[Pair]) -> bool:
-        """Undecided after ``--repeats`` pairs and slower than the reference on their mean: it
-        stops (no gain; precision over recall), its remaining pairs go to tricks that can still
-        be kept."""
+    def _fastest(self, cands: Sequence[Trial], pairs: dict[int, list[Pair]]) -> tuple[Trial, float] | None:
+        """The candidate decided faster (and loss-equivalent) with the largest ratio, or None."""
+        opts, out = self.options, None
+        for c in cands:
+            d = decide(pairs[id(c)], margin=opts.margin, confidence=opts.confidence, min_pairs=opts.min_pairs,
+                       seed=opts.seed) if pairs[id(c)] else None
+            if d is not None and d.status == "faster" and (out is None or d.ratio > out[1]) \
+                    and self._loss_check(c).passed is not False:
+                out = (c, d.ratio)
+        return out
+
+    def _hopeless(self, cand: Trial, pairs: list[Pair], best: tuple[Trial, float] | None) -> bool:
+        """Undecided after ``--repeats`` pairs and either slower than the reference on their mean,
+        or slower than a candidate decided faster (the path it starts measures it again on top):
+        it stops, its remaining pairs go to tricks whose verdict can still change the result."""
         logs = log_ratios(pairs)
-        if len(logs) < self.options.min_pairs or sum(logs) >= 0:
+        if len(logs) < self.options.min_pairs:
             return False
-        self.hopeless.add(id(cand))
-        return True
+        mean = sum(logs) / len(logs)
+        if mean < 0:
+            self.hopeless[id(cand)] = "stopped: slower on its pairs' mean, its remaining pairs went to tricks that could still be kept"
+        elif best is not None and best[0] is not cand and mean < math.log(best[1]):
+            self.hopeless[id(cand)] = (f"stopped: under {best[0].name} ({best[1]:.2f}x, decided faster), on top of "
+                                       "which the path measures it again")
+        return id(cand) in self.hopeless
 
     def _loss_check(self, trial: Trial) -> Any:
         """The trial's losses vs the baseline's over the first ``--warmup`` + ``--steps`` steps
         (the horizon the tolerances were measured on, whatever more steps a run measures)."""
-        base, mine = self.baseline.ok_runs, trial.ok_runs
-        n = self.options.warmup + self.options.steps
-        ranks = min((len(r.rank_losses) for r in base + mine), default=0)
-        if ranks < 2:
-            return check_losses([r.losses[:n] for r in base], [r.losses[:n] for r in mine],
-                                reduced_precision=trial.reduced_precision)
-        checks = [check_losses([r.rank_losses[k][:n] for r in base], [r.rank_losses[k][:n] for r in mine],
-                               reduced_precision=trial.reduced_precision) for k in range(ranks)]  # every rank's
-        k = next((k for k, c in enumerate(checks) if not c.passed), None)
-        if k is None:
-            k = max(range(ranks), key=lambda i: checks[i].deviation or 0.0)
-        return replace(checks[k], message=f"rank {k} of {ranks} (the worst): {checks[k].message}")
+        return check_runs(self.baseline.ok_runs, trial.ok_runs, reduced_precision=trial.reduced_precision,
+                          horizon=self.options.warmup + self.options.steps)
 
     def judge(self, trial: Trial, pairs: list[Pair], *, against: str = "the baseline",
               reference: Trial | None = None) -> None:
@@ -354,7 +360,7 @@ class TuneSession:
         seconds) its pairs' spread says a verdict would take (``trial.to_decide``)."""
         opts = self.options
         if id(trial) in self.hopeless:
-            return "stopped: slower on its pairs' mean, its remaining pairs went to tricks that could still be kept"
+            return self.hopeless[id(trial)]
         if not self.budget.exhausted:
             return (f"an expensive trial gets {self.expensive_pairs} pairs" if trial.expensive
                     else f"--max-pairs {opts.most_pairs}")
