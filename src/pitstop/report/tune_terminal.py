@@ -89,7 +89,7 @@ def _plan(console: Any, result: TuneResult) -> None:
     if plan.steps_why:
         console.print(f"  steps: {plan.steps_why}", markup=False, highlight=False, soft_wrap=True)
     for n, it in enumerate(plan.items, 1):
-        where = ", on top of the path" if it.stage == "on the path" else ""
+        where = {"alone": "", "again on the path": ", again on top of the path", "on the path": ", on top of the path"}[it.stage]
         pairs = f"~{it.pairs} pairs" if it.pairs is not None else "no verdict forecast within its pairs"
         once = f" ({it.one_time_s:.0f} s of them its first run, estimated)" if it.one_time_s else ""
         fate = "fits" if it.fits else f"WILL NOT FIT: {it.why}"

@@ -41,6 +41,7 @@ from dataclasses import replace
 from pitstop.tune.confirm import confirm
 from pitstop.tune.result import CombineStep, Trial
 from pitstop.tune.schedule.listing import SHARE_SAFETY
+from pitstop.tune.schedule.racing import confirm_seconds
 from pitstop.tune.session import TuneSession
 from pitstop.tune.stages import Stage, evidence_order, retry_reason, shares_after
 from pitstop.tune.verdict import verdict
@@ -241,10 +242,10 @@ def combine(session: TuneSession) -> None:
 
 def _confirm_forecast(session: TuneSession, path: _Path) -> float:
     """Under a budget, the seconds the path's confirmation in fresh pairs is forecast to take
-    (``--repeats`` pairs: a path run and half a baseline run each); 0 without a budget."""
+    (``--repeats`` pairs: :func:`pitstop.tune.schedule.racing.confirm_seconds`); 0 without a budget."""
     if session.budget.seconds is None:
         return 0.0
-    return session.options.min_pairs * (session.estimate(path.combo) + session.estimate(session.baseline) / 2)
+    return confirm_seconds(session.options.min_pairs, session.estimate(path.combo), session.estimate(session.baseline))
 
 
 def _record_on_path(session: TuneSession, single: Trial, path: _Path) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pitstop.tune.schedule.racing import NOISE_PRIOR, Prior, pairs_to_verdict, rank
+from pitstop.tune.schedule.racing import NOISE_PRIOR, Prior, confirm_seconds, pairs_to_verdict, rank
 
 __all__ = ["PlanItem", "BudgetPlan", "make_plan"]
 
@@ -29,8 +29,10 @@ __all__ = ["PlanItem", "BudgetPlan", "make_plan"]
 class PlanItem:
     """One trick of the plan: its ``prior``, the ``pairs`` forecast to its verdict (None: not
     within its pairs at most), the ``seconds`` they cost with ``one_time_s`` (an expensive
-    trick's first run beyond a plain one, estimated), when it is measured (``stage``:
-    ``"alone"`` against the baseline, ``"on the path"`` after the cheap tricks), whether it
+    trick's first run beyond a plain one, estimated), when it is measured (``stage``: ``"alone"``
+    against the baseline, ``"again on the path"``: a cheap trick measured again on top of the
+    path the first one starts, ``"on the path"``: an expensive trick, after the cheap ones),
+    whether it
     ``fits`` the budget after the tricks before it, and ``why`` not."""
 
     trick: str
@@ -38,7 +40,7 @@ class PlanItem:
     pairs: int | None
     seconds: float
     one_time_s: float
-    stage: Literal["alone", "on the path"]
+    stage: Literal["alone", "again on the path", "on the path"]
     fits: bool
     why: str = ""
 
@@ -88,19 +90,25 @@ def make_plan(session: Any, first: list[Any], deferred: list[Any]) -> BudgetPlan
                                 confidence=opts.confidence, min_pairs=opts.min_pairs)]
     left = session.budget.remaining()
     best = max((session.prior(t).ratio for t in first + deferred), default=bar)
-    confirm = (forecast(session.baseline, best) or opts.min_pairs) * pair_s if first or deferred else 0.0
+    confirm = (confirm_seconds(forecast(session.baseline, best) or opts.min_pairs, run_s, run_s)
+               if first or deferred else 0.0)
+    # alone against the baseline; then the other cheap tricks again on top of the path the first
+    # one starts (--repeats pairs each: how many pay there is not known before measuring); then
+    # the expensive ones on top of the path
+    steps = ([(t, "alone") for t in order] + [(t, "again on the path") for t in order[1:]]
+             + [(t, "on the path") for t in deferred])
     items, used = [], 0.0
-    for trial, stage in [(t, "alone") for t in order] + [(t, "on the path") for t in deferred]:
+    for trial, stage in steps:
         prior = session.prior(trial)
-        pairs = forecast(trial, prior.ratio)
+        pairs = forecast(trial, prior.ratio) if stage != "again on the path" else opts.min_pairs
         one = session.one_time(trial)
         seconds = (pairs or session.cap(trial)) * pair_s + one
-        room = left - used - (confirm if stage == "on the path" else 0.0)
+        room = left - used - (confirm if stage != "alone" else 0.0)
         fits = seconds <= room
         why = ""
         if not fits:
             why = (f"{max(0.0, room):.0f} s would be left after the tricks before it"
-                   + (" and the result's confirmation" if stage == "on the path" else ""))
+                   + (" and the result's confirmation" if stage != "alone" else ""))
         else:
             used += seconds
         items.append(PlanItem(trial.name, prior, pairs, seconds, one, stage, fits, why))

@@ -36,7 +36,7 @@ from pitstop.paired import Pair, choose_measure
 from pitstop.stats import t_quantile
 
 __all__ = ["Prior", "Prospect", "prior_of", "prior_for", "log_ratios", "pooled_noise", "pairs_to_verdict", "rank", "NOISE_PRIOR",
-           "FLOOR", "HALVING", "more_for_verdict", "UNKNOWN_SHARE"]
+           "FLOOR", "HALVING", "more_for_verdict", "UNKNOWN_SHARE", "confirm_seconds", "CONFIRM_MARGIN"]
 
 #: spread (sd of a pair's log-ratio) assumed before two pairs measured it: 5%
 NOISE_PRIOR = 0.05
@@ -46,6 +46,8 @@ FLOOR = 1e-3
 HALVING = 0.5
 #: the share of the step assumed for a trick that may change any phase, or without a survey
 UNKNOWN_SHARE = 0.5
+#: the result's confirmation is planned with this margin on its forecast (runs vary with the load)
+CONFIRM_MARGIN = 1.25
 
 
 @dataclass(frozen=True)
@@ -188,3 +190,10 @@ def more_for_verdict(logs: Sequence[float], *, noise: float, bar: float, confide
     total = pairs_to_verdict(logs, prior=1.0, bar=bar, confidence=confidence, min_pairs=min_pairs, cap=limit,
                              noise=noise)
     return None if total is None else max(1, total - len(logs))
+
+
+def confirm_seconds(pairs: int, cand_s: float, ref_s: float) -> float:
+    """Seconds ``pairs`` fresh pairs of the result against the baseline are forecast to take:
+    as many result runs and ``(pairs + 2) // 2`` baseline runs (``R C C R C``), times
+    :data:`CONFIRM_MARGIN`."""
+    return CONFIRM_MARGIN * (pairs * cand_s + (pairs + 2) // 2 * ref_s)
