@@ -101,6 +101,8 @@ def main() -> None:
     p.add_argument("--examples", default="cnn,gpt", help="bundled examples searched at the default budget ('' none)")
     p.add_argument("--rounds", type=int, default=1, help="old, new, new, old per round")
     p.add_argument("--convnet-budget", type=float, default=None, help="also the small conv net under this --budget")
+    p.add_argument("--convnet-only", default=None, metavar="CODES",
+                   help="the conv net's --only (e.g. PIT104,PIT601,PIT101: as on a CPU where bf16 does not pay)")
     p.add_argument("--out", type=Path, default=None, help="keep every search's JSON report here")
     args = p.parse_args()
     from pitstop.examples import SCRIPTS
@@ -114,8 +116,9 @@ def main() -> None:
         if args.convnet_budget is not None:
             script = Path(tmp) / "convnet_train.py"
             script.write_text(CONVNET, encoding="utf-8")
-            cases.append((f"convnet-budget-{args.convnet_budget:g}", [str(script)],
-                          ["--budget", f"{args.convnet_budget:g}"]))
+            only = ["--only", args.convnet_only] if args.convnet_only else []
+            cases.append((f"convnet-budget-{args.convnet_budget:g}" + ("-only" if only else ""), [str(script)],
+                          ["--budget", f"{args.convnet_budget:g}", *only]))
         print(f"CPU: {cpu_features().model}, {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}", flush=True)
         for rnd in range(args.rounds):
             for name, target, extra in cases:
