@@ -40,7 +40,7 @@ from pitstop.tune.knob import all_knobs
 from pitstop.tune.options import TuneOptions
 from pitstop.report.tune_terminal import render_text
 from pitstop.tune.script import ScriptBackend
-from pitstop.tune.search import search
+from pitstop.tune.protocol import search
 
 #: The bf16 snippet of PIT301 (``AutocastKnob.snippet``) pasted into each example: (line in the
 #: example, the lines that replace it). Indentation is the example's.

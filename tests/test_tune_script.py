@@ -144,6 +144,21 @@ def test_cnn_reports_a_combination_snippet_and_recipe(cnn):
     assert n_a == set()  # --only: nothing else was looked at
 
 
+def test_cnn_time_says_where_each_configurations_set_up_went(cnn):
+    """The child's marks (script start, imports, first training forward, first step) split each
+    configuration's set-up; the plan is made before measuring; --steps fixes the step count."""
+    d, _ = cnn
+    times = {t["trial"]: t for t in d["time"]["trials"]}
+    base = times["baseline"]
+    assert base["runs"] == d["baseline"]["runs"] and sum(t["runs"] for t in times.values()) == d["time"]["runs"]
+    sp = base["split"]
+    assert sp["start"] > 0 and sp["build"] > 0 and sp["imports"] >= 0 and sp["first_step"] is not None
+    assert sp["start"] + sp["imports"] + sp["build"] + sp["first_step"] <= base["setup"] * 1.05 + 0.05
+    plan = d["budget"]["plan"]
+    assert plan["steps"] == 5 and plan["steps_why"] is None and plan["run_s"] > 0
+    assert {t["name"] for t in d["trials"] if t["status"] != "not_applicable"} <= {i["trick"] for i in plan["items"]}
+
+
 def test_cnn_json_schema(cnn):
     jsonschema = pytest.importorskip("jsonschema")
     d, _ = cnn

@@ -32,7 +32,9 @@ class TuneCommand(Command):
         parser.add_argument("script", nargs="?", help="training script (default: the bundled naive CNN)")
         parser.add_argument("script_args", nargs="*", metavar="-- SCRIPT_ARGS", help="arguments for the script, after --")
         parser.add_argument("-m", dest="module", metavar="MODULE", help="run a module as with python -m MODULE")
-        parser.add_argument("--steps", type=int, default=10, help="optimizer steps measured per run (default 10)")
+        parser.add_argument("--steps", type=int, default=None,
+                            help="optimizer steps measured per run (default 10, more where a run's set-up takes "
+                                 "longer than its steps; giving N fixes it)")
         parser.add_argument("--warmup", type=int, default=3, help="optimizer steps before measuring (default 3)")
         parser.add_argument("--repeats", type=int, default=3,
                             help="pairs (trial run between two baseline runs) before a verdict, at least 2 (default 3)")
@@ -62,6 +64,9 @@ class TuneCommand(Command):
                             help="instead of the speed search: the cheapest combination that fits in SIZE of device "
                                  "memory (e.g. 12GiB) and keeps the effective batch (checkpointing, bf16; smaller "
                                  "DataLoader batches when nothing else fits), losses checked")
+        parser.add_argument("--bench-report", type=Path, default=None, metavar="FILE",
+                            help="a `pitstop bench --format json` report from this machine: its measured ratios order "
+                                 "the measuring (verdicts still come from the pairs)")
         parser.add_argument("--progress", choices=("auto", "on", "off"), default="auto",
                             help="progress bar on stderr (auto: when stderr is a terminal)")
         split_at_double_dash(parser)
@@ -74,7 +79,7 @@ class TuneCommand(Command):
             args.script_args = [args.script, *args.script_args]  # with -m the first positional is a script arg
             args.script = None
         for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1), ("max_pairs", 1)):
-            if getattr(args, name) < low:
+            if getattr(args, name) is not None and getattr(args, name) < low:
                 raise CliError(f"--{name} must be >= {low}, got {getattr(args, name)}")
         from pitstop.doctor.run.spec import MAX_TIMEOUT
 
@@ -104,6 +109,14 @@ class TuneCommand(Command):
             select_knobs(all_knobs(), [t.partition("=")[0].strip() for t in args.try_values])
         except ValueError as exc:
             raise CliError(str(exc).replace("--only:", "--try:").replace("try_values:", "--try:")) from None
+        bench = ()
+        if args.bench_report is not None:
+            from pitstop.tune.options import read_bench_priors
+
+            try:
+                bench = read_bench_priors(str(args.bench_report))
+            except ValueError as exc:
+                raise CliError(f"--bench-report {exc}") from None
         progress = {"auto": None, "on": True, "off": False}[args.progress]
         if args.memory_budget is not None:
             return _memory_budget(args, module)
@@ -112,7 +125,7 @@ class TuneCommand(Command):
                                  warmup=args.warmup, repeats=args.repeats, budget=args.budget, only=args.only,
                                  timeout=args.timeout, margin=args.margin, seed=args.seed, progress=progress,
                                  threads=args.threads, max_pairs=args.max_pairs, nproc_per_node=args.nproc_per_node,
-                                 try_values=tuple(args.try_values))
+                                 try_values=tuple(args.try_values), bench=bench)
         except TuneInputError as exc:
             raise CliError(str(exc)) from None
         except TuneError as exc:

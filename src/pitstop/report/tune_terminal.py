@@ -9,6 +9,7 @@ from pitstop.paired import Decision
 from pitstop.report.terminal import fmt_bytes, make_console
 from pitstop.tune.equivalence import LossCheck
 from pitstop.tune.result import Trial, TuneResult
+from pitstop.tune.run import SetupSplit
 from pitstop.tune.sweep import SweepResult
 
 __all__ = ["render_text", "render_json", "VERDICT_TEXT"]
@@ -62,13 +63,57 @@ def _time(console: Any, result: TuneResult) -> None:
     if b is not None and b.seconds:
         line += f"; budget {b.seconds:.0f} s" + (" (exhausted: some runs were skipped)" if b.exhausted else "")
     console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for tt in t.trials:
+        console.print(f"  {tt.trial}: {tt.runs} run{'s' * (tt.runs != 1)}, {tt.elapsed:.1f} s: set-up {tt.setup:.1f} s"
+                      f"{_split(tt.split)}, warm-up {tt.warmup:.1f} s, measured {tt.measured:.1f} s",
+                      markup=False, highlight=False, soft_wrap=True)
+
+
+def _split(sp: SetupSplit | None) -> str:
+    if sp is None:
+        return ""
+    parts = [(name, v) for name, v in (("start", sp.start), ("imports", sp.imports), ("build", sp.build),
+                                       ("first step", sp.first_step), ("compile", sp.compile)) if v]
+    return f" ({', '.join(f'{n} {v:.1f}' for n, v in parts)})" if parts else ""
+
+
+def _plan(console: Any, result: TuneResult) -> None:
+    """The budget plan made before measuring: the order, each trick's forecast, what will not fit."""
+    plan = result.budget.plan if result.budget is not None else None
+    if plan is None:
+        return
+    budget = f"budget {plan.budget:.0f} s" if plan.budget else "no budget"
+    console.print(f"[bold]plan (before measuring): {budget}[/bold]; survey {plan.survey_s:.0f} s; one run {plan.run_s:.1f} s "
+                  f"(set-up {plan.setup_s:.1f} s) at {plan.steps} measured steps, a pair about {plan.pair_s:.1f} s; "
+                  f"planned {plan.planned_s:.0f} s in all", highlight=False, soft_wrap=True)
+    if plan.steps_why:
+        console.print(f"  steps: {plan.steps_why}", markup=False, highlight=False, soft_wrap=True)
+    for n, it in enumerate(plan.items, 1):
+        where = {"alone": "", "again on the path": ", again on top of the path", "on the path": ", on top of the path"}[it.stage]
+        pairs = f"~{it.pairs} pairs" if it.pairs is not None else "no verdict forecast within its pairs"
+        once = f" ({it.one_time_s:.0f} s of them its first run, estimated)" if it.one_time_s else ""
+        fate = "fits" if it.fits else f"WILL NOT FIT: {it.why}"
+        console.print(f"  {n}. {it.trick}{where}: prior {it.prior.ratio:.2f}x ({it.prior.source}); {pairs}, "
+                      f"{it.seconds:.0f} s{once}: {fate}", markup=False, highlight=False, soft_wrap=True)
+    if plan.items:
+        fate = ("fits" if plan.confirm_fits else "WILL NOT FIT after the tricks that fit: the result's claim will be "
+                "the pairs that chose it, said unconfirmed")
+        console.print(f"  then the result's confirmation in fresh pairs: {plan.confirm_s:.0f} s: {fate}",
+                      markup=False, highlight=False, soft_wrap=True)
 
 
 def _compile_text(t: Trial) -> str:
     c = t.compile
+    later = f"; {c.compile_s_cached:.1f} s in each later run, its cache warm" if c.compile_s_cached is not None else ""
     if t.status == "kept" and c.break_even_steps:
-        return f"; compile {c.compile_s:.1f} s, pays off after {c.break_even_steps} steps"
-    return f"; compile {c.compile_s:.1f} s (one-off)"
+        return f"; compile {c.compile_s:.1f} s once (its first run{later}), pays off after {c.break_even_steps} steps"
+    return f"; compile {c.compile_s:.1f} s once (its first run{later})"
+
+
+def _startup_text(t: Trial) -> str:
+    c = t.startup
+    pays = f", pays off after {c.break_even_steps} steps" if c.break_even_steps else ""
+    return f"; start-up {c.extra_s:.1f} s more warm-up per run than its reference{pays}"
 
 
 def render_text(result: TuneResult, file: IO[str] | None = None, width: int | None = None) -> None:
@@ -76,6 +121,7 @@ def render_text(result: TuneResult, file: IO[str] | None = None, width: int | No
     best configuration with the code to use it, the sweep, notes and where the time went."""
     console = make_console(file, width=width or 150)
     _header(console, result)
+    _plan(console, result)
     console.print(_trials_table(result))
     console.print("steps/s: the baseline's times the paired speed-up (wall-clock rates of single runs are in the JSON)",
                   markup=False, highlight=False)
@@ -99,7 +145,7 @@ def _header(console: Any, result: TuneResult) -> None:
     sps, samples = result.baseline_steps_per_s, result.baseline_samples_per_s
     opts = result.settings.options
     console.print(f"[bold]pitstop tune[/bold] {result.target}  ({result.mode} mode, {result.device}; "
-                  f"{opts.steps} steps after {opts.warmup} warmup per run; each trial paired with the baseline "
+                  f"{_steps(result)} steps after {opts.warmup} warmup per run; each trial paired with the baseline "
                   f"runs next to it, {max(2, opts.repeats)} to {opts.max_pairs} pairs)")
     console.print(f"baseline: {sps:.2f} steps/s" if sps else "baseline: not measured", end="")
     if samples:
@@ -115,6 +161,11 @@ def _header(console: Any, result: TuneResult) -> None:
                       f"first: {warn.first[0][:120]!r})", markup=False, highlight=False)
 
 
+def _steps(result: TuneResult) -> int:
+    plan = result.budget.plan if result.budget is not None else None
+    return plan.steps if plan is not None else result.settings.options.steps
+
+
 def _trials_table(result: TuneResult) -> Any:
     from rich.table import Table
 
@@ -128,7 +179,7 @@ def _trials_table(result: TuneResult) -> Any:
         codes = " ".join(dict.fromkeys(s.code for s in t.settings))
         verdict = VERDICT_TEXT.get(t.status, t.status)
         style = _STYLE.get(t.status, "")
-        reason = t.reason + (_compile_text(t) if t.compile else "") + (f"; {t.hardware.text()}" if t.hardware else "") + (f"; {t.explanation}" if t.explanation else "")
+        reason = t.reason + (_compile_text(t) if t.compile else "") + (_startup_text(t) if t.startup else "") + (f"; {t.hardware.text()}" if t.hardware else "") + (f"; {t.explanation}" if t.explanation else "")
         sp = t.speed
         table.add_row(t.name, codes, f"{t.steps_per_s:.2f}" if t.steps_per_s else "-", _speed(sp),
                       str(sp.pairs) if sp is not None else "-", _mem(t.memory_change), _loss(t.loss_check),

@@ -94,16 +94,18 @@ def _tune(model, optimizer_factory, loss_fn, loader, *, steps, warmup, repeats, 
                 warmup=warmup, timeout=timeout, batch_sizes=batch_sizes, max_batch=max_batch, memory_cap=cap,
                 memory_margin=DEFAULT_MEMORY_MARGIN if memory_margin is None else memory_margin,
                 effective_batch=effective_batch, progress=bar)
-        result.budget = BudgetUse(**started.to_dict())
+        result.budget = BudgetUse(**started.to_dict(), plan=result.budget.plan if result.budget is not None else None)
     return result
 
 
-def tune_script(script: str | None = None, module: str | None = None, args: Sequence[str] = (), *, steps: int = 10,
+def tune_script(script: str | None = None, module: str | None = None, args: Sequence[str] = (), *,
+                steps: int | None = None,
                 warmup: int = 3, repeats: int = 3, budget: float | None = None, only: Sequence[str] = (),
                 timeout: float = 300.0, margin: float | None = None, confidence: float | None = None, seed: int = 0,
                 progress: bool | None = False, knobs: Sequence[Knob] | None = None, cwd: str | None = None,
                 survey_steps: int | None = None, threads: int | None = None, max_pairs: int = 8, warm: bool = True,
-                nproc_per_node: int | None = None, try_values: Sequence[str] = (), worker: Any = None) -> TuneResult:
+                nproc_per_node: int | None = None, try_values: Sequence[str] = (), worker: Any = None,
+                bench: Sequence[Any] = ()) -> TuneResult:
     """Script mode: tune an unmodified training script (``script`` path or ``module`` name,
     ``args`` its own arguments). Each run is a fresh child process under the doctor's bootstrap;
     with ``nproc_per_node`` each run is a whole torchrun job of that many ranks
@@ -112,15 +114,19 @@ def tune_script(script: str | None = None, module: str | None = None, args: Sequ
     does not choose them by default (:attr:`TuneOptions.try_values`). ``worker``: a started
     :class:`pitstop.tune.warm.WarmRunner` to fork the runs from, owned by the caller and left open
     (searches of several scripts in one process import torch once; without it each search starts
-    its own warm worker, or fresh processes with ``warm=False``)."""
+    its own warm worker, or fresh processes with ``warm=False``). ``steps``: measured steps per
+    run; None (default): 10, more where the survey's run spent longer on its set-up than on its
+    steps (:attr:`TuneOptions.more_steps`). ``bench``: :class:`pitstop.tune.options.BenchPrior`
+    ratios measured on this machine, the scheduler's priors."""
     from pitstop.tune.progress import make_progress
     from pitstop.tune.script import SURVEY_STEPS, ScriptBackend
     from pitstop.tune.verdict import DEFAULT_CONFIDENCE, DEFAULT_MARGIN
 
-    options = TuneOptions(steps=steps, warmup=warmup, repeats=repeats, budget=budget, timeout=timeout,
-                          margin=DEFAULT_MARGIN if margin is None else margin,
+    options = TuneOptions(steps=10 if steps is None else steps, warmup=warmup, repeats=repeats, budget=budget,
+                          timeout=timeout, margin=DEFAULT_MARGIN if margin is None else margin,
                           confidence=DEFAULT_CONFIDENCE if confidence is None else confidence, only=tuple(only), seed=seed,
-                          max_pairs=max_pairs, try_values=tuple(try_values))
+                          max_pairs=max_pairs, try_values=tuple(try_values), more_steps=steps is None,
+                          bench=tuple(bench))
     kw = dict(script=script, module=module, args=tuple(args), seed=seed, cwd=cwd,
               survey_steps=SURVEY_STEPS if survey_steps is None else survey_steps, timeout=timeout, threads=threads)
     if nproc_per_node is not None:

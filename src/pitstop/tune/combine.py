@@ -40,7 +40,9 @@ from dataclasses import replace
 
 from pitstop.tune.confirm import confirm
 from pitstop.tune.result import CombineStep, Trial
-from pitstop.tune.session import SHARE_SAFETY, TuneSession
+from pitstop.tune.schedule.listing import SHARE_SAFETY
+from pitstop.tune.schedule.racing import confirm_seconds
+from pitstop.tune.session import TuneSession
 from pitstop.tune.stages import Stage, evidence_order, retry_reason, shares_after
 from pitstop.tune.verdict import verdict
 
@@ -79,19 +81,26 @@ class _Path:
         self.stages = [Stage(1, first.name, first.settings, first.speed, ratio, f"vs the baseline: {first.reason}")]
         self.stopped = False  # the budget ran out
         self._said: set[tuple[str, str]] = set()
+        self.measured: dict[int, Trial] = {}  # id(candidate) -> its last trial on top of the path
 
     @property
     def cumulative(self) -> float:
         return self.stages[-1].cumulative or 1.0
+
+    def shares(self) -> dict[str, float] | None:
+        """The survey's phase shares once the path runs (:func:`pitstop.tune.stages.shares_after`)."""
+        s = self.session
+        phases = lambda st: s.knob(st).phases(st.value, s.ctx)  # noqa: E731
+        touched = None if any(not phases(st) for st in self.combo.settings) else {
+            p for st in self.combo.settings for p in phases(st)}
+        return shares_after(s.ctx, touched, self.cumulative)
 
     def eligible(self, cands: Sequence[Trial], sure: set[int]) -> list[Trial]:
         """The candidates worth measuring on top of the path, likely winner first; the others
         are skipped with the reason (said once per candidate and reason)."""
         s = self.session
         phases = lambda st: s.knob(st).phases(st.value, s.ctx)  # noqa: E731
-        touched = None if any(not phases(st) for st in self.combo.settings) else {
-            p for st in self.combo.settings for p in phases(st)}
-        shares = shares_after(s.ctx, touched, self.cumulative)
+        shares = self.shares()
         out = []
         for c in cands:
             why = None if id(c) in sure else retry_reason(
@@ -123,15 +132,18 @@ class _Path:
         tried = self._with(cands)
         if not tried:
             return None, []
+        self.session.path_shares = self.shares()  # the candidates' priors: their phases' share on the path
         pairs = self.session.measure(self.combo, [new for _, new in tried])
         faster: list[tuple[Trial, Trial]] = []
         again: list[Trial] = []
         for cand, new in tried:
-            self.session.judge(new, pairs[id(new)], against=self.combo.name)
+            self.session.judge(new, pairs[id(new)], against=self.combo.name, reference=self.combo)
+            self.measured[id(cand)] = new
             if new.status in ("failed", "rejected", "skipped", "not_applicable"):
                 self.steps.append(CombineStep(cand.name, "failed" if new.status == "not_applicable" else new.status,
                                               new.reason))
-                self.stopped |= new.status == "skipped"
+                # the budget ran out (a candidate whose forecast did not fit leaves room for the others)
+                self.stopped |= new.status == "skipped" and id(new) not in self.session.not_started
                 continue
             status, reason = verdict(new.speed, self.session.options.margin)
             if status == "kept":
@@ -183,7 +195,9 @@ def _cheap_stages(path: _Path, pool: list[Trial], sure: set[int]) -> list[Trial]
 
 
 def combine(session: TuneSession) -> None:
-    """Fill ``session.combination``, ``session.stages`` and ``session.best``."""
+    """Fill ``session.combination``, ``session.stages`` and ``session.best``; the expensive tricks
+    deferred to the path (``session.deferred``) get their single trial's record from their
+    measurement on top of it."""
     kept = best_per_knob(session.trials, "kept")
     if not kept:
         return
@@ -191,7 +205,7 @@ def combine(session: TuneSession) -> None:
     promising = [t for t in best_per_knob(session.trials, "no_gain") if _key(t) not in taken]
     first, path = kept[0], _Path(session, kept[0])
     sure_list = (kept[1:] + promising)[: session.options.max_combine]
-    sure = {id(t) for t in sure_list}
+    sure = {id(t) for t in sure_list} | {id(t) for t in session.deferred}
     known = taken | {_key(t) for t in promising}
     # tricks not faster alone: the best value of each other knob (every value of an expensive one)
     retry = [t for t in best_per_knob(session.trials, ("slower", "no_gain")) if _key(t) not in known]
@@ -203,18 +217,52 @@ def combine(session: TuneSession) -> None:
     for t in session.not_applicable:
         if t.bounded and _key(t) not in known and all(_key(t) != _key(r) for r in retry):
             retry.append(t)
+    session.reserve = _confirm_forecast(session, path)  # under a budget: the confirmation stays affordable
     pool = _cheap_stages(path, [c for c in sure_list + retry if not c.expensive], sure)
-    expensive = [c for c in sure_list + retry if c.expensive]
+    expensive = [c for c in sure_list + retry if c.expensive] + list(session.deferred)
     joined = False
     for knob in dict.fromkeys(_key(c) for c in expensive):
         if path.stopped:
             break
+        session.reserve = _confirm_forecast(session, path)
         group = path.eligible([c for c in expensive if _key(c) == knob], sure)
         if group:
             joined |= path.stage(group)[0] is not None
     if joined and pool and not path.stopped:
         # compilation can move the bottleneck (to the input pipeline, the optimizer): the cheap
         # tricks not added get stages on top of the path with it (their steps say "vs ... + compile")
+        session.reserve = _confirm_forecast(session, path)
         _cheap_stages(path, pool, sure)
+    session.reserve = 0.0
     best = path.confirm(first)
+    for single in session.deferred:
+        _record_on_path(session, single, path)
     session.combination, session.stages, session.best = path.steps, path.stages, best
+
+
+def _confirm_forecast(session: TuneSession, path: _Path) -> float:
+    """Under a budget, the seconds the path's confirmation in fresh pairs is forecast to take
+    (``--repeats`` pairs: :func:`pitstop.tune.schedule.racing.confirm_seconds`); 0 without a budget."""
+    if session.budget.seconds is None:
+        return 0.0
+    return confirm_seconds(session.options.min_pairs, session.estimate(path.combo), session.estimate(session.baseline))
+
+
+def _record_on_path(session: TuneSession, single: Trial, path: _Path) -> None:
+    """An expensive trick deferred to the path: its single trial says what it measured on top of
+    the path (against it, not against the baseline), or why it was not measured."""
+    new = path.measured.get(id(single))
+    if new is None or new.speed is None:
+        said = [c.reason for c in path.steps if c.added == single.name and c.status in ("skipped", "failed")]
+        if new is not None and new.status == "failed":
+            single.runs, single.status, single.reason = new.runs, "failed", f"on top of the path: {new.reason}"
+            return
+        single.status = "skipped"
+        single.reason = ("expensive: measured after the cheap tricks are decided, on top of the path; "
+                         + (said[-1] if said else "not measured: the time budget ran out before its turn"))
+        return
+    name = " + ".join(s.label for s in new.settings[:-len(single.settings)]) or "the baseline"
+    single.runs, single.speed, single.loss_check = new.runs, new.speed, new.loss_check
+    single.compile, single.explanation, single.memory_change = new.compile, new.explanation, new.memory_change
+    single.status, single.against, single.to_decide = new.status, name, new.to_decide
+    single.reason = f"measured on top of {name} (expensive: after the cheap tricks were decided): {new.reason}"

@@ -51,7 +51,7 @@ def confirm(session: Any, chosen: Trial) -> tuple[Trial | None, CombineStep]:
     stays, and the step says its claim is the selection's (biased upward)."""
     opts = session.options
     final, _ = session.new_trial(chosen.settings)
-    pairs = session.measure(session.baseline, [final])[id(final)]
+    pairs = session.measure(session.baseline, [final], planned=False)[id(final)]
     session.judge(final, pairs)
     n = len(pairs)
     cut = session.budget.exhausted and final.status != "kept" and (final.speed is None

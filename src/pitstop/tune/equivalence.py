@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["LossCheck", "check_losses", "median_trajectory", "FLOOR_EXACT", "FLOOR_REDUCED", "SPREAD_FACTOR"]
+__all__ = ["LossCheck", "check_losses", "check_runs", "median_trajectory", "FLOOR_EXACT", "FLOOR_REDUCED", "SPREAD_FACTOR"]
 
 FLOOR_EXACT = 0.01
 FLOOR_REDUCED = 0.03
@@ -129,3 +129,18 @@ def check_losses(baseline: Sequence[Sequence[float | None]], trial: Sequence[Seq
     return LossCheck("diverged", deviation, tolerance,
                      f"loss deviates {deviation:.1%} from the baseline on average over {len(pairs)} steps "
                      f"(tolerance {tolerance:.1%}, {why}); last step {last_t:.4g} vs {last_b:.4g}")
+
+
+def check_runs(base: Sequence[Any], mine: Sequence[Any], *, reduced_precision: bool, horizon: int) -> LossCheck:
+    """:func:`check_losses` of runs (:class:`pitstop.tune.run.Run`) over their first ``horizon``
+    steps; for torchrun jobs (``rank_losses``) every rank's, the failing or worst one reported."""
+    ranks = min((len(r.rank_losses) for r in [*base, *mine]), default=0)
+    if ranks < 2:
+        return check_losses([r.losses[:horizon] for r in base], [r.losses[:horizon] for r in mine],
+                            reduced_precision=reduced_precision)
+    checks = [check_losses([r.rank_losses[k][:horizon] for r in base], [r.rank_losses[k][:horizon] for r in mine],
+                           reduced_precision=reduced_precision) for k in range(ranks)]
+    k = next((k for k, c in enumerate(checks) if not c.passed), None)
+    if k is None:
+        k = max(range(ranks), key=lambda i: checks[i].deviation or 0.0)
+    return replace(checks[k], message=f"rank {k} of {ranks} (the worst): {checks[k].message}")

@@ -134,7 +134,8 @@ class Knob(Face, face="K"):
       cost) or ``"accumulate"`` (splits a batch) for the knobs the API batch-size sweep uses.
     - ``order``: where its child setup runs and where it sits in the table (low first); the
       model-wrapping knobs run in ``order``: layout (10), precision (20), compile (90).
-    - ``expensive``: trials cost much more than a plain run (compilation): tried last.
+    - ``expensive``: trials cost much more than a plain run (compilation): measured after the
+      cheap tricks are decided, on top of their path; the first run's cost is reported apart.
     """
 
     name: ClassVar[str] = ""

@@ -13,11 +13,59 @@ from pitstop.tune.knob import Context, Knob, Setting
 from pitstop.tune.run import Run
 from pitstop.tune.verdict import DEFAULT_CONFIDENCE, DEFAULT_MARGIN
 
-__all__ = ["TuneOptions", "Backend", "TuneError", "Budget", "select_knobs", "merge_recipe_fields"]
+__all__ = ["TuneOptions", "Backend", "TuneError", "Budget", "BenchPrior", "select_knobs", "merge_recipe_fields",
+           "read_bench_priors"]
 
 
 class TuneError(RuntimeError):
     """The search cannot start or cannot go on (the baseline itself fails)."""
+
+
+@dataclass(frozen=True)
+class BenchPrior:
+    """A ratio ``pitstop bench CODE`` measured (``ratio``: the benchmark's whole-step speed-up) on
+    ``device`` (``"cpu"`` / ``"cuda"``, named by ``device_name``): the racing scheduler's prior for
+    that tip's knob when the training runs on the same kind of device (it orders the measuring;
+    verdicts come from pairs only)."""
+
+    code: str
+    ratio: float
+    device: str
+    device_name: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "ratio": self.ratio, "device": self.device, "device_name": self.device_name}
+
+
+def read_bench_priors(path: str) -> tuple[BenchPrior, ...]:
+    """The measured ratios of a ``pitstop bench --format json`` report; ValueError naming the
+    file and what is wrong."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise ValueError(f"{path}: not a pitstop bench JSON report (no 'results' list)")
+    dev = data.get("device") if isinstance(data.get("device"), dict) else {}
+    kind = str(dev.get("device") or "cpu")
+    gpu = dev.get("gpu") if isinstance(dev.get("gpu"), dict) else {}
+    name = str(gpu.get("name") or dev.get("cpu_model") or "")
+    out = []
+    for i, r in enumerate(data["results"]):
+        ratio = r.get("ratio") if isinstance(r, dict) else None
+        value = ratio.get("ratio") if isinstance(ratio, dict) else None
+        if r.get("error") or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+            continue
+        code = r.get("code")
+        if not isinstance(code, str):
+            raise ValueError(f"{path}: results[{i}] has no tip code")
+        out.append(BenchPrior(code.upper(), float(value), kind, name))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -36,6 +84,11 @@ class TuneOptions:
     #: knob values to try even where the knob does not choose them by default: "KNOB=VALUE"
     #: (KNOB a knob name or tip code), e.g. "autocast=fp16"; a value that cannot run still says why
     try_values: tuple[str, ...] = ()
+    #: measure more steps per run (up to ``MORE_STEPS`` x ``steps``) where a run's set-up dominates
+    #: it, so that a pair costs mostly measuring (``pitstop tune --steps N`` fixes the count)
+    more_steps: bool = True
+    #: ratios ``pitstop bench`` measured on this device: the scheduler's priors (``--bench-report``)
+    bench: tuple[BenchPrior, ...] = ()
 
     def __post_init__(self) -> None:
         for name, low in (("steps", 1), ("warmup", 0), ("repeats", 1), ("max_pairs", 1), ("max_combine", 0)):
@@ -82,7 +135,8 @@ class TuneOptions:
         return {"steps": self.steps, "warmup": self.warmup, "repeats": self.repeats, "budget": self.budget,
                 "timeout": self.timeout, "margin": self.margin, "confidence": self.confidence,
                 "only": list(self.only), "max_pairs": self.max_pairs, "max_combine": self.max_combine, "seed": self.seed,
-                "try_values": list(self.try_values)}
+                "try_values": list(self.try_values), "more_steps": self.more_steps,
+                "bench": [b.to_dict() for b in self.bench]}
 
 
 class Backend(Protocol):
@@ -114,6 +168,8 @@ class Budget:
         return math.inf if self.seconds is None else self.seconds - self.spent
 
     def fits(self, estimate: float) -> bool:
+        """Whether ``estimate`` seconds fit what is left; when not, the budget counts as
+        exhausted (a run was skipped)."""
         ok = self.remaining() >= estimate
         if not ok:
             self.exhausted = True

@@ -28,10 +28,10 @@ from pitstop.tune.combine import combine
 from pitstop.tune.knob import Context, Knob
 from pitstop.tune.options import Backend, TuneOptions
 from pitstop.tune.result import Trial, TuneResult
-from pitstop.tune.search_info import BudgetUse, TimeSplit, TuneSettings
-from pitstop.tune.session import TuneSession, script_warnings
+from pitstop.tune.search_info import BudgetUse, TuneSettings, script_warnings, time_split
+from pitstop.tune.session import TuneSession
 
-__all__ = ["search", "what_is_left"]
+__all__ = ["search", "what_is_left", "budget_note"]
 
 
 def search(backend: Backend, knobs: Sequence[Knob], options: TuneOptions, *, progress: Any = None,
@@ -80,6 +80,29 @@ def what_is_left(session: TuneSession, best: Trial | None, *, least: float = 0.1
             "data, DataLoader workers where spare cores exist)")
 
 
+def budget_note(session: TuneSession) -> str:
+    """What the budget left open: the tricks not decided, the leader (the fastest of them on its
+    pairs so far) named with its interval and the budget its verdict would take, and the tricks
+    the budget did not start."""
+    opts = session.options
+    open_ = [t for t in session.trials if t.speed is not None and t.speed.status == "undecided"]
+    open_.sort(key=lambda t: -t.speed.ratio)
+    parts = []
+    for i, t in enumerate(open_):
+        sp = t.speed
+        text = f"{t.name} {sp.ratio:.2f}x [{sp.low:.2f}, {sp.high:.2f}] after {sp.pairs} pair{'s' * (sp.pairs != 1)}"
+        if i == 0:
+            text = "the leader " + text
+        if t.to_decide is not None:
+            more = t.to_decide.seconds
+            text += (f"; about {t.to_decide.pairs} more pair{'s' * (t.to_decide.pairs != 1)} ({more:.0f} s) would "
+                     f"decide it" + (f": --budget {opts.budget + more:.0f}" if i == 0 and opts.budget else ""))
+        parts.append(text)
+    skipped = [t.name for t in session.trials if t.status == "skipped"]
+    return ("the time budget ran out" + (f"; not decided: {'; '.join(parts)}" if parts else "")
+            + (f"; not measured: {', '.join(skipped)}" if skipped else ""))
+
+
 def _result(session: TuneSession, loads: list) -> TuneResult:
     from pitstop.tune.knob import combined_snippet
 
@@ -93,8 +116,7 @@ def _result(session: TuneSession, loads: list) -> TuneResult:
                      f"{max(b[0] for b in busy):.1f} on {busy[0][1]} cores): each verdict says which clock it was "
                      "decided on (CPU time when threads waited for cores)")
     if session.budget.exhausted:
-        open_ = [t.name for t in session.trials if t.status == "skipped" or (t.speed and t.speed.status == "undecided")]
-        notes.append("the time budget ran out" + (f": not decided: {', '.join(open_)}" if open_ else ""))
+        notes.append(budget_note(session))
     best = session.best
     for t in session.trials + ([best] if best is not None else []):  # the baseline as reported, after every run
         if t.base_steps_per_s is not None:
@@ -113,19 +135,13 @@ def _result(session: TuneSession, loads: list) -> TuneResult:
     base = session.baseline
     meds = [r.median_step for r in base.ok_runs if r.median_step]
     noise = max(meds) / min(meds) - 1 if len(meds) >= 2 else None
-    runs = session.all_runs
-    total = session.budget.spent
-    setup = sum(r.setup_s or 0.0 for r in runs)
-    warm = sum(r.warmup_s if r.warmup_s is not None else sum(r.warmup_times) for r in runs)
-    measured = sum(sum(r.step_times) for r in runs)
-    other = max(0.0, sum(r.elapsed for r in runs) - setup - warm - measured)
     worker = getattr(session.backend, "worker_kind", "in process" if session.backend.mode == "api" else "process")
-    time = TimeSplit(total=total, survey=session.survey_s, setup=setup, warmup=warm, measured=measured, other=other,
-                     runs=len(runs), worker=worker)
+    time = time_split(session.run_of, total=session.budget.spent, survey=session.survey_s, worker=worker)
+    budget = BudgetUse(**session.budget.to_dict(), plan=session.plan)
     return TuneResult(mode=session.backend.mode, target=session.backend.target, device=session.ctx.device,
                       settings=TuneSettings(session.options), context=session.ctx, baseline=base,
                       trials=session.trials + session.not_applicable, combination=session.combination, best=best,
                       stages=session.stages,
                       best_recipe=best.recipe.to_dict() if best is not None else {}, snippet=snippet,
-                      budget=BudgetUse(**session.budget.to_dict()), noise=noise, notes=notes, time=time,
-                      script_warnings=script_warnings(runs))
+                      budget=budget, noise=noise, notes=notes, time=time,
+                      script_warnings=script_warnings(session.all_runs))

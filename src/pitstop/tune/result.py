@@ -23,7 +23,11 @@ JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when u
                  "break_even_steps"} | null, "explanation": str | null (the knob's facts of its runs,
                  e.g. graph breaks and recompiles), "recipe": {...changed Recipe fields...}, "runs": int,
                  "run_step_times": [median step seconds of each run],
-                 "hardware": {"feature", "cpu", "missing", "slowdown", "text"} | null}],
+                 "hardware": {"feature", "cpu", "missing", "slowdown", "text"} | null,
+                 "to_decide": {"pairs", "seconds"} | null (undecided when the budget ran out: what a verdict
+                 would take), "against": str | null (an expensive trick measured on top of this path, not
+                 alone against the baseline), "startup": {"extra_s", "break_even_steps"} | null (a cheap
+                 trick's warm-up beyond its reference's, paid by every run: worker start-up, algorithm search)}],
      "combination": [{"added", "status", "reason", "speedup_vs_previous"}],
      "stages": [{"stage", "trick", "knobs", "speedup_vs_previous" (vs the previous stage), "cumulative"
                  (over the baseline: the product of the stages' ratios), "clock", "reason", "in_recipe"}],
@@ -31,7 +35,13 @@ JSON schema (``TuneResult.to_dict()``; every key always present, ``null`` when u
               "steps_per_s", "loss_check", "snippet", "framework": {"framework", "target", "kwargs",
               "code", "unsupported", "snippet"} | null (the detected framework's form), "measured"},
      "sweep": {...} | null,                   # API mode batch-size sweep
-     "budget": {"seconds", "spent", "exhausted"}, "notes": [str]}
+     "budget": {"seconds", "spent", "exhausted", "plan": {"budget", "survey_s", "run_s", "setup_s", "steps",
+                "steps_why", "pair_s", "items": [{"trick", "prior": {"ratio", "source"}, "pairs", "seconds",
+                "one_time_s", "stage", "fits", "why"}], "confirm_s", "planned_s"} | null (made before measuring)},
+     "time": {"total", "survey", "setup", "warmup", "measured", "other", "runs", "worker",
+              "trials": [{"trial", "runs", "elapsed", "setup", "warmup", "measured", "other",
+                          "split": {"start", "imports", "build", "first_step", "compile"} | null}]},
+     "notes": [str]}
 """
 
 from __future__ import annotations
@@ -54,7 +64,7 @@ if TYPE_CHECKING:
     from pitstop.engine.recipe import Recipe
     from pitstop.tune.sweep import SweepResult
 
-__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "CompileCost", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA",
+__all__ = ["Run", "Trial", "TuneResult", "CombineStep", "CompileCost", "StartupCost", "ToDecide", "STATUSES", "OK", "FAILED_STATUSES", "SCHEMA",
            "TrialStatus", "RunStatus", "CombineStatus", "COMBINE_STATUSES"]
 
 SCHEMA = "pitstop.tune/1"
@@ -75,6 +85,25 @@ class CompileCost:
     compile_s: float
     compile_s_cached: float | None
     break_even_steps: int | None
+
+
+@dataclass(frozen=True)
+class StartupCost:
+    """What a trick adds to every run before its steady steps, beyond its reference's warm-up
+    (DataLoader workers starting, cuDNN's algorithm search): ``extra_s``, the median over its
+    runs, and after how many steps it pays off (only for a trick decided faster)."""
+
+    extra_s: float
+    break_even_steps: int | None
+
+
+@dataclass(frozen=True)
+class ToDecide:
+    """What a trial the budget left undecided would need: ``pairs`` more (extrapolated from its
+    pairs' spread against its distance to the bar) and about ``seconds`` of budget for them."""
+
+    pairs: int
+    seconds: float
 
 
 @dataclass
@@ -102,6 +131,9 @@ class Trial:
     base_steps_per_s: float | None = None         # the baseline's, for the steps/s the speed-up implies
     hardware: Any = None                          # pitstop.machine.HardwareNote: the machine explains its speed
     bounded: bool = False                         # left unmeasured alone: its phases' survey share could not reach the bar
+    to_decide: ToDecide | None = None             # undecided when the budget ran out: what a verdict would take
+    startup: StartupCost | None = None            # its warm-up beyond its reference's (a cheap trick's one-time cost)
+    against: str | None = None                    # measured against this path, not the baseline (None: the baseline)
 
     @property
     def ok_runs(self) -> list[Run]:
@@ -171,7 +203,9 @@ class Trial:
                 "recipe": dict(self.recipe_fields), "runs": len(self.runs),
                 "run_step_times": [_num(r.median_step) for r in self.runs],
                 "peak_memory": self.peak_memory,
-                "hardware": self.hardware.to_dict() if self.hardware is not None else None}
+                "hardware": self.hardware.to_dict() if self.hardware is not None else None,
+                "to_decide": to_json(self.to_decide), "against": self.against,
+                "startup": to_json(self.startup)}
 
 
 @dataclass(frozen=True)

@@ -9,12 +9,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-__all__ = ["Run", "RunStatus", "OK", "FAILED_STATUSES"]
+__all__ = ["Run", "RunStatus", "OK", "FAILED_STATUSES", "SetupSplit"]
 
 #: How a run ended: ``ok``, or how it failed.
 RunStatus = Literal["ok", "crashed", "timeout", "oom", "error", "setup_error", "too_few_steps"]
 OK: RunStatus = "ok"
 FAILED_STATUSES: tuple[RunStatus, ...] = tuple(s for s in get_args(RunStatus) if s != OK)
+
+
+@dataclass(frozen=True)
+class SetupSplit:
+    """Where one script-mode run's time before its steady steps went, from marks the child took
+    (:func:`pitstop.tune.child.mark_setup`): ``start`` (the request to the script's first line:
+    the fork or process start, the bootstrap, the knobs' setups), ``imports`` (the script's own
+    ``import`` statements), ``build`` (the rest of its set-up up to the first training forward:
+    data, model), ``first_step`` (the first step's time beyond a steady step: lazy
+    initialisation, cuBLAS/cuDNN handles and algorithm search, the knobs' model changes;
+    compilation not included), ``compile`` (the compilations dynamo reported in the run). None:
+    not marked (the script never ran a training forward, or the run was not a script run)."""
+
+    start: float | None = None
+    imports: float | None = None
+    build: float | None = None
+    first_step: float | None = None
+    compile: float | None = None
 
 
 @dataclass
@@ -46,6 +64,7 @@ class Run:
     rank_losses: list[list[float | None]] = field(default_factory=list)  # torchrun jobs: every rank's losses
     rank_step_times: list[float | None] = field(default_factory=list)    # torchrun jobs: each rank's median step
     rank_peaks: list[int | None] = field(default_factory=list)           # torchrun jobs: each rank's peak memory
+    split: SetupSplit | None = None               # where its set-up went (script mode)
 
     @property
     def ok(self) -> bool:

@@ -21,10 +21,10 @@ from typing import Any
 
 from pitstop.tune.context import context_from_observations
 from pitstop.tune.knob import Context, Knob, Setting
-from pitstop.tune.run import Run
+from pitstop.tune.run import Run, SetupSplit
 from pitstop.tune.options import TuneError
 
-__all__ = ["SURVEY_STEPS", "ScriptBackend", "run_from_result", "TuneInputError", "passive_omp_reason"]
+__all__ = ["SURVEY_STEPS", "ScriptBackend", "run_from_result", "TuneInputError", "passive_omp_reason", "setup_split"]
 
 _OOM_MARKERS = ("OutOfMemoryError", "out of memory", "MemoryError", "Cannot allocate memory")
 
@@ -73,6 +73,21 @@ def run_from_result(result: Any, steps: int) -> Run:
     else:
         run.status = status if status in ("timeout", "setup_error", "crashed") else "error"
     return run
+
+
+def setup_split(marks: dict[str, float], stamp: float, run: Run) -> SetupSplit | None:
+    """Where ``run``'s set-up went, from the child's ``marks`` (:func:`pitstop.tune.child.mark_setup`)
+    and ``stamp``, the parent's ``time.monotonic()`` when it asked for the run (None: unmarked)."""
+    script, forward = marks.get("script"), marks.get("forward")
+    if script is None or forward is None:
+        return None
+    imports = min(marks.get("imports", 0.0), max(0.0, forward - script))
+    compile_s = run.compile.compile_s if run.compile is not None else 0.0
+    first = None
+    if marks.get("step") is not None:
+        first = max(0.0, marks["step"] - forward - compile_s - (run.median_step or 0.0))
+    return SetupSplit(start=max(0.0, script - stamp), imports=imports, build=max(0.0, forward - script - imports),
+                      first_step=first, compile=compile_s)
 
 
 def passive_omp_reason() -> str | None:
@@ -127,6 +142,8 @@ class ScriptBackend:
         self.survey_steps, self.timeout, self.threads = survey_steps, timeout, threads
         self.ctx: Context | None = None
         self.survey: Any = None
+        self._marks: str | None = None  # folder of the runs' set-up marks (pitstop.tune.child.mark_setup)
+        self._count = 0
         self.worker: Any = None
         self.worker_kind = "a fresh python process per run"
         self.own_worker = worker is None
@@ -169,6 +186,11 @@ class ScriptBackend:
         if self.worker is not None and self.own_worker:
             self.worker.close()
         self.worker = None
+        if self._marks is not None:
+            import shutil
+
+            shutil.rmtree(self._marks, ignore_errors=True)
+            self._marks = None
 
     def context(self) -> Context:
         runner, spec = _doctor()
@@ -183,6 +205,17 @@ class ScriptBackend:
             raise TuneError(f"the script ran no optimizer step ({result.message}): nothing to tune")
         self.ctx = context_from_observations(result.observations)
         return self.ctx
+
+    def survey_run(self) -> Run | None:
+        """The survey as a :class:`Run` (what a run of this script costs: set-up, steps), or
+        None before the survey. Its elapsed runs from the child's instrumentation to its last
+        step: the script's set-up and every step (the fork before and the full-mode report after
+        left out, the survey's own cost, not a run's)."""
+        if self.survey is None:
+            return None
+        run = run_from_result(self.survey, self.survey_steps)
+        run.elapsed = sum(run.warmup_times) + sum(run.step_times)
+        return run
 
     def _base_setups(self) -> tuple[Any, ...]:
         from pitstop.tune.child import THREADS_TARGET
@@ -209,12 +242,25 @@ class ScriptBackend:
                           mode="full", probes=False, stdout="devnull")
         return self._run_spec(rs)[0]
 
+    def _marks_path(self) -> str:
+        import os
+        import tempfile
+
+        if self._marks is None:
+            self._marks = tempfile.mkdtemp(prefix=f"pitstop-doctor-{os.getpid()}-marks-")
+        self._count += 1
+        return os.path.join(self._marks, f"run{self._count}.json")
+
     def run(self, settings: tuple[Setting, ...], knobs: Sequence[Knob], *, round: int = 0, timeout: float = 300.0,
             steps: int = 10, warmup: int = 3) -> Run:
+        from pitstop.tune.child import MARKS_TARGET, read_marks
+
         runner, spec = _doctor()
+        marks = self._marks_path()
         rs = spec.RunSpec(**self._spec, steps=steps, warmup=warmup, timeout=timeout,
-                          setups=self.setups(settings, knobs), mode="light", probes=False, stdout="devnull")
-        started = time.perf_counter()
+                          setups=self.setups(settings, knobs) + (spec.Setup(MARKS_TARGET, {"path": marks}),),
+                          mode="light", probes=False, stdout="devnull")
+        started, stamp = time.perf_counter(), time.monotonic()
         result, stderr = self._run_spec(rs)
         run = run_from_result(result, steps)
         run.elapsed = time.perf_counter() - started  # with the child's start-up: what the budget pays
@@ -222,6 +268,7 @@ class ScriptBackend:
             first = run.warmup_times[0] - (run.median_step or 0.0)
             run.warmup_s = max(0.0, run.warmup_s - first)
         run.setup_s = max(0.0, run.elapsed - (run.warmup_s or 0.0) - sum(run.step_times))
+        run.split = setup_split(read_marks(marks), stamp, run)
         run.stderr_lines = stderr
         if run.batch_size is None and self.ctx is not None:
             run.batch_size = self.ctx.batch_size

@@ -40,9 +40,30 @@ def _wait(pid: int, timeout: float | None, result: str) -> tuple[int, bool]:
     writing its report, as :mod:`pitstop.doctor.run.runner` does); then kill its process group. A
     child that wrote its whole report is stopped ``EXIT_GRACE_S`` later (the report stands).
     Returns (exit status as ``subprocess`` reports it, killed after the timeout)."""
-    from pitstop.doctor.run.runner import EXIT_GRACE_S, FINISH_GRACE_S, FINISHING_SUFFIX, GRACE_S
+    from pitstop.doctor.run.runner import GRACE_S
 
     deadline = None if timeout is None else time.monotonic() + timeout + GRACE_S
+    exited = _exit_signal(pid)  # wakes the wait the moment the child exits (Linux), not at the next poll
+    try:
+        return _wait_loop(pid, deadline, result, exited)
+    finally:
+        if exited is not None:
+            os.close(exited)
+
+
+def _exit_signal(pid: int) -> int | None:
+    """A pidfd of ``pid`` (readable once it exits), or None where there is none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _wait_loop(pid: int, deadline: float | None, result: str, exited: int | None) -> tuple[int, bool]:
+    import select
+
+    from pitstop.doctor.run.runner import EXIT_GRACE_S, FINISH_GRACE_S, FINISHING_SUFFIX
+
     delay, killed, extended, reported = 0.005, False, False, None
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
@@ -62,7 +83,10 @@ def _wait(pid: int, timeout: float | None, result: str) -> tuple[int, bool]:
             _, status = os.waitpid(pid, 0)
             killed = True
             break
-        time.sleep(delay)
+        if exited is not None:
+            select.select([exited], [], [], delay)
+        else:
+            time.sleep(delay)
         delay = min(0.05, delay * 1.5)
     _killpg(pid)  # leftover DataLoader workers of a child that exited abruptly
     return (-os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)), killed
