@@ -187,12 +187,13 @@ def test_options_are_validated():
 # -- knobs -------------------------------------------------------------------------------------
 def test_every_K_code_of_TIPS_has_a_registered_knob():
     codes = {row.code for row in parse_tips_spec() if "K" in row.faces}
-    assert codes == {"PIT101", "PIT102", "PIT104", "PIT301", "PIT304", "PIT401", "PIT406", "PIT501", "PIT601", "PIT602",
-                     "PIT608", "PIT609"}
+    assert codes == {"PIT101", "PIT102", "PIT104", "PIT108", "PIT301", "PIT304", "PIT401", "PIT406", "PIT501", "PIT601",
+                     "PIT602", "PIT608", "PIT609", "PIT705", "PIT706"}
     registered = {k.tip for k in all_knobs()}
     # PIT608's K face is planned (shown lower case by `pitstop tips`): tune explains graph
     # breaks in the compile knob's verdict (PIT601), but no knob of its own removes them yet
-    planned = {"PIT608"}
+    # PIT705/PIT706 (FSDP overlap, sharded state) are catalogued with every face planned until built
+    planned = {"PIT608", "PIT705", "PIT706"}
     assert codes - planned <= registered and not planned & registered
     assert all(issubclass(c, Knob) for c in implementations("K"))
 

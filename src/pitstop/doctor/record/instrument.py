@@ -20,6 +20,8 @@ uninstalls them, and routes the end of a step to each:
 - :class:`~pitstop.doctor.record.stacks.StackSampler` (``sampler``): where host time goes;
 - :class:`~pitstop.doctor.record.distributed.DistRecorder` (``dist``, one rank of a torchrun job
   only): collectives, DDP's gradient reduction, batch fingerprints.
+- :class:`~pitstop.doctor.record.periodic.PeriodicRecorder` (``periodic``, full mode): where each
+  step's evaluation ran and every ``torch.save``, warm-up included, for their period;
 - :class:`~pitstop.doctor.record.compile_watch.CompileWatch` (``compile_watch``, both modes): what
   TorchDynamo reports (graph breaks, recompiles, compile time) once the script compiles.
 
@@ -41,6 +43,7 @@ from pitstop.doctor.record.loaders import LoaderObserver
 from pitstop.doctor.record.memory import MemoryRecorder
 from pitstop.doctor.record.observers import ModelObserver
 from pitstop.doctor.record.passes import Passes
+from pitstop.doctor.record.periodic import PeriodicRecorder
 from pitstop.doctor.record.patching import Patches
 from pitstop.doctor.record.profiled import ProfiledStep
 from pitstop.doctor.run.spec import StepRecord
@@ -84,6 +87,7 @@ class Instrumentation:
 
             self.dist = DistRecorder(self.log, self.patches)
         self.compile_watch = CompileWatch(self.log.kind, on_arm=self.memory.compiled_code if self.full else None)
+        self.periodic = PeriodicRecorder(self.log, self.sampler.sites) if self.sampler is not None else None
 
     def _count(self, mid: int, kind: str, where: str) -> None:
         self.forward.count(mid, kind, where)
@@ -123,6 +127,8 @@ class Instrumentation:
             self.data.install(self.patches)
             self.sync.install(self.patches)
             self.memory.install(self.bounds)
+            if self.periodic is not None:
+                self.periodic.install(self.patches)
             sampler, data, forward, log = self.sampler, self.data, self.forward, self.log
             sampler.skip = lambda: data.busy > 0 or forward.depth > 0 or log.kind() != "observed"
             sampler.start()

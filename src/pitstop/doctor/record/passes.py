@@ -84,6 +84,7 @@ class Passes:
         self.last_train_args: dict[int, tuple] = {}
         self.last_train_kwargs: dict[int, dict] = {}
         self.train_layout: dict[int, int] = {}
+        self._kept_size: dict[int, int] = {}  # model id -> batch size of the args kept for the probes
         self.batch_size: int | None = None
 
     def watch(self, module, args, kwargs, output, seconds: float, where: str, unaccounted: float,
@@ -153,9 +154,13 @@ class Passes:
                 rec.batch_size = p.batch.size
             if self.batch_size is None:
                 self.batch_size = p.batch.size
-        self.last_train_args[p.model] = p.args
-        self.last_train_kwargs[p.model] = p.kwargs
-        self.train_layout[p.model] = p.batch.dim if p.batch is not None else 0
+        # the probes' batch: the last full one (an epoch's short last batch never replaces it)
+        size = p.batch.size if p.batch is not None else 0
+        if size >= self._kept_size.get(p.model, 0):
+            self._kept_size[p.model] = size
+            self.last_train_args[p.model] = p.args
+            self.last_train_kwargs[p.model] = p.kwargs
+            self.train_layout[p.model] = p.batch.dim if p.batch is not None else 0
 
     def _evaluated(self, p: Pending, rec) -> None:
         self.count(p.model, "eval_with_grad", p.where)

@@ -17,7 +17,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
-from pitstop.doctor.record.patching import Patches, as_method, compiling_check, user_site
+from pitstop.doctor.record.patching import Patches, as_method, compiling_check, site_via, user_site
 from pitstop.doctor.record.steps import StepLog
 
 __all__ = ["install_sync_patches", "SyncRecorder", "TENSOR_SYNCS", "own_site", "OWN_DIR"]
@@ -51,9 +51,9 @@ def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, floa
         try:
             return original(self, *args, **kwargs)
         finally:
-            site = user_site(2)
-            if site is not None:
-                report(kind, site, perf() - t0)
+            found = site_via(2)
+            if found is not None:
+                report(kind, found[0], perf() - t0, found[1])
 
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     wrapper.__name__ = getattr(original, "__name__", kind)
@@ -77,7 +77,7 @@ def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, fl
     return wrapper
 
 
-def install_sync_patches(patches: Patches, report_sync: Callable[[str, str, float], None],
+def install_sync_patches(patches: Patches, report_sync: Callable[..., None],
                          report_cuda_call: Callable[[str, str, float], None]) -> Callable[[], None] | None:
     """Patch the sync points; return an uninstaller for the CUDA sync-debug mode (or None)."""
     import torch
@@ -94,7 +94,7 @@ def install_sync_patches(patches: Patches, report_sync: Callable[[str, str, floa
     return _install_sync_debug(report_sync)
 
 
-def _install_sync_debug(report_sync: Callable[[str, str, float], None]) -> Callable[[], None] | None:
+def _install_sync_debug(report_sync: Callable[..., None]) -> Callable[[], None] | None:
     """On CUDA: warn on every synchronizing op and count the warnings by their source line."""
     import torch
 
@@ -140,6 +140,8 @@ class SyncRecorder:
         self.sites: dict[tuple[str, str], list[float]] = {}
         self.cuda_sites: dict[tuple[str, str], list[float]] = {}
         self.h2d: Counter[str] = Counter()
+        #: site -> the user's line that leads there, for syncs a framework made (``trainer.train()``)
+        self.via: dict[str, str] = {}
         self.new_step()
         self._debug_off: Callable[[], None] | None = None
         self._orig_to: Any = None
@@ -164,9 +166,11 @@ class SyncRecorder:
             self._debug_off()
             self._debug_off = None
 
-    def on_sync(self, kind: str, site: str, seconds: float) -> None:
+    def on_sync(self, kind: str, site: str, seconds: float, via: str | None = None) -> None:
         if self.log.passive or self.loaders.busy or self.bounds.in_opt or own_site(site):
             return
+        if via is not None:
+            self.via[site] = via
         self.step_syncs[(site, kind)] += 1
         self.step_sync_s[(site, kind)] += seconds
         self.log.cur.phases["sync"] += seconds
