@@ -126,7 +126,7 @@ def test_naive_cnn_recommendations_follow_the_probes(cnn):
     assert opt["class"] == "SGD" and opt["mode"] == "for-loop"
     for key, code in (("optimizer", "PIT501"), ("precision", "PIT301"), ("channels_last", "PIT104")):
         p = d["probes"][key]
-        assert p["compute_only"] and p["runs"] >= 8, key
+        assert p["compute_only"] and p["runs"] >= 3, key  # rounds stop once decided, after at least 3
         best = p["speedups"][p["candidate"]]
         assert best["low"] <= best["ratio"] <= best["high"], key
         assert p["interval"] == [best["low"], best["high"]] and p["speedup"] == best["ratio"], key

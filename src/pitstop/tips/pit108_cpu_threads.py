@@ -126,6 +126,7 @@ class CpuThreadsCheck(Check, tip="PIT108"):
         demand = (f"torch runs {threads} intra-op threads" + (f" in each of {procs} processes" if procs > 1 else "")
                   + f" on {cores} usable cores" + (f", its DataLoader workers kept {workers:.1f} cores busy" if workers >= 0.05 else "")
                   + (f", and other processes kept {others:.1f} cores busy meanwhile" if others >= 0.05 else ""))
+        severity = None
         if g is not None:
             if g.low < th.probe_speedup:
                 return  # the side-by-side step says fewer threads do not help here
@@ -133,15 +134,20 @@ class CpuThreadsCheck(Check, tip="PIT108"):
             evidence = (f"{wait}; {demand}; probe: {probe.what} is {gain_text(g)} faster at {fit} thread"
                         f"{'s' if fit > 1 else ''}; {ESTIMATE_NOTE}.")
         else:
-            share = cpu.wait_share  # the measured wait: the share of the step a thread spent runnable, not running
-            why = f" (probe: {probe.skipped})" if probe is not None and probe.skipped else ""
-            evidence = f"{wait}; {demand}; impact: the measured wait{why}."
+            # the measured wait: the share of the step a thread spent runnable, not running. An upper
+            # bound of what fewer threads save (other processes keep their cores): medium at most
+            share = cpu.wait_share
+            severity = "medium" if share >= th.medium_share else "low"
+            why = f"; probe: {probe.skipped}" if probe is not None and probe.skipped else ""
+            evidence = (f"{wait}; {demand}; impact: the measured wait, an upper bound (other processes keep their "
+                        f"cores), so at most medium until the step at {fit} thread{'s' if fit > 1 else ''} is measured"
+                        f"{why}.")
         yield self.finding(
             th, title=f"Threads wait for a core: {threads} intra-op threads where {fit} fit{'' if fit > 1 else 's'}",
             evidence=evidence,
             fix=(f"torch.set_num_threads({fit}) at the start of the script (or OMP_NUM_THREADS={fit} in its "
                  f"environment), or free the cores; `pitstop tune --only PIT108` measures it on the real loop"),
-            share=share, seconds=share * obs.mean_step)
+            share=share, seconds=share * obs.mean_step, severity=severity)
 
 
 # --- doctor probe face ---

@@ -262,28 +262,18 @@ class ProbeContext:
             if len(variants) < 2:  # nothing to time: what cannot run here is the result
                 return ProbeResult(what=what, baseline=baseline, compute_only=True, dtype=dtype,
                                    unavailable=unavailable, extra=extra)
-        per_round = sum(first.seconds.get(k, 0.0) for k in variants)
-        rounds_needed = max(0, warmup - 1) + (1 if settle is not None else MIN_PAIRS)
-        left = None if self.deadline is None else self.deadline - time.perf_counter()
-        if left is not None and per_round * rounds_needed > left:
-            raise ProbeSkip(f"not timed: a round of its variants took {per_round:.2f} s and {rounds_needed} more would "
-                            f"overrun its share of the probes' time ({max(left, 0.0):.1f} s left; the probes take at most "
-                            f"{PROBE_SHARE:.0%} of the observed steps' time); `pitstop tune` measures it on the real loop")
         threads = torch.get_num_threads()
         measure = probe_measure(first.load, threads, clock)
-        single = measure is not None and measure.name == "cpu" and threads > 1 and not keep_threads
-        if single:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
-            torch.set_num_threads(1)
-        try:
-            t = time_variants(variants, self.device, self.budget_s, warmup=max(0, warmup - 1), baseline=baseline,
-                              measure=measure, margin=Thresholds().probe_speedup - 1, settle=settle,
-                              deadline=self.deadline)
-        finally:
-            torch.set_num_threads(threads)
+        firsts = {k: [first.samples[k]] for k in variants}
+        settled = settle(firsts) if settle is not None else None
+        if settled:  # the hardware's answer, already plain in the first calls: no rounds
+            t, settled = firsts, f"{settled} (the first calls, warm-up included)"
+        else:
+            t = self._rounds(variants, baseline, first, measure, threads, keep_threads, settle, warmup)
+            settled = settle(t) if settle is not None else None
         rounds = len(t[baseline])
-        settled = settle(t) if settle is not None else None
         if rounds < MIN_PAIRS and not settled:
-            raise ProbeSkip(f"ran out of time after {rounds} round(s) of {per_round:.2f} s (the probes take at most "
+            raise ProbeSkip(f"ran out of time after {rounds} round(s) (the probes take at most "
                             f"{PROBE_SHARE:.0%} of the observed steps' time): no verdict; `pitstop tune` measures it "
                             "on the real loop")
         speedups: dict[str, Speedup] = {}
@@ -303,6 +293,28 @@ class ProbeContext:
                            speedups=speedups, candidate=best, speedup=top.ratio, interval=(top.low, top.high),
                            confidence=CONFIDENCE, compute_only=True, dtype=dtype, unavailable=unavailable,
                            extra=extra)
+
+
+    def _rounds(self, variants, baseline, first, measure, threads, keep_threads, settle, warmup):
+        """The timed rounds of :meth:`compare`, when its share of the probes' time holds them."""
+        from pitstop.paired import MIN_PAIRS
+
+        per_round = sum(first.seconds.get(k, 0.0) for k in variants)
+        rounds_needed = max(0, warmup - 1) + (1 if settle is not None else MIN_PAIRS)
+        left = None if self.deadline is None else self.deadline - time.perf_counter()
+        if left is not None and per_round * rounds_needed > left:
+            raise ProbeSkip(f"not timed: a round of its variants took {per_round:.2f} s and {rounds_needed} more would "
+                            f"overrun its share of the probes' time ({max(left, 0.0):.1f} s left; the probes take at most "
+                            f"{PROBE_SHARE:.0%} of the observed steps' time); `pitstop tune` measures it on the real loop")
+        single = measure is not None and measure.name == "cpu" and threads > 1 and not keep_threads
+        if single:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
+            torch.set_num_threads(1)
+        try:
+            return time_variants(variants, self.device, self.budget_s, warmup=max(0, warmup - 1), baseline=baseline,
+                                 measure=measure, margin=Thresholds().probe_speedup - 1, settle=settle,
+                                 deadline=self.deadline)
+        finally:
+            torch.set_num_threads(threads)
 
 
 def probe_classes() -> list[type[Probe]]:
