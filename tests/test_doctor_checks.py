@@ -386,6 +386,8 @@ def test_pit108_takes_the_probe_s_verdict_and_otherwise_the_measured_wait():
     assert g.severity == "high"
     same = observations(cpu=LOADED, settings=TWO_CORES, probes={"threads": probe("2 threads", "1 threads", 0.95)})
     assert findings_of(check, same) == []
+    # one busy thread (tiny ops never reach the intra-op pool): fewer threads cannot help
+    assert findings_of(check, observations(cpu={**LOADED, "threads_busy": 1}, settings=TWO_CORES)) == []
     # threads that fit the cores, or a wait that has no cause here (no oversubscription, no other load): none
     assert findings_of(check, observations(cpu={**LOADED, "others_cores": 0.1},
                                            settings={"num_threads": 2, "cpu_cores": 4})) == []

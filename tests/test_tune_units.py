@@ -341,3 +341,22 @@ def test_one_status_vocabulary_from_decision_to_verdict_to_report():
     assert set(VERDICT_OF) == set(get_args(DecisionStatus)) and set(VERDICT_OF.values()) <= set(STATUSES)
     assert set(VERDICT_TEXT) == set(STATUSES)
     assert set(_STEP_TEXT) == set(COMBINE_STATUSES)
+
+
+def test_the_threads_knob_tries_fewer_intra_op_threads_on_cpu_and_sets_them_in_the_child():
+    import torch
+
+    knob = next(k for k in all_knobs() if k.tip == "PIT108")
+    assert knob.name == "threads"
+    assert knob.values(Context(num_threads=2, cpu_count=2)) == [1]
+    assert knob.values(Context(num_threads=8, cpu_count=8)) == [4, 1]
+    assert not knob.applies(Context(num_threads=1)) and "one intra-op thread" in knob.applies(Context(num_threads=1)).reason
+    assert not knob.applies(Context(device="cuda", num_threads=8))
+    assert Recipe(**knob.recipe_fields(1, CPU)).threads == 1
+    assert "torch.set_num_threads(1)" in knob.snippet(1, CPU)
+    before = torch.get_num_threads()
+    try:
+        knob.apply_in_child(1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -117,8 +117,9 @@ class CpuThreadsCheck(Check, tip="PIT108"):
         others, workers = cpu.others_cores or 0.0, cpu.workers_cores or 0.0
         over = threads * procs + workers > cores
         crowded = others >= th.busy_others_share * cores
-        if cpu.wait_share < th.core_wait_share or fit >= threads or not (over or crowded):
-            return
+        busy = cpu.threads_busy or 0
+        if cpu.wait_share < th.core_wait_share or fit >= threads or busy <= fit or not (over or crowded):
+            return  # no wait, the threads fit, the pool does no work (tiny ops run on one thread), or no cause
         probe = obs.probe(ThreadsProbe.key())
         g = probe_gain(probe)
         wait = (f"the {cpu.threads_busy} busy threads of the run each waited for a core {pct(cpu.wait_share)} of the "
@@ -168,6 +169,8 @@ class ThreadsProbe(Probe, tip="PIT108"):
         threads, fit, _ = found
         if fit >= threads:
             return f"{threads} intra-op thread{'s' if threads > 1 else ''} fit the cores left"
+        if (obs.cpu.threads_busy or 0) <= fit:
+            return f"only {obs.cpu.threads_busy or 0} thread(s) did work: the intra-op pool is idle"
         if obs.cpu.wait_share < Thresholds().core_wait_share:
             return f"the threads waited for a core only {obs.cpu.wait_share:.0%} of the step"
         return None

@@ -162,7 +162,9 @@ def cpu_record(inst: Any, o: Any) -> CpuRecord:
     workers_cores = (children / wall if wall > 0 and any(r.cpu_children is not None for r in obs)
                      else (per_step_workers * n / wall if per_step_workers is not None and wall > 0 else None))
     window = inst.log.cores
-    use = thread_use(window.threads, wall)
+    sampler = getattr(inst, "sampler", None)
+    mine = {f"{os.getpid()}/{sampler.native_id}"} if sampler is not None and sampler.native_id else set()
+    use = thread_use({k: v for k, v in window.threads.items() if k not in mine}, wall)
     threads = torch.get_num_threads()
     return CpuRecord(process_per_step=sum(r.cpu or 0.0 for r in obs) / n if n else None,
                      data_wait_cpu_per_step=sum(inst.data_cpu) / n if n and inst.data_cpu else (0.0 if n else None),

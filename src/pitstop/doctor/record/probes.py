@@ -194,9 +194,11 @@ class ProbeContext:
         b = first.shape[d]
         n = b if whole else self.samples()
 
-        def cut(a):
-            if isinstance(a, torch.Tensor) and a.dim() > d and a.shape[d] == b:
-                return a.narrow(d, 0, n)
+        def cut(a):  # detached: an input computed with autograd on (an ODE solver's state) brings no graph along
+            if isinstance(a, torch.Tensor):
+                if a.dim() > d and a.shape[d] == b:
+                    a = a.narrow(d, 0, n)
+                return a.detach().requires_grad_(a.requires_grad) if a.grad_fn is not None else a
             return a
         args = tuple(cut(a) for a in self._args or ())
         kwargs = {k: cut(v) for k, v in self._kwargs.items()}

@@ -139,6 +139,8 @@ class StackSampler:
         self.skip = lambda: False
         #: no sampling while set (the doctor's profiled GPU steps: its thread must not take the GIL there)
         self.paused = False
+        #: the sampling thread's id as the OS knows it (its CPU time is the doctor's, not the run's)
+        self.native_id: int | None = None
 
     def start(self) -> None:
         if self._thread_id is None:
@@ -169,6 +171,7 @@ class StackSampler:
             del frame
 
     def _run(self) -> None:
+        self.native_id = threading.get_native_id()  # the doctor's thread: not one of the run's (cores.py)
         while not self._stop:
             self._open.wait()
             if self._stop:
