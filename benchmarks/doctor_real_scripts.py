@@ -191,7 +191,7 @@ NEW_SCRIPTS = {c.name: c for c in (
         "tokenizer.py": "585d1c34be6f387d3143297c7fbbce49ad362dc9cecd9f68037bbed8126bcf33",
         "export.py": "aba8d36ee881478bf59e13f63224e37a00b51a18cacbc38d0def52cc3c0cb475",
         "configurator.py": "5cc23aca26b4ab3c0d9e5f82740f4781f9444f42718c15abcee70d93c5aabe8f"},
-        "train.py", ("--device=cpu", "--compile=False", "--vocab_source=custom", "--vocab_size=512", "--batch_size=16",
+        "train.py", ("--device=cpu", "--compile=False", "--vocab_source=custom", "--vocab_size=512", "--batch_size=8",
                      "--max_seq_len=128", "--dim=128", "--n_layers=4", "--n_heads=4", "--n_kv_heads=4"), data="tok512"),
     RealScript("ode-demo", "rtqichen/torchdiffeq", "657943acefa826ef04c025ebeb1ff5e9d60dc268", {
         "examples/ode_demo.py": "36cc0ebfcf56afb7a291142c03a19b8f0bd3d437f914f3f98657e048aa8a60e4", **_TORCHDIFFEQ},

@@ -103,6 +103,31 @@ def test_probes_use_the_last_full_batch_not_the_short_last_batch_of_an_epoch():
     assert passes.last_train_args[id(model)][0] is not x  # the 8-sample batch of the last step was not kept
 
 
+class _LstmLM(nn.Module):
+    """yunjey/pytorch-tutorial's language model, small: the hidden state is an argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed, self.lstm, self.out = nn.Embedding(50, 8), nn.LSTM(8, 16, batch_first=True), nn.Linear(16, 50)
+
+    def forward(self, x, h):
+        y, h = self.lstm(self.embed(x), h)
+        return self.out(y.reshape(-1, 16)), h
+
+
+def test_a_probe_keeps_the_whole_batch_when_the_batch_size_also_sits_in_another_argument_s_dimension():
+    """An LSTM's (h, c) hold the batch in dim 1 while the input holds it in dim 0: cutting the
+    input to 16 of 20 samples would break the call, so the probe times all 20."""
+    model, x = _LstmLM(), torch.randint(0, 50, (20, 5))
+    state = (torch.zeros(1, 20, 16), torch.zeros(1, 20, 16))
+    obs = Observations(steps_observed=4, step_time=StepTime(mean=0.01, median=0.01),
+                       breakdown=Breakdown(forward=0.004, backward=0.005, other=0.001))
+    ctx = ProbeContext(obs, model=model, args=(x, state), compiled=False, optimizers=[], cpu=AVX2, budget_s=0.01)
+    assert ctx.samples() == 20 and "of the batch" not in ctx.describe(model, ctx.batch())
+    model.last_loss = model(x, state)[0].mean()  # llama2.c keeps its loss on the module: a non-leaf attribute
+    ctx.fwd_bwd(ctx.model_copy(), ctx.batch())()  # copied (the attribute detached) and run: shapes agree
+
+
 # -- runs ------------------------------------------------------------------------------------
 
 

@@ -135,7 +135,11 @@ class ProbeContext:
             raise ProbeSkip("the model is torch.compile'd; probing it would mean compiling copies")
         if _nbytes(self._model.parameters()) > self.max_bytes:
             raise ProbeSkip("model too large to copy for a probe")
-        m = copy.deepcopy(self._model).train()
+        # a tensor attribute that autograd produced (llama2.c keeps ``self.last_loss``) cannot be
+        # deep-copied: the copy gets it detached
+        memo = {id(v): v.detach() for m in self._model.modules() for v in vars(m).values()
+                if isinstance(v, torch.Tensor) and v.grad_fn is not None}
+        m = copy.deepcopy(self._model, memo).train()
         return m.to(memory_format=memory_format) if memory_format is not None else m
 
     def compiled_pair(self) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -176,12 +180,28 @@ class ProbeContext:
         if self._n is None:
             b = self.batch_size() or 0
             per_call = self.obs.seconds("forward") + self.obs.seconds("backward")
-            if b and per_call > 0:
+            if b and not self._cuttable(b):  # the batch size also sits in another dimension (an RNN's state)
+                self._n = b
+            elif b and per_call > 0:
                 fit = int(b * (self.budget_s / 20) / per_call)
                 self._n = max(min(b, PROBE_SAMPLES), min(b, fit))
             else:
                 self._n = min(b, PROBE_SAMPLES) if b else 0
         return self._n
+
+    def _cuttable(self, b: int) -> bool:
+        """Whether every tensor of the last training forward's arguments that has ``b`` samples
+        has them along the batch dimension (else cutting some would break the call: an LSTM's
+        ``(h, c)`` holds the batch in dim 1 when the input holds it in dim 0)."""
+        def ok(a) -> bool:
+            if isinstance(a, torch.Tensor):
+                return (a.dim() > self._dim and a.shape[self._dim] == b) or b not in tuple(a.shape)
+            if isinstance(a, (tuple, list)):
+                return all(ok(x) for x in a)
+            if isinstance(a, dict):
+                return all(ok(x) for x in a.values())
+            return True
+        return ok(tuple(self._args or ())) and ok(self._kwargs)
 
     def batch(self, memory_format: torch.memory_format | None = None, whole: bool = False) -> tuple:
         """The first :meth:`samples` samples (along the batch dimension the doctor inferred)
@@ -196,9 +216,11 @@ class ProbeContext:
 
         def cut(a):  # detached: an input computed with autograd on (an ODE solver's state) brings no graph along
             if isinstance(a, torch.Tensor):
-                if a.dim() > d and a.shape[d] == b:
+                if a.dim() > d and a.shape[d] == b and n < b:
                     a = a.narrow(d, 0, n)
                 return a.detach().requires_grad_(a.requires_grad) if a.grad_fn is not None else a
+            if isinstance(a, (tuple, list)):
+                return type(a)(cut(x) for x in a) if type(a) in (tuple, list) else a
             return a
         args = tuple(cut(a) for a in self._args or ())
         kwargs = {k: cut(v) for k, v in self._kwargs.items()}
