@@ -34,9 +34,9 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(os.path.abspath(d) + os.sep for d in dirs if d) + (_DOCTOR_DIR,)
 
 
-def _stdlib_dirs() -> tuple[str, ...]:
+def _dirs(*keys: str) -> tuple[str, ...]:
     paths = sysconfig.get_paths()
-    return tuple(os.path.abspath(d) + os.sep for d in {paths.get("stdlib"), paths.get("platstdlib")} if d)
+    return tuple(os.path.abspath(d) + os.sep for d in {paths.get(k) for k in keys} if d)
 
 
 def _torch_dir() -> str | None:
@@ -50,7 +50,8 @@ class Sites:
 
     def __init__(self) -> None:
         self.libs = _library_dirs()
-        self.std = _stdlib_dirs()
+        self.std = _dirs("stdlib", "platstdlib")  # in a virtual environment platstdlib holds site-packages
+        self.site_packages = _dirs("purelib", "platlib")
         self.torch = _torch_dir()
         #: the user's lines that run the training loop inside a library ("file:line")
         self.loop_calls: set[str] = set()
@@ -84,7 +85,8 @@ class Sites:
         p = self._abs(fn)
         if self.torch is None:
             self.torch = _torch_dir()
-        return not (p.startswith(_DOCTOR_DIR) or p.startswith(self.std) or (self.torch and p.startswith(self.torch)))
+        std = p.startswith(self.std) and not p.startswith(self.site_packages)
+        return not (p.startswith(_DOCTOR_DIR) or std or (self.torch and p.startswith(self.torch)))
 
     def site(self, frame) -> tuple[str, str | None] | None:
         """``(where, via)`` for a sample of the stack ending at ``frame``; None while the
