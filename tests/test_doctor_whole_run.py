@@ -81,6 +81,12 @@ def test_a_probe_whose_rounds_cannot_fit_its_share_of_the_time_is_not_timed():
     with pytest.raises(ProbeSkip, match="not timed: a round of its variants took"):
         ctx.compare(what="two sleeps", baseline="a", variants={"a": slow("a"), "b": slow("b")})
     assert calls == ["a", "b"]  # the first calls only: no warm-up, no round past the deadline
+    known = slow("a")
+    known.cost = 2.0  # what the observed steps say one call takes: too much for the time left, say so before calling
+    ctx.deadline = time.perf_counter() + 5.0
+    with pytest.raises(ProbeSkip, match="should take about 2.00 s"):
+        ctx.compare(what="two sleeps", baseline="a", variants={"a": known, "b": slow("b")})
+    assert calls == ["a", "b"]
 
 
 def test_probes_use_the_last_full_batch_not_the_short_last_batch_of_an_epoch():

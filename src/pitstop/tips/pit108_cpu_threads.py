@@ -189,6 +189,7 @@ class ThreadsProbe(Probe, tip="PIT108"):
                     step()
                 finally:
                     torch.set_num_threads(threads)
+            run.cost = getattr(step, "cost", None)  # what the observed steps say a call takes
             return run
         base = f"{threads} threads"
         yield self.name, ctx.compare(what=f"{ctx.describe(model, batch)}, at {threads} vs {fit} intra-op threads",

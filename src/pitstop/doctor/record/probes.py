@@ -25,7 +25,7 @@ uses the same paired core as ``pitstop tune`` (:mod:`pitstop.paired`): one pair 
 burst of load hits both variants of a round), the clock the observed load does not distort, a
 90% interval over pairs. Checks gate on the interval's lower bound, not on a fastest-of-n.
 
-Worth its wait: all probes together get about half the observed steps' wall time
+Worth its wait: all probes together get three quarters of the observed steps' wall time
 (:data:`PROBE_SHARE`, at least :data:`PROBE_FLOOR_S` seconds per probe), shared fairly among the
 probes that run; a probe whose rounds cannot fit its share is not run (its result says why)
 and one that runs out of time before three rounds reports that instead of a verdict.
@@ -59,7 +59,7 @@ PROBE_SAMPLES = 16
 #: confidence of the speed-up intervals (two-sided; the lower bound is a 95% one-sided bound).
 CONFIDENCE = 0.90
 #: all probes together may take this share of the observed steps' wall time ...
-PROBE_SHARE = 0.5
+PROBE_SHARE = 0.75
 #: ... or at least this many seconds per probe that runs (tiny steps)
 PROBE_FLOOR_S = 3.0
 
@@ -243,7 +243,18 @@ class ProbeContext:
                 with torch.autocast(device, dtype=autocast):
                     out = model(*args, **kwargs)
             _scalar(out).backward()
+        run.cost = self.fwd_bwd_cost(args)  # type: ignore[attr-defined]  (read by compare before the first call)
         return run
+
+    def fwd_bwd_cost(self, args: tuple) -> float | None:
+        """Seconds one forward+backward on ``args`` should take, from the observed steps (their
+        forward and backward time per micro-batch, scaled to the samples): None when unknown."""
+        micro = (self.obs.batch.micro_batches_per_step if self.obs.batch else None) or 1.0
+        per = (self.obs.seconds("forward") + self.obs.seconds("backward")) / max(micro, 1.0)
+        first, b = next((a for a in args if isinstance(a, torch.Tensor)), None), self.batch_size()
+        if per <= 0 or first is None or not b or first.dim() <= self._dim:
+            return None
+        return per * first.shape[self._dim] / b
 
     def describe(self, model: torch.nn.Module, args: tuple) -> str:
         shapes = ", ".join(["x".join(map(str, a.shape)) for a in args if isinstance(a, torch.Tensor)]
@@ -279,6 +290,14 @@ class ProbeContext:
         if baseline not in variants or len(variants) < 2:
             raise ValueError("compare needs the baseline and at least one candidate")
         dtype = extra.pop("dtype", None)
+        cost = getattr(variants[baseline], "cost", None)  # seconds a call should take (observed steps)
+        left = None if self.deadline is None else self.deadline - time.perf_counter()
+        rounds = max(1, warmup) + (1 if settle is not None else MIN_PAIRS)
+        if cost and left is not None and cost * len(variants) * rounds > left:
+            raise ProbeSkip(f"not timed: a call should take about {cost:.2f} s (from the observed steps), and "
+                            f"{rounds} rounds of {len(variants)} variants would overrun its share of the probes' time "
+                            f"({max(left, 0.0):.1f} s; the probes take at most {PROBE_SHARE:.0%} of the observed steps' "
+                            "time); `pitstop tune` measures it on the real loop")
         first = first_calls(variants, baseline, self.device)
         unavailable = first.unavailable or None
         if unavailable:
