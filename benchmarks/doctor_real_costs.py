@@ -14,7 +14,10 @@ hits both. Reported per pair: both walls (whole process: imports, data, any eval
 script does on the way, the steps; the doctor's probes and report too), their ratio, the load
 average; and the doctor's findings, probes (rounds, skips), periodic work and notes.
 
-    python benchmarks/doctor_real_costs.py [--pairs 2] [--deps DIR] [--keep DIR] [NAME ...]
+    python benchmarks/doctor_real_costs.py [--pairs 2] [--threads 1] [--deps DIR] [--out FILE] [NAME ...]
+
+``--threads N`` adds a third run to each round: the script alone with ``OMP_NUM_THREADS=N``
+(what PIT108's fix does), so the finding's claim is checked side by side too.
 """
 
 from __future__ import annotations
@@ -118,14 +121,18 @@ def _run(cmd: list[str], cwd: Path, env: dict, timeout: float) -> tuple[float, f
     return wall, (u1 - u0) + (s1 - s0), out
 
 
-def pair(case, work: Path, env: dict, order: tuple[str, str], steps: int, warmup: int, timeout: float) -> dict:
+def pair(case, work: Path, env: dict, order: tuple[str, ...], steps: int, warmup: int, timeout: float,
+         threads: int | None = None) -> dict:
+    """One round: the script alone, under the doctor and (``threads``) alone with
+    ``OMP_NUM_THREADS=threads`` (what PIT108's fix would do), in ``order``."""
     total = warmup + steps + 1  # the doctor's warm-up, observed and profiled steps
     alone = [sys.executable, "-c", ALONE, str(total), case.script, *case.args]
     doctor = [sys.executable, "-m", "pitstop", "doctor", "--format", "json", "--steps", str(steps), "--warmup",
               str(warmup), "--timeout", str(int(timeout)), case.script, "--", *case.args]
     got: dict = {"order": list(order), "load_before": os.getloadavg()[0]}
     for which in order:
-        wall, cpu, out = _run(alone if which == "alone" else doctor, work, env, timeout + 60)
+        run_env = {**env, "OMP_NUM_THREADS": str(threads)} if which == "alone_fixed" else env
+        wall, cpu, out = _run(doctor if which == "doctor" else alone, work, run_env, timeout + 60)
         got[which] = {"wall": wall, "cpu": cpu, "exit": out.returncode}
         if which == "doctor":
             got["report"] = json.loads(out.stdout) if out.stdout.strip() else {"error": out.stderr[-3000:]}
@@ -148,7 +155,10 @@ def summary(case, pairs: list[dict]) -> dict:
     return {"case": case.name, "repo": f"{case.repo}@{case.commit[:7]}", "script": case.script, "args": list(case.args),
             "pairs": [{"order": p["order"], "alone_s": round(p["alone"]["wall"], 1), "doctor_s": round(p["doctor"]["wall"], 1),
                        "alone_cpu_s": round(p["alone"]["cpu"], 1), "doctor_cpu_s": round(p["doctor"]["cpu"], 1),
-                       "ratio": round(p["ratio"], 2), "load": round(p["load_before"], 1)} for p in pairs],
+                       "ratio": round(p["ratio"], 2), "load": round(p["load_before"], 1),
+                       **({"alone_fixed_s": round(p["alone_fixed"]["wall"], 1),
+                           "fixed_speedup": round(p["alone"]["wall"] / p["alone_fixed"]["wall"], 2)}
+                          if "alone_fixed" in p else {})} for p in pairs],
             "median_ratio": round(statistics.median(p["ratio"] for p in pairs), 2),
             "step_median_s": (last.get("step_time") or {}).get("median"),
             "breakdown": {k: round(v["share"], 3) for k, v in (last.get("breakdown") or {}).items()},
@@ -169,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--deps", type=Path, default=Path("/work/corpus/realscripts-deps"))
     ap.add_argument("--work", type=Path, default=Path("/work/corpus/realscripts-work"))
     ap.add_argument("--out", type=Path, default=None, help="write the JSON summary here")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="also run the script alone with OMP_NUM_THREADS=N in each round (PIT108's fix, side by side)")
     args = ap.parse_args(argv)
     results = []
     for name in args.names:
@@ -179,9 +191,10 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(args.deps)])
         pairs = []
+        runs = ["alone", "doctor"] + (["alone_fixed"] if args.threads else [])
         for i in range(args.pairs):
-            order = ("alone", "doctor") if i % 2 == 0 else ("doctor", "alone")
-            pairs.append(pair(case, work, env, order, args.steps, args.warmup, args.timeout))
+            order = tuple(runs[i % len(runs):] + runs[:i % len(runs)]) if i % 2 == 0 else tuple(reversed(runs))
+            pairs.append(pair(case, work, env, order, args.steps, args.warmup, args.timeout, args.threads))
             print(f"{name} pair {i + 1}: alone {pairs[-1]['alone']['wall']:.1f} s, doctor {pairs[-1]['doctor']['wall']:.1f} s "
                   f"({pairs[-1]['ratio']:.2f}x), load {pairs[-1]['load_before']:.1f}", file=sys.stderr, flush=True)
         results.append(summary(case, pairs))

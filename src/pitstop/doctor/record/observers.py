@@ -166,7 +166,7 @@ class ModelObserver:
                     self.memory.phase("forward", False)
             else:
                 log.cur.phases["eval"] += seconds
-                log.eval_mark(self._top[0], self._top[0] + seconds)
+                log.eval_mark(self._top[0], self._top[0] + seconds, forward=True)
             if self.sampler is not None:
                 self.sampler.open()
         self.depth = max(0, self.depth - 1)

@@ -40,13 +40,14 @@ class StopDoctor(BaseException):
 class Step:
     """What the step in progress accumulated: seconds per phase, its losses, its backward calls."""
 
-    __slots__ = ("phases", "losses", "backward_calls", "eval_span")
+    __slots__ = ("phases", "losses", "backward_calls", "eval_span", "eval_forward")
 
     def __init__(self) -> None:
         self.phases: Counter[str] = Counter()
         self.losses: list[torch.Tensor] = []
         self.backward_calls = 0
         self.eval_span: list[float] | None = None  # [start, end] of its evaluation (forwards and loader waits)
+        self.eval_forward = False  # an evaluation forward ran in it
 
 
 class CoreWindow:
@@ -127,15 +128,18 @@ class StepLog:
         elif last == "observed" and now != "observed" and self.cores.end is None:
             self.cores.end = window_mark()
 
-    def eval_mark(self, t0: float, t1: float) -> None:
-        """An evaluation forward or loader wait of the current step ran from ``t0`` to ``t1``."""
-        span = self.cur.eval_span
+    def eval_mark(self, t0: float, t1: float, forward: bool = False) -> None:
+        """An evaluation forward (``forward``) or loader wait of the current step ran from ``t0``
+        to ``t1``. ``on_eval`` is told at the step's first one, and again at its first forward
+        (the model call names the evaluation better than the loader it reads)."""
+        cur, span = self.cur, self.cur.eval_span
         if span is None:
-            self.cur.eval_span = [t0, t1]
-            if self.on_eval is not None:
-                self.on_eval()
+            cur.eval_span = [t0, t1]
         else:
             span[0], span[1] = min(span[0], t0), max(span[1], t1)
+        if self.on_eval is not None and (span is None or (forward and not cur.eval_forward)):
+            self.on_eval()
+        cur.eval_forward = cur.eval_forward or forward
 
     def unaccounted(self) -> float:
         """Seconds of the current step so far that no measured phase explains."""
