@@ -12,7 +12,7 @@ script stopped, so no DataLoader worker competes for the cores and nothing else 
 step runs. Its speed-up is an *estimate* of what the real loop gains; ``pitstop tune``
 measures the real loop.
 
-How it times (:mod:`pitstop.doctor.record.probe_timing`): the first call of each variant
+How it times (:mod:`pitstop.doctor.record.probe_parts`): the first call of each variant
 (which candidates cannot run here, what a round costs, whether the machine is busy), one more
 warm-up call (oneDNN's bf16 kernels need several calls before they reach speed), then timed
 *rounds*, each running every variant once, in alternating order (ABBA), at least three rounds
@@ -43,7 +43,8 @@ import torch
 from pitstop.doctor.analysis.observations import Observations
 from pitstop.doctor.analysis.probe_records import ProbeResult, Speedup
 from pitstop.doctor.analysis.probe import Probe, ProbeSkip
-from pitstop.doctor.record.probe_timing import Settle, contention, first_calls, probe_measure, time_variants
+from pitstop.doctor.record.probe_parts import (EagerCall, ProbeBatch, Settle, contention, first_calls, nbytes_of,
+                                               probe_measure, scalar_of, time_variants)
 from pitstop.machine import CpuFeatures
 from pitstop.stats import median
 from pitstop.thresholds import Thresholds
@@ -62,44 +63,6 @@ CONFIDENCE = 0.90
 PROBE_SHARE = 0.75
 #: ... or at least this many seconds per probe that runs (tiny steps)
 PROBE_FLOOR_S = 3.0
-
-
-def _scalar(out: Any) -> torch.Tensor:
-    if isinstance(out, torch.Tensor):
-        return out.float().mean()
-    if isinstance(out, dict):
-        out = list(out.values())
-    if isinstance(out, (list, tuple)):
-        for o in out:
-            if isinstance(o, torch.Tensor) and o.is_floating_point():
-                return o.float().mean()
-    raise ProbeSkip(f"cannot reduce a model output of type {type(out).__name__} to a scalar")
-
-
-def _nbytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-class ProbeBatch(tuple):
-    """The positional arguments of a probe's model call, with its keyword ones in ``kwargs``."""
-
-    kwargs: dict[str, Any]
-
-    def __new__(cls, args, kwargs=None):
-        self = super().__new__(cls, args)
-        self.kwargs = dict(kwargs or {})
-        return self
-
-
-class _EagerCall(torch.nn.Module):
-    """A ``model.compile()``'d module called past its compiled path (``_call_impl``)."""
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module._call_impl(*args, **kwargs)
 
 
 class ProbeContext:
@@ -133,7 +96,7 @@ class ProbeContext:
             raise ProbeSkip("no model with parameters ran a training forward")
         if self._compiled:
             raise ProbeSkip("the model is torch.compile'd; probing it would mean compiling copies")
-        if _nbytes(self._model.parameters()) > self.max_bytes:
+        if nbytes_of(self._model.parameters()) > self.max_bytes:
             raise ProbeSkip("model too large to copy for a probe")
         # a tensor attribute that autograd produced (llama2.c keeps ``self.last_loss``) cannot be
         # deep-copied: the copy gets it detached
@@ -151,7 +114,7 @@ class ProbeContext:
         if not self._compiled or w is None or self._model is None:
             raise ProbeSkip("the model is not torch.compile'd")
         if getattr(w, "_compiled_call_impl", None) is not None:  # model.compile(): the module itself
-            return w, _EagerCall(w)
+            return w, EagerCall(w)
         return w, self._model
 
     @staticmethod
@@ -242,7 +205,7 @@ class ProbeContext:
             else:
                 with torch.autocast(device, dtype=autocast):
                     out = model(*args, **kwargs)
-            _scalar(out).backward()
+            scalar_of(out).backward()
         run.cost = self.fwd_bwd_cost(args)  # type: ignore[attr-defined]  (read by compare before the first call)
         return run
 

@@ -1,11 +1,15 @@
-"""How the doctor's probes time their variants (in the child, after the script was stopped).
+"""The parts a doctor probe run is made of (in the child, after the script was stopped).
 
-:func:`first_calls`: the first call of every variant, timed, with the contention it saw (the
-run-queue delay of this process's threads per CPU second): it tells which candidates cannot
-run here (a ``RuntimeError``), what one round will cost, and whether the machine is busy,
-in one round instead of three. :func:`time_variants`: the timed rounds, each running every
-variant once in alternating order (ABBA), at least ``min_reps`` rounds and until every
-candidate's interval decided (:func:`pitstop.paired.decide` against the probes' bar), a
+What it feeds its copies: the batch (:class:`ProbeBatch`), a model output reduced to a scalar
+to back-propagate (:func:`scalar_of`), a compiled module called eagerly (:class:`EagerCall`),
+the bytes a model's parameters take (:func:`nbytes_of`).
+
+How it times them: :func:`first_calls`, the first call of every variant, timed, with the
+contention it saw (the run-queue delay of this process's threads per CPU second): it tells which
+candidates cannot run here (a ``RuntimeError``), what one round will cost, and whether the
+machine is busy, in one round instead of three. :func:`time_variants`: the timed rounds, each
+running every variant once in alternating order (ABBA), at least ``min_reps`` rounds and until
+every candidate's interval decided (:func:`pitstop.paired.decide` against the probes' bar), a
 ``settle`` rule says the rounds so far already give the verdict (the hardware's answer), about
 ``budget_s`` seconds passed, or the probes' ``deadline`` came. :func:`probe_measure`: the one
 decision about the machine's load for a probe, said once.
@@ -20,7 +24,10 @@ from typing import Any
 
 import torch
 
-__all__ = ["time_variants", "first_calls", "FirstCalls", "contention", "probe_measure", "Settle"]
+from pitstop.doctor.analysis.probe import ProbeSkip
+
+__all__ = ["time_variants", "first_calls", "FirstCalls", "contention", "probe_measure", "Settle", "ProbeBatch",
+           "EagerCall", "scalar_of", "nbytes_of"]
 
 #: a rule that reads the rounds so far (variant -> its samples) and returns why they already
 #: settle the verdict, or None to go on
@@ -172,3 +179,41 @@ def probe_measure(load: float | None, threads: int, clock: str | None = None) ->
     how = f"timed with one thread instead of {threads}" if threads > 1 else "timed"
     return Measure("cpu", f"CPU time: the machine is busy (threads waited {load:.0%} of their CPU time for a core): "
                           f"{how}, on CPU time, which other processes distort least", load)
+
+
+def scalar_of(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out.float().mean()
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (list, tuple)):
+        for o in out:
+            if isinstance(o, torch.Tensor) and o.is_floating_point():
+                return o.float().mean()
+    raise ProbeSkip(f"cannot reduce a model output of type {type(out).__name__} to a scalar")
+
+
+def nbytes_of(tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+class ProbeBatch(tuple):
+    """The positional arguments of a probe's model call, with its keyword ones in ``kwargs``."""
+
+    kwargs: dict[str, Any]
+
+    def __new__(cls, args, kwargs=None):
+        self = super().__new__(cls, args)
+        self.kwargs = dict(kwargs or {})
+        return self
+
+
+class EagerCall(torch.nn.Module):
+    """A ``model.compile()``'d module called past its compiled path (``_call_impl``)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module._call_impl(*args, **kwargs)
