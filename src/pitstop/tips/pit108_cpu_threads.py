@@ -32,7 +32,11 @@ class CpuThreadsTip(Tip):
         another process holds its core, every other thread of the pool waits at the barrier
         (spinning, by OpenMP's default, which burns the very CPU the late thread needs). With
         more threads than free cores the step can be many times slower than with fewer
-        threads; the cure is not more threads but as many as there are free cores.
+        threads; the cure is not more threads but as many as there are free cores. Measured on
+        the 2-core AMD EPYC this project runs on, beside other processes (load average ~10):
+        forward+backward of torchdiffeq's ODE demo network (Linear(2, 50), Tanh, Linear(50, 2),
+        20 samples) took 24 ms with torch's 2 threads and 0.6 ms with 1 (19 ms and 0.56 ms in a
+        second pair), in separate processes run back to back.
     """
     example = """
         ```python

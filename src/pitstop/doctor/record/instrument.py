@@ -131,6 +131,7 @@ class Instrumentation:
                 self.periodic.install(self.patches)
             sampler, data, forward, log = self.sampler, self.data, self.forward, self.log
             sampler.skip = lambda: data.busy > 0 or forward.depth > 0 or log.kind() != "observed"
+            sampler.paused = log.kind() != "observed"  # it never wakes outside the observed steps (the GIL)
             sampler.start()
             sampler.open()
             self.machine = machine_counters()
@@ -182,7 +183,9 @@ class Instrumentation:
             if log.kind() == "traced":  # the profiled GPU steps run without the per-tensor pack hook
                 self.memory.uninstall()
             if self.sampler is not None:
-                self.sampler.paused = log.kind() == "traced"  # the profiled GPU steps run unsampled
+                # only the observed steps are sampled: outside them a waking sampler only takes the GIL
+                # (on a loaded machine a thread preempted while holding it stalls the main thread)
+                self.sampler.paused = log.kind() != "observed"
                 self.sampler.label = "host"
                 self.sampler.open() if not self.sampler.paused else self.sampler.close()
         if log.finished:

@@ -25,7 +25,7 @@ uses the same paired core as ``pitstop tune`` (:mod:`pitstop.paired`): one pair 
 burst of load hits both variants of a round), the clock the observed load does not distort, a
 90% interval over pairs. Checks gate on the interval's lower bound, not on a fastest-of-n.
 
-Worth its wait: all probes together get three quarters of the observed steps' wall time
+Worth its wait: all probes together get half the observed steps' wall time
 (:data:`PROBE_SHARE`, at least :data:`PROBE_FLOOR_S` seconds per probe), shared fairly among the
 probes that run; a probe whose rounds cannot fit its share is not run (its result says why)
 and one that runs out of time before three rounds reports that instead of a verdict.
@@ -60,9 +60,9 @@ PROBE_SAMPLES = 16
 #: confidence of the speed-up intervals (two-sided; the lower bound is a 95% one-sided bound).
 CONFIDENCE = 0.90
 #: all probes together may take this share of the observed steps' wall time ...
-PROBE_SHARE = 0.75
+PROBE_SHARE = 0.5
 #: ... or at least this many seconds per probe that runs (tiny steps)
-PROBE_FLOOR_S = 3.0
+PROBE_FLOOR_S = 1.5
 
 
 class ProbeContext:
