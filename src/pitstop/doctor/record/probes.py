@@ -62,7 +62,7 @@ CONFIDENCE = 0.90
 #: all probes together may take this share of the observed steps' wall time ...
 PROBE_SHARE = 0.5
 #: ... or at least this many seconds per probe that runs (tiny steps)
-PROBE_FLOOR_S = 1.5
+PROBE_FLOOR_S = 1.0
 
 
 class ProbeContext:
