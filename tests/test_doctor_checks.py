@@ -393,18 +393,6 @@ def test_pit108_takes_the_probe_s_verdict_and_otherwise_the_measured_wait():
                                            settings={"num_threads": 2, "cpu_cores": 4})) == []
 
 
-def test_a_graph_that_grows_with_the_step_s_own_forwards_is_not_retention():
-    """An adaptive ODE solver (torchdiffeq's dopri5) calls the model more often as training goes
-    on: the live graph at each census grows with that step's training forwards, not across steps."""
-    check = CHECKS["RetainedGraphCheck"]
-    solver = {"nodes": [1281, 2549, 4332], "steps": [3, 7, 12], "live_losses": 0, "losses_tracked": 11,
-              "forwards": [10, 20, 34]}
-    assert findings_of(check, observations(graph=solver)) == []
-    kept = {**solver, "forwards": [10, 10, 10]}  # the same forwards each step: the graph is kept
-    assert findings_of(check, observations(graph=kept))
-    assert findings_of(check, observations(graph={**solver, "forwards": []}))  # not known: as before
-
-
 def test_evaluation_with_autograd_that_costs_under_the_medium_bar_is_low():
     check = CHECKS["InferenceModeCheck"]
     grad = {"eval_with_grad": 13, "where": {"eval_with_grad": "solver.py:67"}}

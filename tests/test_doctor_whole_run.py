@@ -91,22 +91,26 @@ def test_a_probe_whose_rounds_cannot_fit_its_share_of_the_time_is_not_timed():
 
 def test_probes_use_the_last_full_batch_not_the_short_last_batch_of_an_epoch():
     """What the probes copy: the last training batch of the largest size seen, so an epoch's
-    short last batch (8 of 32 here) never becomes the probes' batch."""
+    short last batch (8 of 32 here) never becomes the probes' batch; kept detached, so the doctor
+    holds no step's graph (torchdiffeq wraps the model anew at every solve: one kept batch per
+    wrapper kept every step's graph alive, and PIT202 blamed the script)."""
     from pitstop.doctor.record.passes import Passes
     from pitstop.doctor.run.spec import StepRecord
 
     passes, model = Passes(lambda *a: None), nn.Linear(8, 2)
+    scale = torch.ones(8, requires_grad=True)  # the input comes out of autograd, like an ODE solver's state
     records = []
     for i, n in enumerate([32, 32, 8, 32, 8]):
-        x = torch.randn(n, 8)
+        x = torch.randn(n, 8) * scale
         out = model(x)
         passes.watch(model, (x,), {}, out, 0.0, "train.py:1", 0.0, None)
         out.sum().backward()
         rec = StepRecord(index=i, kind="observed", wall=0.1)
         passes.settle(rec, records)
         records.append(rec)
-        assert passes.last_train_args[id(model)][0].shape[0] == 32
-    assert passes.last_train_args[id(model)][0] is not x  # the 8-sample batch of the last step was not kept
+        kept = passes.last_train_args[id(model)][0]
+        assert kept.shape[0] == 32 and kept.grad_fn is None  # kept detached: no step's graph held by the doctor
+    assert passes.last_train_args[id(model)][0].shape[0] != x.shape[0]  # the last step's 8 samples were not kept
 
 
 class _LstmLM(nn.Module):

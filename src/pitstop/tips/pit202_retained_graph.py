@@ -152,10 +152,6 @@ class RetainedGraphCheck(Check, tip="PIT202"):
         live = g.live_losses or 0
         growing = len(nodes) >= 2 and all(b > a for a, b in zip(nodes, nodes[1:]))
         growth = (nodes[-1] - nodes[0]) / max(steps[-1] - steps[0], 1) if len(nodes) >= 2 else 0.0
-        fw = g.forwards
-        if growing and len(fw) == len(nodes) and all(fw):  # per training forward of the census's step
-            per = [n / f for n, f in zip(nodes, fw)]
-            growing = all(b > a for a, b in zip(per, per[1:])) and per[-1] > 1.2 * per[0]  # else: the step's own graph
         if not (growing and growth >= th.graph_growth_nodes) and live < 2:
             return
         if live < 2 and obs.compile is not None and obs.compile.compile_s_observed > 0:

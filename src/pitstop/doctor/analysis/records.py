@@ -307,9 +307,6 @@ class GraphRecord:
     steps: list[int] = field(default_factory=list)
     live_losses: int | None = field(default=None, metadata=OMIT_NONE)
     losses_tracked: int | None = field(default=None, metadata=OMIT_NONE)
-    #: training forwards in the step each census followed (a graph that grows with them, as an
-    #: adaptive ODE solver's does, is the step's own graph, not retention); empty: not known
-    forwards: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

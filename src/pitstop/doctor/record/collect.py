@@ -6,7 +6,6 @@ passes and optimizer steps are not measured as the script's).
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 import platform
@@ -233,11 +232,6 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.compile = _compile_info(inst, models)
     o.framework = from_json(FrameworkRecord, (inst.framework or frameworks.detect_imports()).to_dict())
     o.batch = _batch(inst, models)
-    if o.graph is not None and o.graph.steps:  # a census follows the record before its index
-        recs = inst.records
-        fwd = [recs[i - 1].micro_batches if 0 < i <= len(recs) else None for i in o.graph.steps]
-        if all(f for f in fwd):
-            o.graph = dataclasses.replace(o.graph, forwards=[int(f) for f in fwd])
     if o.batch:
         o.batch_size = o.batch.size
     from pitstop.doctor.record.cores import cpu_record

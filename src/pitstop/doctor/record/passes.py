@@ -64,6 +64,17 @@ def _grad_outputs(out: Any, found: list[torch.Tensor], depth: int = 0) -> list[t
     return found
 
 
+def _detached(x: Any) -> Any:
+    """``x`` with every tensor that autograd produced detached (storage shared, no graph kept)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().requires_grad_(x.requires_grad) if x.grad_fn is not None else x
+    if type(x) in (tuple, list):
+        return type(x)(_detached(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _detached(v) for k, v in x.items()}
+    return x
+
+
 def _mark(box: list[bool]):
     def hook(grad):
         box[0] = True
@@ -156,10 +167,10 @@ class Passes:
                 self.batch_size = p.batch.size
         # the probes' batch: the last full one (an epoch's short last batch never replaces it)
         size = p.batch.size if p.batch is not None else 0
-        if size >= self._kept_size.get(p.model, 0):
+        if size >= self._kept_size.get(p.model, 0):  # detached: the doctor must not keep a step's graph alive
             self._kept_size[p.model] = size
-            self.last_train_args[p.model] = p.args
-            self.last_train_kwargs[p.model] = p.kwargs
+            self.last_train_args[p.model] = _detached(p.args)
+            self.last_train_kwargs[p.model] = _detached(p.kwargs)
             self.train_layout[p.model] = p.batch.dim if p.batch is not None else 0
 
     def _evaluated(self, p: Pending, rec) -> None:
