@@ -49,7 +49,7 @@ def test_bf16_verdict_and_hardware_note_follow_the_measured_ratio(capped):
     assert ("PIT301" in found) == (best["low"] >= 1.10)
     note = p.get("hardware")
     if best["ratio"] <= LARGE_SLOWDOWN:
-        # the hardware's answer: one round (its first calls here) settles it, not 8 rounds of emulated bf16
+        # the hardware's answer: one timed round settles it, not 8 rounds of emulated bf16
         assert p["runs"] == 1 and "capped at AVX2" in p["settled"], p
         assert note is not None and note["cap"] == "AVX2" and note["missing"] == []
         assert note["slowdown"] == pytest.approx(1 / best["ratio"])

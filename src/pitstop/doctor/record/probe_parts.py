@@ -41,15 +41,13 @@ def _sync(device: str) -> None:
 
 @dataclass
 class FirstCalls:
-    """The first call of each variant: ``seconds`` (wall) by variant, ``samples`` (one
-    :class:`pitstop.paired.Sample` each: wall and CPU time, warm-up included), ``unavailable``
-    (name -> the first line of the ``RuntimeError`` it raised), ``load`` (run-queue delay per
-    CPU second over the calls; None where the system has no such clocks)."""
+    """The first call of each variant: ``seconds`` (wall) by variant, ``unavailable`` (name ->
+    the first line of the ``RuntimeError`` it raised), ``load`` (run-queue delay per CPU second
+    over the calls; None where the system has no such clocks)."""
 
     seconds: dict[str, float]
     unavailable: dict[str, str]
     load: float | None
-    samples: dict[str, Any]
 
 
 def first_calls(variants: dict[str, Callable[[], Any]], baseline: str, device: str) -> FirstCalls:
@@ -57,17 +55,15 @@ def first_calls(variants: dict[str, Callable[[], Any]], baseline: str, device: s
     call raises ``RuntimeError`` (an operator with no kernel for this dtype or layout on this
     device, e.g. oneDNN's bf16 LSTM on a CPU without native bf16) is unavailable."""
     from pitstop.doctor.record.clocks import StepClocks
-    from pitstop.paired import Sample
 
     clocks = StepClocks()
     if clocks.available and device == "cpu":
         clocks.mark()
     c0 = time.process_time()
     seconds: dict[str, float] = {}
-    samples: dict[str, Sample] = {}
     unavailable: dict[str, str] = {}
     for name in [baseline, *(k for k in variants if k != baseline)]:
-        t0, p0 = time.perf_counter(), time.process_time()
+        t0 = time.perf_counter()
         if name == baseline:
             variants[name]()
         else:
@@ -79,12 +75,11 @@ def first_calls(variants: dict[str, Callable[[], Any]], baseline: str, device: s
                 continue
         _sync(device)
         seconds[name] = time.perf_counter() - t0
-        samples[name] = Sample(wall=seconds[name], cpu=time.process_time() - p0)
     load = None
     if clocks.available and device == "cpu":
         cpu = time.process_time() - c0
         load = (clocks.lap().get("run_delay") or 0.0) / cpu if cpu > 0 else None
-    return FirstCalls(seconds, unavailable, load, samples)
+    return FirstCalls(seconds, unavailable, load)
 
 
 def time_variants(variants: dict[str, Callable[[], Any]], device: str, budget_s: float = 1.0,
