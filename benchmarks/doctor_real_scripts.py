@@ -17,6 +17,10 @@ configured batch).
 
 prints one block per case and exits non-zero when a check fails. ``tests/
 test_doctor_real_scripts.py`` runs two of the cases the same way (slow).
+
+``NEW_SCRIPTS`` (issue 40) records three more, never used here before, with the manifest to
+rebuild them (repository, commit, path, sha256); ``benchmarks/doctor_real_costs.py`` times each
+alone and under the doctor side by side (is the doctor worth its wait, and what does it find).
 """
 
 from __future__ import annotations
@@ -122,6 +126,76 @@ CASES = {c.name: c for c in (
           "--n-embd", "32", "--n-embd2", "32", "--batch-size", "32", "--max-steps", "100000"),
          batch=32, samples_per_step=32, batch_dim=0,
          time_pattern=r"^step (\d+) \| loss [\d.]+ \| step time ([\d.]+)ms", wrong_ways=("more workers",)),
+)}
+
+
+@dataclass(frozen=True)
+class RealScript:
+    """A script this project had never run before issue 40, run unchanged (sizes cut only through its
+    own command line): ``repo`` at ``commit``, ``files`` (path in the repository -> sha256), laid out
+    in the working folder at ``layout[path]`` (default: the same path), ``script`` and ``args`` there,
+    ``data`` (which synthetic data :mod:`doctor_real_costs` writes). ``benchmarks/doctor_real_costs.py``
+    materializes it from a local mirror and times it alone and under the doctor, side by side."""
+
+    name: str
+    repo: str
+    commit: str
+    files: dict[str, str]
+    script: str
+    args: tuple[str, ...]
+    data: str = "none"
+    layout: dict[str, str] = field(default_factory=dict)
+
+
+_TORCHDIFFEQ = {f"torchdiffeq/{p}": h for p, h in {
+    "__init__.py": "9092b253060d186b00846d00ff260b6dec72f9fe7e0a9aa0d5bbf87e7c45dcd9",
+    "_impl/__init__.py": "01322ad64ef635ceb44de4026d8436e07436ec676b6b17504cac7d65edf56363",
+    "_impl/adaptive_heun.py": "ecd643451cd1680f52de65c808fcc8f8c06724708daf09ff310599c5bc10e7a9",
+    "_impl/adjoint.py": "5fab07773c5ca1ca5a25cef545aa935b95b6acb479423ce4cab271a37741d0e7",
+    "_impl/bosh3.py": "3802763df28ea431ef2ebc331ac776dcccdc9a4be3cc7ddc2d8c7e19dd811d3f",
+    "_impl/dopri5.py": "8d9f7f1370ffa0de3a90ef9cc96185ec8a3b089b6d863728c8085629b9a38809",
+    "_impl/dopri8.py": "597dbf7fa86f63a68e9ccb2d95f8fb99b052b45a68d8ef612f5d24d3c559d4f0",
+    "_impl/event_handling.py": "4aa14e0ad2812f02a361a7d9f6a9c031147c0ffe14678edd8cfb5d816153aed3",
+    "_impl/fehlberg2.py": "26d760d8c37cb4b02a7f16dbe30313589b2b0a8d0d2167ba95c3242e76544c43",
+    "_impl/fixed_adams.py": "85845040abc11afb74d1a632a383222eaceaa14dd940d2a4d0f7befbb25880f4",
+    "_impl/fixed_grid.py": "bb2915bdbbfb464cdb79593460761b8d9da73f653eb6894e178caf0ee03266b3",
+    "_impl/fixed_grid_implicit.py": "12025a0f22573afa81c8dfee2385f1d68c11d637db3b2e78e7a53c63862f4025",
+    "_impl/interp.py": "436b6e8e346716dd466fede0a9038cc6e6e9c6573ffef526f028a890ab0222d6",
+    "_impl/misc.py": "49a4707d4c2bdd2ad162fa449fcad3bedec5719159cfddf1caec516bc28db5be",
+    "_impl/odeint.py": "1fe96dc69b91d7bd53d100023b38cdb876c8b31ebbc46c12f8172c8b03b855cc",
+    "_impl/rk_common.py": "7be03cff5f9ee078edf7be1200c28aa21e56640f551532991959c5aca27f7bb2",
+    "_impl/scipy_wrapper.py": "f5b0e8e275e205b4ce03dfe320dc4189d5d5b2c7af7efbc532ccdc82451cc62e",
+    "_impl/solvers.py": "724bc51c021f84366759018ba5c61e263b58492e9e2083e6b60fda71e84e68bd",
+    "_impl/tsit5.py": "e4709cf029cdcf45d08842ca07a52b74e55359657cac3b9b39bc0fd6e80e2b36"}.items()}
+
+#: Issue 40's three scripts (none used by this project before: not in the lint corpus, not run by
+#: the doctor): a word-level LSTM language model (yunjey/pytorch-tutorial, hyper-parameters fixed in
+#: the script, PTB-shaped synthetic text), llama2.c's training script (its configurator's command
+#: line: a 4-layer model on a custom 512-token vocabulary, evaluation of 100 batches per split at
+#: step 0 and every 2000 steps, the script's defaults), and torchdiffeq's ODE demo (a neural ODE
+#: fitted with dopri5, evaluated every 20 iterations, the script's defaults). Extra imports:
+#: ``pip install --no-deps --target DIR sentencepiece==0.2.3 scipy==1.17.1`` (llama2.c's
+#: tinystories.py imports sentencepiece; torchdiffeq imports scipy).
+NEW_SCRIPTS = {c.name: c for c in (
+    RealScript("lstm-lm", "yunjey/pytorch-tutorial", "0500d3df5a2a8080ccfccbc00aca0eacc21818db", {
+        "tutorials/02-intermediate/language_model/main.py": "4edc4e08c34d3cb4528589f8b6e99a4bafaadced86fd6b35adcd5f7d4afcf5cc",
+        "tutorials/02-intermediate/language_model/data_utils.py":
+            "0e8cdf0729b5b28205553bc00d9ff23ef6a8f64753f2d8f20aa13cb40d8fc9c7"},
+        "main.py", (), data="ptb",
+        layout={"tutorials/02-intermediate/language_model/main.py": "main.py",
+                "tutorials/02-intermediate/language_model/data_utils.py": "data_utils.py"}),
+    RealScript("llama2c", "karpathy/llama2.c", "350e04fe35433e6d2941dce5a1f53308f87058eb", {
+        "train.py": "97d4a16f7d0c98b1d4f767c646095f7b78b7a58d5f668be716d33924faa8feb8",
+        "model.py": "54f35dbd347100c0066da93dfdf9f19c2ec1e8758bfffcedbdfdb09d5c343e1f",
+        "tinystories.py": "86d38fbd5f10b77ab921858dd53fc29d8f5a52eb3a636eccb48fb0d423d44f88",
+        "tokenizer.py": "585d1c34be6f387d3143297c7fbbce49ad362dc9cecd9f68037bbed8126bcf33",
+        "export.py": "aba8d36ee881478bf59e13f63224e37a00b51a18cacbc38d0def52cc3c0cb475",
+        "configurator.py": "5cc23aca26b4ab3c0d9e5f82740f4781f9444f42718c15abcee70d93c5aabe8f"},
+        "train.py", ("--device=cpu", "--compile=False", "--vocab_source=custom", "--vocab_size=512", "--batch_size=8",
+                     "--max_seq_len=128", "--dim=128", "--n_layers=4", "--n_heads=4", "--n_kv_heads=4"), data="tok512"),
+    RealScript("ode-demo", "rtqichen/torchdiffeq", "657943acefa826ef04c025ebeb1ff5e9d60dc268", {
+        "examples/ode_demo.py": "36cc0ebfcf56afb7a291142c03a19b8f0bd3d437f914f3f98657e048aa8a60e4", **_TORCHDIFFEQ},
+        "ode_demo.py", (), layout={"examples/ode_demo.py": "ode_demo.py"}),
 )}
 
 

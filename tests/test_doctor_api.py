@@ -155,13 +155,13 @@ def _names_a_tip(source: str) -> list[str]:
 
 def test_probes_are_a_registered_face_the_mechanism_never_names():
     assert _names_a_tip('x = {"bf16": "PIT301"}') and _names_a_tip("from pitstop.tips import pit301_mixed_precision")
-    from pitstop.doctor.record.probes import probe_classes
+    from pitstop.doctor.record.probing.run import probe_classes
 
     by_tip = {c.tip: c for c in probe_classes()}
     assert {"PIT104", "PIT301", "PIT501"} <= set(by_tip)
     assert all(issubclass(c, Probe) and c.name and c.face == "D" for c in by_tip.values())
     src = Path(pitstop.__file__).parent / "doctor"
-    for mod in ("analysis/probe.py", "record/probes.py", "record/collect.py", "record/memory.py",
+    for mod in ("analysis/probe.py", "record/probing/run.py", "record/collect.py", "record/memory.py",
                 "analysis/diagnosis.py"):
         assert not _names_a_tip((src / mod).read_text(encoding="utf-8")), mod
     # a probe decides from the plain observations whether it applies, before touching torch
@@ -170,7 +170,7 @@ def test_probes_are_a_registered_face_the_mechanism_never_names():
 
 
 def test_probe_timing_pairs_rounds_in_abba_order():
-    from pitstop.doctor.record.probes import time_variants
+    from pitstop.doctor.record.probing.run import time_variants
 
     calls: list[str] = []
     t = time_variants({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, "cpu",
@@ -184,7 +184,7 @@ def test_probe_timing_stops_once_every_candidate_decided():
     rounds, long before the budget; a tie keeps measuring until the budget or max_reps."""
     import time
 
-    from pitstop.doctor.record.probes import time_variants
+    from pitstop.doctor.record.probing.run import time_variants
 
     def spin(s):
         end = time.thread_time() + s

@@ -59,6 +59,9 @@ def test_script_that_hangs_is_killed_with_a_partial_report(cli):
     out, d = doctor_json(cli, TINY, *FAST, "--timeout", "15", "--", "--hang-at", "2")
     assert out.returncode == 4
     assert d["outcome"] == "timeout" and "timed out after 15 s" in d["message"]
+    # where the script was when the time ran out: the step, the phase, the line (a stack sample)
+    hang = next(i for i, t in enumerate(open(TINY, encoding="utf-8").read().splitlines(), 1) if "time.sleep(3600)" in t)
+    assert f"in observed step 2 of 3, between the measured phases, at {TINY}:{hang}" in d["message"], d["message"]
     assert d["steps"]["observed"] == 1  # step 0 warmup, step 1 observed, then the hang
     assert len(d["steps"]["records"]) == 2
 

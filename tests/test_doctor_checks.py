@@ -56,8 +56,19 @@ STRAGGLER = {"rank": 1, "phase": "data", "lag": 0.05, "late_steps": 5, "steps": 
              "evidence": "the other ranks waited 50.0 ms (median) for rank 1 ..."}
 CUDA_H2D = {"blocking": 2.0, "non_blocking": 0.0, "seconds": 0.004}
 
+#: PIT108: a 2-core CPU run with 2 intra-op threads whose threads waited 40% of the step for a core
+#: while other processes kept 1.3 cores busy, and the same run on a quiet machine
+LOADED = {"threads_busy": 2, "thread_wait_per_step": 0.08, "wait_share": 0.4, "others_cores": 1.3,
+          "workers_cores": 0.0, "machine_cores": 2}
+QUIET = {**LOADED, "thread_wait_per_step": 0.004, "wait_share": 0.02, "others_cores": 0.05}
+TWO_CORES = {"num_threads": 2, "cpu_cores": 2}
+
 #: check name -> (observations where it fires, observations where it does not)
 CASES = {
+    "CpuThreadsCheck": (
+        observations(cpu=LOADED, settings=TWO_CORES),
+        observations(cpu=QUIET, settings=TWO_CORES),
+    ),
     "DataWaitCheck": (
         observations(breakdown={"data": 0.03}, loaders=[loader()]),
         observations(breakdown={"data": 0.004}, loaders=[loader()]),  # 4% < 5%
@@ -386,7 +397,12 @@ def test_no_sync_finding_gives_the_measured_rounds_and_saving():
 
 def test_probe_skip_reasons():
     p = {c.tip: c() for c in PROBES.values()}
-    assert set(p) == {"PIT104", "PIT301", "PIT501", "PIT601"}, "a new probe: add its skip cases here"
+    assert set(p) == {"PIT104", "PIT108", "PIT301", "PIT501", "PIT601"}, "a new probe: add its skip cases here"
+    assert p["PIT108"].skip_reason(observations(models=[model()], cpu=LOADED, settings=TWO_CORES)) is None
+    assert "fit" in p["PIT108"].skip_reason(observations(models=[model()], cpu=QUIET, settings=TWO_CORES))
+    assert "fit" in p["PIT108"].skip_reason(observations(models=[model()], cpu=LOADED,
+                                                          settings={"num_threads": 1, "cpu_cores": 2}))
+    assert "CUDA" in p["PIT108"].skip_reason(observations(device="cuda", models=[model()], cpu=LOADED))
     assert "not compiled" in p["PIT601"].skip_reason(observations(models=[model()]))
     assert p["PIT601"].skip_reason(observations(compile={"compiled": True})) is None
     assert p["PIT104"].skip_reason(observations(models=[model(conv2d=2)])) is None
@@ -408,3 +424,37 @@ def test_graph_growth_while_torch_compile_builds_graphs_is_not_pit202():
     assert findings_of(CHECKS["RetainedGraphCheck"], observations(graph=growing, compile=compiling)) == []
     kept = {**growing, "live_losses": 4}  # the script's own losses kept: still reported
     assert findings_of(CHECKS["RetainedGraphCheck"], observations(graph=kept, compile=compiling))
+
+
+def test_pit108_takes_the_probe_s_verdict_and_otherwise_the_measured_wait():
+    """The thread count that fits the cores left; the measured wait as impact without a probe;
+    with one, its lower bound decides (a side-by-side step that is not faster: no finding)."""
+    from pitstop.tips.pit108_cpu_threads import threads_that_fit
+
+    assert threads_that_fit(2, 1.3) == 1 and threads_that_fit(2, 0.05) == 2 and threads_that_fit(8, 2.0, 1.0, 2) == 3
+    assert threads_that_fit(2, 3.5) == 1  # never below one thread
+    check = CHECKS["CpuThreadsCheck"]
+    (f,) = findings_of(check, observations(cpu=LOADED, settings=TWO_CORES))
+    assert f.impact_share == pytest.approx(0.4) and f.severity == "medium"  # an upper bound until measured
+    assert "set_num_threads(1)" in f.fix and "40.0%" in f.evidence and "1.3 cores" in f.evidence
+    faster = observations(cpu=LOADED, settings=TWO_CORES, probes={"threads": probe("2 threads", "1 threads", 2.5)})
+    (g,) = findings_of(check, faster)
+    assert g.impact_share == pytest.approx((0.04 + 0.04 + 0.01) / 0.1 * (1 - 1 / 2.5)) and "2.50x" in g.evidence
+    assert g.severity == "high"
+    same = observations(cpu=LOADED, settings=TWO_CORES, probes={"threads": probe("2 threads", "1 threads", 0.95)})
+    assert findings_of(check, same) == []
+    # one busy thread (tiny ops never reach the intra-op pool): fewer threads cannot help
+    assert findings_of(check, observations(cpu={**LOADED, "threads_busy": 1}, settings=TWO_CORES)) == []
+    # threads that fit the cores, or a wait that has no cause here (no oversubscription, no other load): none
+    assert findings_of(check, observations(cpu={**LOADED, "others_cores": 0.1},
+                                           settings={"num_threads": 2, "cpu_cores": 4})) == []
+
+
+def test_evaluation_with_autograd_that_costs_under_the_medium_bar_is_low():
+    check = CHECKS["InferenceModeCheck"]
+    grad = {"eval_with_grad": 13, "where": {"eval_with_grad": "solver.py:67"}}
+    (small,) = [f for f in findings_of(check, observations(forwards=grad, breakdown={"eval": 0.0005}))
+                if "graphs" in f.title]
+    (large,) = [f for f in findings_of(check, observations(forwards=grad, breakdown={"eval": 0.02}))
+                if "graphs" in f.title]
+    assert small.severity == "low" and large.severity == "medium"

@@ -32,6 +32,8 @@ from pitstop.engine.recipe import COMPILE_MODES, OPTIMIZER_IMPLS, PRECISIONS, Re
     ("prefetch", 0),
     ("seed", -1),
     ("seed", 2**32),
+    ("threads", 0),
+    ("threads", 1.5),
     ("device", "gpu"),
     ("non_blocking", None),
 ])

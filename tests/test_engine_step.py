@@ -219,6 +219,10 @@ def test_backend_flags_are_restored_on_close():
     with make_step(model, opt, ce, Recipe(deterministic=True)):
         assert torch.are_deterministic_algorithms_enabled()
     assert not torch.are_deterministic_algorithms_enabled()
+    threads = torch.get_num_threads()
+    with make_step(model, opt, ce, Recipe(threads=1)):  # PIT108's knob: fewer intra-op threads while it runs
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == threads
 
 
 def test_a_loss_fn_that_returns_a_non_scalar_gets_a_clear_error():

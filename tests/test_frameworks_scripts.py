@@ -86,6 +86,20 @@ def test_lightning_optimizer_is_not_the_top_finding_and_syncs_point_at_self_log(
     assert "site-packages" not in json.dumps(d["syncs"])
 
 
+def test_hf_trainer_sites_name_the_library_line_that_costs_via_the_user_s_train_call(warm_doctor):
+    """The user's only line in the loop is ``Trainer(...).train()``: a sync the Trainer makes, and
+    the lines the main thread ran between the phases, are named in transformers/accelerate, with
+    the ``train()`` line as ``via`` (the same run as the framework test above)."""
+    d = doctor(warm_doctor, "hf_trainer", "--bf16")
+    call = next(i for i, t in enumerate((SCRIPTS / "hf_trainer.py").read_text().splitlines(), 1) if ".train()" in t)
+    obs = d["observations"]
+    named = [s for s in obs["syncs"] + obs["host_sites"] + obs["other_sites"] if s.get("via")]
+    assert named, obs
+    for s in named:
+        assert s["via"].endswith(f"hf_trainer.py:{call}"), s
+        assert "site-packages" in s["where"] and ("transformers" in s["where"] or "accelerate" in s["where"]), s
+
+
 @pytest.mark.parametrize("script, args, configured", [
     ("lightning_cnn", ("--precision", "bf16-mixed"), {"precision": "bf16-mixed"}),
     ("fabric_loop", ("--precision", "bf16-mixed"), {"precision": "bf16-mixed"}),

@@ -11,6 +11,9 @@ machine's count, and "this CPU has native bf16" is read one way (the ``/proc/cpu
   AVX2-only CPU gets; measured here, see docs/guide/hardware.md).
 - :func:`bf16_slowdown_note`: a :class:`HardwareNote` when a measured bf16 slowdown is large
   and this CPU has no native bf16 (the doctor's probe and tune's autocast trial attach it).
+- :func:`bf16_probe_rule`: where bf16 is not native, one round that measures it more than 2x
+  slower than fp32 is the verdict (the doctor's precision probe stops there instead of timing
+  emulated bf16 for rounds).
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["usable_cores", "machine_cores", "machine_load", "runnable_others", "CpuFeatures", "cpu_features",
-           "HardwareNote", "bf16_slowdown_note", "onednn_cap", "BF16_FLAGS", "LARGE_SLOWDOWN", "ONEDNN_ISAS",
-           "ONEDNN_CAP_VARS", "FLAGS_OF_INTEREST", "PROC_CPUINFO"]
+           "HardwareNote", "bf16_slowdown_note", "bf16_probe_rule", "onednn_cap", "BF16_FLAGS", "LARGE_SLOWDOWN",
+           "ONEDNN_ISAS", "ONEDNN_CAP_VARS", "FLAGS_OF_INTEREST", "PROC_CPUINFO"]
 
 #: where Linux describes the CPU; a file in its format given instead (``pitstop doctor --cpuinfo``)
 #: describes another CPU: what pitstop would say there (the tests inject CPUs this way).
@@ -181,6 +184,31 @@ def bf16_slowdown_note(ratio: float | None, cpu: CpuFeatures | None = None) -> H
     if cpu.bf16_flags:
         return HardwareNote("bf16", cpu.model, (), 1 / ratio, cpu.cap)
     return HardwareNote("bf16", cpu.model, BF16_FLAGS, 1 / ratio)
+
+
+def bf16_probe_rule(cpu: CpuFeatures, baseline: str, candidate: str) -> dict[str, Any]:
+    """How a bf16-vs-fp32 probe may time on ``cpu``: where bf16 is not native (no AVX512-BF16/AMX,
+    or oneDNN capped below them) and known so, ``{"warmup": 1, "settle": rule}``: no warm-up call
+    beyond the first, and ``rule`` (given the rounds so far, variant -> samples with ``wall`` and
+    ``cpu``) ends the rounds as soon as one round measured ``candidate`` at or below
+    :data:`LARGE_SLOWDOWN` of ``baseline``'s speed (on CPU time where measured, else wall time),
+    returning why;
+    ``{}`` where bf16 may be native (time as usual)."""
+    if not cpu.known or cpu.native_bf16:
+        return {}
+    why = f"oneDNN capped at {cpu.cap}" if cpu.bf16_flags else "no AVX512-BF16/AMX"
+
+    def settle(samples: Mapping[str, Any]) -> str | None:
+        b, c = samples.get(baseline) or [], samples.get(candidate) or []
+        if not b or not c:
+            return None
+        clock = "cpu" if getattr(b[-1], "cpu", None) and getattr(c[-1], "cpu", None) else "wall"  # CPU: load distorts it least
+        ratio = getattr(b[-1], clock) / getattr(c[-1], clock) if getattr(c[-1], clock, None) else None
+        if ratio is None or ratio > LARGE_SLOWDOWN:
+            return None
+        return (f"{candidate} measured {1 / ratio:.1f}x slower than {baseline} ({clock} time) in a round on a CPU "
+                f"without native bf16 ({why}): the hardware's answer, no more rounds")
+    return {"warmup": 1, "settle": settle}
 
 
 def usable_cores() -> int:

@@ -60,6 +60,13 @@ class Thresholds:
     #: PIT706: a DDP rank's replicated parameters, gradients and optimizer state above this
     #: share of its accounted memory (parameters + gradients + optimizer state + activations).
     shard_state_share: float = 0.5
+    #: PIT108: the run's busy threads waited for a core (runnable, not running) more than this
+    #: share of the step on average; the same 10% as the paired core's contention bar
+    #: (``pitstop.paired.CONTENTION``), below which wall time is trusted.
+    core_wait_share: float = 0.10
+    #: the machine is busy when other processes kept at least this share of its cores busy
+    #: during the observed steps (the CPU they got: under contention they wanted more).
+    busy_others_share: float = 0.25
 
     # -- pitstop trace (face T) and the GPU evidence of the doctor (its profiled steps) -------
     #: a kernel shorter than this is "short": its launch (~5-10 us of host time) costs as

@@ -138,12 +138,18 @@ class BackendFlags:
                            torch.is_deterministic_algorithms_warn_only_enabled()))
         torch.use_deterministic_algorithms(value)
 
+    def set_threads(self, value: int) -> None:
+        self._undo.append(("threads", torch.get_num_threads()))
+        torch.set_num_threads(value)
+
     def restore(self) -> None:
         for entry in reversed(self._undo):
             if entry[0] == "attr":
                 setattr(entry[1], entry[2], entry[3])
             elif entry[0] == "matmul":
                 torch.set_float32_matmul_precision(entry[1])
+            elif entry[0] == "threads":
+                torch.set_num_threads(entry[1])
             else:
                 torch.use_deterministic_algorithms(entry[1], warn_only=entry[2])
         self._undo.clear()

@@ -63,7 +63,9 @@ class Recipe:
         ``non_blocking``: host-to-device copies with ``non_blocking=True``.
     Run
         ``seed`` (``fit`` seeds every RNG with it; ``None``: leave them), ``deterministic``
-        (``torch.use_deterministic_algorithms``), ``device`` (``"auto"``: CUDA if present).
+        (``torch.use_deterministic_algorithms``), ``device`` (``"auto"``: CUDA if present),
+        ``threads``: torch's intra-op threads while the step exists (``torch.set_num_threads``;
+        ``None`` keeps the process's; PIT108).
     Data parallelism (under ``torchrun``, :mod:`pitstop.engine.distributed`)
         ``strategy``: ``"ddp"`` (``DistributedDataParallel``: every rank holds the whole
         model, its gradients and optimizer state) | ``"fsdp2"`` (``fully_shard`` per block and
@@ -97,6 +99,7 @@ class Recipe:
     shard_units: tuple[str, ...] = field(default=())
     reshard_after_forward: bool = True
     shard_prefetch: bool = False
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__  # normalize a few spellings on the frozen instance
@@ -145,6 +148,8 @@ class Recipe:
                               "prefetch_factor, batches loaded ahead per worker), got num_workers=0")
         if self.seed is not None:
             _int("seed", self.seed, low=0, high=2**32 - 1)
+        if self.threads is not None:
+            _int("threads", self.threads, low=1)
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
             raise RecipeError(f"Recipe.device must be 'auto', 'cpu', 'cuda', 'cuda:N', 'mps' or 'xpu[:N]', got {self.device!r}")
         self._check_strategy()

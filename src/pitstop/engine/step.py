@@ -13,7 +13,7 @@ and returns the loss detached, without reading it on the host: no sync per step 
 The only host syncs are GradScaler's own (fp16) and ``Recipe.skip_nonfinite``'s check.
 
 Everything recipe-dependent is decided once when the step is built, so the fp32 step costs
-what a hand-written loop costs. Process-wide flags it sets (TF32, cuDNN benchmark,
+what a hand-written loop costs. Process-wide flags it sets (TF32, cuDNN benchmark, intra-op threads,
 deterministic algorithms) are put back by :meth:`Step.close` (or leaving ``with``).
 """
 
@@ -80,6 +80,8 @@ class Step:
         self.flags = BackendFlags()
         self.precision = make_precision(recipe.precision, self.device.type, scaler)
         self.precision.set_flags(self.flags)
+        if recipe.threads is not None:
+            self.flags.set_threads(recipe.threads)
         if recipe.cudnn_benchmark:
             self.flags.set(torch.backends.cudnn, "benchmark", True)
         if recipe.deterministic:

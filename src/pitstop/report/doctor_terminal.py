@@ -18,7 +18,7 @@ from pitstop.report.terminal import fmt_bytes, fmt_seconds, make_console, text_b
 from pitstop.doctor.analysis.evidence import GpuSummary
 
 __all__ = ["render", "gpu_rows", "impact_label", "framework_line", "shows_framework", "throughput_text", "site_lines",
-           "compile_lines"]
+           "compile_lines", "periodic_lines"]
 
 _SEV_STYLE = {"high": "bold red", "medium": "yellow", "low": "dim"}
 
@@ -56,7 +56,28 @@ def site_lines(obs: Observations) -> list[str]:
                          (obs.other_sites, "other (between the phases)")):
         sites = [s for s in found if s.share >= 0.1][:3]
         if sites:
-            out.append(f"{label}: " + ", ".join(f"{s.where} ({100 * s.share:.0f}% of samples)" for s in sites))
+            out.append(f"{label}: " + ", ".join(f"{s.where}" + (f" via {s.via}" if s.via else "")
+                                                + f" ({100 * s.share:.0f}% of samples)" for s in sites))
+    return out + periodic_lines(obs)
+
+
+_PERIODIC = {"eval": "evaluation", "checkpoint": "checkpoint (torch.save)"}
+
+
+def periodic_lines(obs: Observations) -> list[str]:
+    """Work done every N steps (evaluation, checkpoints), amortised over its period: one line each."""
+    out = []
+    for w in obs.periodic:
+        name = _PERIODIC.get(w.kind, w.kind)
+        ran = ", ".join(x for x in (f"{w.in_warmup} in the warm-up" if w.in_warmup else "",
+                                    f"{w.in_observed} in the observed steps" if w.in_observed else "") if x)
+        at = f" at {_short(w.where)}" + (f" via {_short(w.via)}" if w.via else "") if w.where else ""
+        head = f"{name}{at}: {fmt_seconds(w.seconds)} a time ({ran or 'ran'})"
+        if w.period is None:
+            out.append(f"{head}; period unknown (no `x % N == 0` guard found, too few runs to tell)")
+        else:
+            share = f" = {100 * w.share:.1f}% of training at this step time" if w.share is not None else ""
+            out.append(f"{head}; every {w.period} steps ({w.period_how}): {fmt_seconds(w.per_step or 0.0)} per step{share}")
     return out
 
 

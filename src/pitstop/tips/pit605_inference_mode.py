@@ -213,12 +213,14 @@ class InferenceModeCheck(Check, tip="PIT605"):
         if f.eval_with_grad:
             share = obs.share("eval")
             spent = f" ({pct(share)} of each step is evaluation)" if share else ""
+            # the graph costs at most the evaluation's own time: below the medium bar it is low
+            severity = "low" if obs.breakdown is not None and share < th.medium_share else "medium"
             yield self.finding(
                 th, title="Evaluation forwards record autograd graphs",
                 evidence=f"{f.eval_with_grad} forwards ran with gradients enabled but their graph never reached "
                          f"a backward (first at {where.get('eval_with_grad', '?')}): evaluation that builds a graph "
                          f"and keeps its activations{spent}.",
-                fix="with torch.inference_mode(): around the evaluation loop", severity="medium",
+                fix="with torch.inference_mode(): around the evaluation loop", severity=severity,
                 where=[where.get("eval_with_grad", "?")])
         if f.eval_no_grad:
             yield self.finding(

@@ -47,6 +47,7 @@ def context_from_observations(obs: Observations | dict[str, Any], *, notes: tupl
         device_name=obs.device_name or "",
         capability=tuple(obs.capability) if obs.capability else None,
         cpu_count=obs.usable_cores or usable_cores(),  # the survey's affinity mask, else this process's
+        num_threads=obs.settings.num_threads,
         conv2d=sum(m.conv2d for m in obs.models),
         input_dims=_input_dims(obs),
         autocast=obs.autocast_dtype,

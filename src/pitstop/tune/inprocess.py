@@ -88,7 +88,7 @@ class ApiBackend:
         is_dl = isinstance(self.loader, DataLoader)
         gpu = cuda_device(self.device) if self.device.type == "cuda" else None
         self.ctx = Context(
-            mode="api", device=self.device.type, cpu_count=usable_cores(),
+            mode="api", device=self.device.type, cpu_count=usable_cores(), num_threads=torch.get_num_threads(),
             device_name=gpu.name if gpu else torch.backends.cpu.get_cpu_capability(),
             capability=gpu.capability if gpu else None, conv2d=sum(isinstance(m, nn.Conv2d) for m in model.modules()),
             input_dims=x.dim() if x is not None else None,

@@ -45,6 +45,7 @@ class Context:
     device_name: str = ""
     capability: tuple[int, int] | None = None  # CUDA compute capability
     cpu_count: int = 1
+    num_threads: int | None = None           # torch intra-op threads the training ran with (None: not known)
     conv2d: int = 0                          # Conv2d modules in the trained model
     input_dims: int | None = None            # dims of the model's first input (4 = images)
     autocast: str | None = None              # autocast dtype already active in training forwards

@@ -19,7 +19,7 @@ from pitstop.doctor.analysis.compile_records import CompileRecord
 from pitstop.doctor.analysis.probe_records import ProbeResult
 from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, Forwards,
                                     FrameworkRecord, GraphRecord, Kernels, LoaderRecord, MemoryRecord, ModelRecord,
-                                    OptimizerRecord, Overhead, SampledSite, Settings, Site,
+                                    OptimizerRecord, Overhead, PeriodicWork, SampledSite, Settings, Site,
                                     StepTime)
 from pitstop.doctor.analysis.dist_records import JobRecord
 from pitstop.doctor.analysis.oom_records import MemoryProfile
@@ -71,6 +71,12 @@ class Observations:
     #: phases, e.g. a ``get_batch`` between forward and backward, logging, the loss's
     #: ``.item()``).
     other_sites: list[SampledSite] = field(default_factory=list)
+    #: work done every N steps (evaluation, ``torch.save`` checkpoints), timed wherever it ran,
+    #: warm-up included, and amortised over its period (``doctor/record/periodic.py``): records
+    #: with ``kind``, ``where``, ``via``, ``seconds`` (per occurrence), ``occurrences``, ``steps``,
+    #: ``in_warmup``, ``in_observed``, ``period`` (steps; None: unknown), ``period_how``,
+    #: ``per_step`` and ``share`` (of the training step's time).
+    periodic: list[PeriodicWork] = field(default_factory=list)
     #: what the cores did, per observed step: ``process_per_step`` (CPU seconds of the
     #: training process, all threads), ``data_wait_cpu_per_step`` (of which during
     #: training DataLoader waits), ``workers_per_step`` (CPU seconds of DataLoader worker
@@ -156,7 +162,7 @@ class Observations:
     compile: CompileRecord | None = None
     #: quick hardware probes (registered :class:`~pitstop.doctor.analysis.probe.Probe` faces), by
     #: key ("precision", "channels_last", "optimizer", ...): the standard result of
-    #: :meth:`pitstop.doctor.record.probes.ProbeContext.compare` (``what``, ``baseline``,
+    #: :meth:`pitstop.doctor.record.probing.run.ProbeContext.compare` (``what``, ``baseline``,
     #: ``seconds`` median per variant, ``runs``, ``speedups``, ``candidate``, ``speedup``,
     #: ``interval`` [low, high], ``confidence``, ``compute_only``), or ``skipped`` with the
     #: reason, or ``error`` (a probe that crashed; listed in the report's check errors).

@@ -18,11 +18,11 @@ per tip, appended to its tip module next to its :class:`~pitstop.doctor.analysis
                 "fp32": ctx.fwd_bwd(model, batch),
                 "bfloat16": ctx.fwd_bwd(model, batch, autocast=torch.bfloat16)})
 
-The mechanism (:mod:`pitstop.doctor.record.probes`) runs every registered probe in the child
+The mechanism (:mod:`pitstop.doctor.record.probing.run`) runs every registered probe in the child
 after the script was stopped and the instrumentation removed, on copies (the user's
 model, optimizer and RNG state are left untouched), and stores each result in
 ``Observations.probes``; the tip's check reads it there. :meth:`ProbeContext.compare
-<pitstop.doctor.record.probes.ProbeContext.compare>` times the variants interleaved and returns
+<pitstop.doctor.record.probing.run.ProbeContext.compare>` times the variants interleaved and returns
 the standard result (median seconds per variant, the speed-up of the best candidate over
 the baseline with a paired-bootstrap interval): gate on the interval's lower bound.
 """
@@ -69,7 +69,7 @@ class Probe(Face, face="D"):
 
     def run(self, ctx) -> Iterable[tuple[str, ProbeResult]]:
         """Yield ``(key, result)`` pairs (usually one, under :attr:`name`). Runs in the
-        child with torch available; ``ctx`` is a :class:`pitstop.doctor.record.probes.ProbeContext`."""
+        child with torch available; ``ctx`` is a :class:`pitstop.doctor.record.probing.run.ProbeContext`."""
         raise NotImplementedError
 
 

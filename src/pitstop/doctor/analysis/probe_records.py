@@ -45,7 +45,7 @@ class Gain:
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """One probe's result (:meth:`pitstop.doctor.record.probes.ProbeContext.compare`): ``seconds``
+    """One probe's result (:meth:`pitstop.doctor.record.probing.run.ProbeContext.compare`): ``seconds``
     median per variant, ``speedups`` per candidate, the best ``candidate`` with its
     ``speedup`` and ``interval``; or only ``skipped`` (why it did not run) or ``error`` (it
     crashed). ``dtype``: the precision probe's candidate dtype; ``extra``: anything else a

@@ -20,7 +20,7 @@ from pitstop.stats import StepTime
 __all__ = ["StepTime", "Breakdown", "Site", "SampledSite", "BatchRecord", "CpuRecord", "MemoryRecord",
            "OptimizerRecord", "OddSize", "LinearPair", "ForwardCounts", "Forwards", "ModelRecord", "LoaderRecord",
            "Kernels", "Flops", "Settings", "GraphRecord", "H2D", "FrameworkRecord",
-           "Overhead"]
+           "Overhead", "PeriodicWork"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,8 @@ class Site:
     calls: int = 0
     steps_with_calls: int = 0
     seconds: float = 0.0
+    #: the user's line that leads to ``where`` when ``where`` is a framework's (``trainer.train()``)
+    via: str | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class SampledSite:
     where: str
     share: float = 0.0
     samples: int = 0
+    #: the user's line that leads to ``where`` when the user's line is a framework call
+    #: (``trainer.train()``): ``where`` is then the deepest frame below it that explains the cost
+    via: str | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,19 @@ class CpuRecord:
     machine_cores: int | None = None
     load_avg: float | None = None
     steal_share: float | None = None
-    own_threads: int | None = None
+    #: the run's own demand for cores: torch's intra-op threads plus the cores its DataLoader
+    #: workers kept busy (``workers_cores``: their CPU-seconds per second, not their number)
+    own_threads: float | None = None
+    workers_cores: float | None = None
+    #: threads of the process that did work in the observed steps (ran >= 10% of the time)
+    threads_busy: int | None = None
+    #: seconds per step those threads were runnable but waiting for a core (summed over them)
+    thread_wait_per_step: float | None = None
+    #: the share of the step each of them waited for a core, on average (PIT108's impact)
+    wait_share: float | None = None
+    #: cores other processes kept busy during the observed steps (the machine's busy CPU time
+    #: less this process's and its workers', per second)
+    others_cores: float | None = None
 
 
 @dataclass(frozen=True)
@@ -348,3 +365,28 @@ class Overhead:
         if not self.observed_cpu or not self.bare_cpu:
             return None
         return self.observed_cpu / self.bare_cpu - 1
+
+
+@dataclass(frozen=True)
+class PeriodicWork:
+    """Work a script does every N steps (``kind``: ``"eval"``, evaluation forwards and loader
+    waits with the Python between them; ``"checkpoint"``, ``torch.save``), timed wherever it ran,
+    warm-up included: ``where`` it ran (``via``: the user's line leading there), ``seconds`` (wall,
+    median per occurrence), the record indices it ran in (``steps``; ``in_warmup`` / ``in_observed``
+    of them), its ``period`` in optimizer steps and how it is known (``period_how``: the guard in
+    the source, ``iter % eval_interval == 0`` with its value, or the spacing seen), and amortised
+    over the period: ``per_step`` seconds and ``share`` of the training step's time (the observed
+    steps' mean, their own evaluation excluded). ``None``: the period is unknown."""
+
+    kind: str
+    where: str | None = None
+    seconds: float = 0.0
+    occurrences: int = 0
+    steps: list[int] = field(default_factory=list)
+    in_warmup: int = 0
+    in_observed: int = 0
+    period: int | None = None
+    period_how: str | None = None
+    per_step: float | None = None
+    share: float | None = None
+    via: str | None = field(default=None, metadata=OMIT_NONE)

@@ -19,6 +19,7 @@ parameter comes from the graph, not from the forward hooks).
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any, Callable
 
@@ -152,6 +153,8 @@ class StepBoundaries:
                 return  # steps are already counted by backward calls
             self.primary = opt
             self.framework = on_first_step(opt, notes=self.notes, patches=self.patches, full=self.full)
+            if self.sampler is not None:  # a framework call of the user's runs the loop: sites look below it
+                self.sampler.learn_loop(sys._getframe(1))
             self.boundary = "optimizer.step"
         self.optimizers.setdefault(id(opt), opt)
         self.in_opt += 1

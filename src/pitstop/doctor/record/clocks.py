@@ -11,6 +11,9 @@ not. :class:`StepClocks` reads, at each step boundary:
 - ``main_active``: seconds the main thread was running or runnable (the rest of the step it
   slept: waiting for a DataLoader worker, I/O, ``time.sleep``): a step whose main thread is
   mostly asleep is *wait-dominated*, and CPU time misses that wait;
+- per thread of this process (not its children), the CPU time it got and the time it waited
+  for a core over the step (:attr:`StepClocks.threads`, nanoseconds, keyed by thread id): how
+  many threads did work and how long each waited is what PIT108 reads;
 - on CUDA, ``gpu``: the time between CUDA events recorded at consecutive step boundaries
   (resolved once, after the run, by :meth:`StepClocks.resolve`: no per-step sync). Host wall
   time is polluted by a busy CPU; the device's own clock is not.
@@ -79,6 +82,8 @@ class StepClocks:
         self._main: tuple[int, int] | None = None
         self._events: list[Any] = []
         self._ends: list[int] = []  # per lap, in order: the index of its end event (-1: none)
+        #: the last lap's (run_ns, wait_ns) per thread of this process (children excluded), by thread id
+        self.threads: dict[str, tuple[int, int]] = {}
 
     def _read(self) -> tuple[dict[str, tuple[int, int]], tuple[int, int] | None]:
         try:
@@ -114,11 +119,15 @@ class StepClocks:
         if self.available:
             now, main = self._read()
             children = run_delay = 0
+            own: dict[str, tuple[int, int]] = {}
             for key, (run, wait) in now.items():
                 before = self._last.get(key, (0, 0) if key.startswith("c") else (run, wait))
                 if key.startswith("c"):
                     children += max(0, run - before[0])
+                else:
+                    own[key] = (max(0, run - before[0]), max(0, wait - before[1]))
                 run_delay += max(0, wait - before[1])
+            self.threads = own
             out["cpu_children"] = children / 1e9
             out["run_delay"] = run_delay / 1e9
             if main is not None and self._main is not None:

@@ -26,12 +26,12 @@ from pitstop.doctor.record.oom.precision import memory_profile
 from pitstop.doctor.analysis.observations import Observations
 from pitstop.gpu import cuda_device, peak_for
 from pitstop.doctor.analysis.probe_records import ProbeResult
-from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, CpuRecord, Flops, ForwardCounts,
+from pitstop.doctor.analysis.records import (H2D, BatchRecord, Breakdown, Flops, ForwardCounts,
                                     Forwards, FrameworkRecord, GraphRecord, Kernels, LinearPair, LoaderRecord,
                                     MemoryRecord, ModelRecord, OddSize, OptimizerRecord, Overhead,
                                     SampledSite, Settings, Site, StepTime)
 from pitstop.jsoncodec import from_json
-from pitstop.machine import machine_cores, usable_cores
+from pitstop.machine import usable_cores
 from pitstop.stats import median
 
 __all__ = ["observations", "device_of"]
@@ -188,8 +188,9 @@ def _steps_stats(inst: Instrumentation) -> tuple[StepTime | None, Breakdown | No
     return step_time, Breakdown(**measured, other=max(0.0, step_time.mean - sum(measured.values())))
 
 
-def _sites(table: dict[tuple[str, str], list[float]]) -> list[Site]:
-    rows = [Site(where=site, kind=kind, calls=int(v[0]), steps_with_calls=int(v[1]), seconds=v[2])
+def _sites(table: dict[tuple[str, str], list[float]], via: dict[str, str] | None = None) -> list[Site]:
+    via = via or {}
+    rows = [Site(where=site, kind=kind, calls=int(v[0]), steps_with_calls=int(v[1]), seconds=v[2], via=via.get(site))
             for (site, kind), v in table.items()]
     return sorted(rows, key=lambda r: -r.calls)
 
@@ -219,7 +220,7 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
         o.device_name = (f"{platform.machine()} CPU ({torch.backends.cpu.get_cpu_capability()}{cap}), "
                          f"{torch.get_num_threads()} threads")
     o.capacity = mem.capacity_bytes(device)
-    o.syncs = _sites(inst.sync_sites)
+    o.syncs = _sites(inst.sync_sites, inst.sync.via)
     o.cuda_calls = _sites(inst.cuda_sites)
     o.optimizers = [_optimizer_info(opt) for opt in inst.optimizers.values()]
     flow = inst.profiled.flow  # the data flow of the primary model's training forward
@@ -241,21 +242,34 @@ def observations(inst: Instrumentation, *, probes: bool = True, probe_budget: fl
     o.batch = _batch(inst, models)
     if o.batch:
         o.batch_size = o.batch.size
-    o.cpu = _cpu(inst, o)
+    from pitstop.doctor.record.cores import cpu_record
+
+    o.cpu = cpu_record(inst, o)
     o.step_boundary = inst.boundary or ("optimizer.step" if inst.primary is not None else None)
     if inst.sampler is not None:
-        o.host_sites = [SampledSite(where=w, share=sh, samples=n) for w, sh, n in inst.sampler.top("host")]
-        o.other_sites = [SampledSite(where=w, share=sh, samples=n) for w, sh, n in inst.sampler.top("other")]
+        via = inst.sampler.via
+        o.host_sites = [SampledSite(where=w, share=sh, samples=n, via=via.get(w)) for w, sh, n in inst.sampler.top("host")]
+        o.other_sites = [SampledSite(where=w, share=sh, samples=n, via=via.get(w))
+                         for w, sh, n in inst.sampler.top("other")]
     from pitstop.doctor.record.cores import busy_note
 
     note = busy_note(o.cpu)
     if note:
         o.notes.append(note)
+    _periodic(inst, o)
     if device == "cuda":
         _gpu_evidence(inst, o)
     if probes and n_obs:
         o.probes = _probes(inst, o, models, probe_budget)
     return o
+
+
+def _periodic(inst: Instrumentation, o: Observations) -> None:
+    """Evaluation and checkpoints, amortised over their period (the report shows them under the breakdown)."""
+    if inst.periodic is not None:
+        from pitstop.doctor.record.periodic import periodic_records
+
+        o.periodic = periodic_records(inst.periodic, inst.log, max(0.0, o.mean_step - o.seconds("eval")) or None)
 
 
 def _gpu_evidence(inst: Instrumentation, o: Observations) -> None:
@@ -297,27 +311,6 @@ def _batch(inst: Instrumentation, models) -> BatchRecord | None:
                        samples_per_step=per("samples"),
                        tokens_per_step=per("tokens") if b.tokens is not None else None,
                        micro_batches_per_step=per("micro_batches"))
-
-
-def _cpu(inst: Instrumentation, o: Observations) -> CpuRecord:
-    """What the cores did during the observed steps (see cores.py)."""
-    from pitstop.doctor.record.cores import machine_counters
-
-    obs = [r for r in inst.records if r.kind == "observed"]
-    n = len(obs)
-    end = machine_counters()
-    start = inst.machine or {}
-    steal = None
-    if start.get("jiffies") is not None and end.get("jiffies") is not None and end["jiffies"] > start["jiffies"]:
-        steal = (end["steal"] - start["steal"]) / (end["jiffies"] - start["jiffies"])
-    loaders = o.train_loaders()
-    workers = max((d.num_workers or 0 for d in loaders), default=0)
-    return CpuRecord(process_per_step=sum(r.cpu or 0.0 for r in obs) / n if n else None,
-                     data_wait_cpu_per_step=sum(inst.data_cpu) / n if n and inst.data_cpu else (0.0 if n else None),
-                     workers_per_step=(sum(inst.worker_cpu) / len(inst.worker_cpu)) if inst.worker_cpu else None,
-                     workers=workers, machine_cores=machine_cores(),
-                     load_avg=(end.get("load_avg") or [None])[0], steal_share=steal,
-                     own_threads=torch.get_num_threads() + workers)
 
 
 def _memory(inst: Instrumentation, device: str, models) -> MemoryRecord:
@@ -386,7 +379,7 @@ def _overhead(inst: Instrumentation) -> Overhead | None:
 
 def _probes(inst: Instrumentation, o: Observations, models, budget: float) -> dict[str, ProbeResult]:
     """The registered probes (face D), on copies of the primary model and its last batch."""
-    from pitstop.doctor.record.probes import run_probes
+    from pitstop.doctor.record.probing.run import run_probes
 
     model, info = models[0] if models else (None, {})
     args = inst.last_train_args.get(id(model)) if model is not None else None

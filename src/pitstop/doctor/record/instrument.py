@@ -20,6 +20,8 @@ uninstalls them, and routes the end of a step to each:
 - :class:`~pitstop.doctor.record.stacks.StackSampler` (``sampler``): where host time goes;
 - :class:`~pitstop.doctor.record.distributed.DistRecorder` (``dist``, one rank of a torchrun job
   only): collectives, DDP's gradient reduction, batch fingerprints.
+- :class:`~pitstop.doctor.record.periodic.PeriodicRecorder` (``periodic``, full mode): where each
+  step's evaluation ran and every ``torch.save``, warm-up included, for their period;
 - :class:`~pitstop.doctor.record.compile_watch.CompileWatch` (``compile_watch``, both modes): what
   TorchDynamo reports (graph breaks, recompiles, compile time) once the script compiles, and
   :class:`~pitstop.doctor.record.graph_calls.GraphCalls` (``graph_calls``, full mode): compiled graph
@@ -28,8 +30,8 @@ uninstalls them, and routes the end of a step to each:
 ``mode="light"`` installs only the step boundaries (and the compile watch): wall time per step and the loss, for
 A/B trials. In full mode the last observed steps alternate with *bare* steps, and the traced
 steps follow: both run quiet (``StepLog.quiet``: the hooks return at once, the saved-tensor hook,
-stack sampling and CUDA's sync-debug mode are off; the sampler's clock stops in the traced steps
-only), so that the bare steps time the script
+stack sampling and CUDA's sync-debug mode are off; the sampler's clock stops outside the
+observed and bare steps), so that the bare steps time the script
 without the doctor (its overhead, same process, alternating) and the profiler sees the program
 as it runs.
 """
@@ -49,6 +51,7 @@ from pitstop.doctor.record.loaders import LoaderObserver
 from pitstop.doctor.record.memory import ACTIVATION_STEPS, MemoryRecorder
 from pitstop.doctor.record.observers import ModelObserver
 from pitstop.doctor.record.passes import Passes
+from pitstop.doctor.record.periodic import PeriodicRecorder
 from pitstop.doctor.record.patching import Patches
 from pitstop.doctor.record.profiled import ProfiledStep
 from pitstop.doctor.run.spec import StepRecord
@@ -96,6 +99,7 @@ class Instrumentation:
         self.compile_watch = CompileWatch(self.log.kind, on_arm=self.memory.compiled_code if self.full else None,
                                           on_use=self._compiles if self.full else None,
                                           on_function=self.forward.function_boundary if self.full else None)
+        self.periodic = PeriodicRecorder(self.log, self.sampler.sites) if self.sampler is not None else None
 
     def _compiles(self) -> None:
         """The script compiles: count its compiled calls; on CUDA keep copies of its losses."""
@@ -143,6 +147,8 @@ class Instrumentation:
                 self.dist.install()
             self.data.install(self.patches)
             self.sync.install(self.patches)
+            if self.periodic is not None:
+                self.periodic.install(self.patches)
             self._quiet(self.log.kind() in QUIET_KINDS)
             sampler, data, forward, log = self.sampler, self.data, self.forward, self.log
             sampler.skip = lambda: data.busy > 0 or forward.depth > 0 or log.kind() != "observed"
@@ -215,10 +221,12 @@ class Instrumentation:
             self.memory.uninstall(watch=False)
         self.sync.quiet(quiet)
         if self.sampler is not None:
-            # the clock stops in the traced steps only: through the bare steps it ticks as in the
-            # observed ones (sampling nothing), so that the two differ by the hooks alone (waking
-            # the thread again after each bare step would cost the next observed step a GIL handoff)
-            self.sampler.paused = self.log.kind() == "traced"
+            # through the bare steps the clock ticks as in the observed ones (sampling nothing), so
+            # that the two differ by the hooks alone (waking the thread again after each bare step
+            # would cost the next observed step a GIL handoff); outside the observed and bare steps
+            # (warm-up, profiled, traced) it sleeps: a waking sampler only takes the GIL there (on a
+            # loaded machine a thread preempted while holding it stalls the main thread)
+            self.sampler.paused = self.log.kind() not in ("observed", "bare")
             self.sampler.label = "host"
             self.sampler.open() if not quiet else self.sampler.close()
 

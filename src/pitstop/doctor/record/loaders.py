@@ -93,7 +93,10 @@ class LoaderObserver:
         finally:
             self.busy -= 1
             train = torch.is_grad_enabled()
-            log.cur.phases["data" if train else "eval"] += perf() - t0
+            t1 = perf()
+            log.cur.phases["data" if train else "eval"] += t1 - t0
+            if not train:
+                log.eval_mark(t0, t1)
             if train:
                 self.step_cpu += time.process_time() - c0
                 workers = getattr(it, "_workers", None)

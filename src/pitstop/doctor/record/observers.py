@@ -110,6 +110,11 @@ class ModelObserver:
         self._warning: Any = None
         self._compiling = compiling_check()
 
+    @property
+    def grad_top(self) -> bool:
+        """Whether the model forward in progress (``depth > 0``) runs with gradients enabled."""
+        return self._top[1]
+
     def install(self, patches: Any = None) -> None:
         from torch.nn.modules import module as module_mod
 
@@ -235,6 +240,7 @@ class ModelObserver:
                     self.memory.phase("forward", False)
             else:
                 log.cur.phases["eval"] += seconds
+                log.eval_mark(self._top[0], self._top[0] + seconds, forward=True)
             if self.sampler is not None:
                 self.sampler.open()
         self.depth = max(0, self.depth - 1)

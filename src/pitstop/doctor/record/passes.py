@@ -64,6 +64,17 @@ def _grad_outputs(out: Any, found: list[torch.Tensor], depth: int = 0) -> list[t
     return found
 
 
+def _detached(x: Any) -> Any:
+    """``x`` with every tensor that autograd produced detached (storage shared, no graph kept)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().requires_grad_(x.requires_grad) if x.grad_fn is not None else x
+    if type(x) in (tuple, list):
+        return type(x)(_detached(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _detached(v) for k, v in x.items()}
+    return x
+
+
 def _mark(box: list[bool]):
     def hook(grad):
         box[0] = True
@@ -84,6 +95,7 @@ class Passes:
         self.last_train_args: dict[int, tuple] = {}
         self.last_train_kwargs: dict[int, dict] = {}
         self.train_layout: dict[int, int] = {}
+        self._kept_size: dict[int, int] = {}  # model id -> batch size of the args kept for the probes
         self.batch_size: int | None = None
 
     def watch(self, module, args, kwargs, output, seconds: float, where: str, unaccounted: float,
@@ -153,9 +165,13 @@ class Passes:
                 rec.batch_size = p.batch.size
             if self.batch_size is None:
                 self.batch_size = p.batch.size
-        self.last_train_args[p.model] = p.args
-        self.last_train_kwargs[p.model] = p.kwargs
-        self.train_layout[p.model] = p.batch.dim if p.batch is not None else 0
+        # the probes' batch: the last full one (an epoch's short last batch never replaces it)
+        size = p.batch.size if p.batch is not None else 0
+        if size >= self._kept_size.get(p.model, 0):  # detached: the doctor must not keep a step's graph alive
+            self._kept_size[p.model] = size
+            self.last_train_args[p.model] = _detached(p.args)
+            self.last_train_kwargs[p.model] = _detached(p.kwargs)
+            self.train_layout[p.model] = p.batch.dim if p.batch is not None else 0
 
     def _evaluated(self, p: Pending, rec) -> None:
         self.count(p.model, "eval_with_grad", p.where)

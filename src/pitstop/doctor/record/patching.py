@@ -8,7 +8,7 @@ from typing import Any
 
 from pitstop.doctor.record.frameworks import framework_file, resolve_site
 
-__all__ = ["Patches", "user_site", "internal_dirs", "as_method", "compiling", "compiling_check"]
+__all__ = ["Patches", "user_site", "site_via", "internal_dirs", "as_method", "compiling", "compiling_check"]
 
 _DOCTOR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MISSING = object()
@@ -54,6 +54,18 @@ def user_site(depth: int = 2, *, through_torch: bool = False) -> str | None:
     (Lightning, transformers, accelerate) are walked past to the user's own line
     (:func:`pitstop.doctor.record.frameworks.resolve_site`).
     """
+    found = site_via(depth + 1, through_torch=through_torch)
+    if found is None:
+        return None
+    where, via = found
+    return via or where
+
+
+def site_via(depth: int = 2, *, through_torch: bool = False) -> tuple[str, str | None] | None:
+    """``(where, via)``: like :func:`user_site`, but when the call came through a training
+    framework's frames, ``where`` is the framework's line that made it
+    (``transformers/trainer.py:1922``) and ``via`` the user's line that leads there
+    (``trainer.train()``); else ``(user line, None)``. None when torch's own code made it."""
     global _TORCH_DIRS
     if _TORCH_DIRS is None:
         _TORCH_DIRS = internal_dirs()
@@ -77,15 +89,16 @@ def user_site(depth: int = 2, *, through_torch: bool = False) -> str | None:
             continue
         if framework_file(fn):  # Lightning/HF/Accelerate code: the user's line is further out
             resolved = resolve_site(f)
-            if resolved:
-                return resolved
+            if resolved:  # the user's line that caused it (Lightning's self.log(..., prog_bar=True))
+                return resolved, None
             if not via_framework:
                 first_framework = f"{fn}:{f.f_lineno}"
             via_framework = True  # torch frames further out are the framework's calls, not the cause
             f = f.f_back
             continue
-        return f"{fn}:{f.f_lineno}"
-    return first_framework  # the whole stack was framework code (an installed entry point)
+        here = f"{fn}:{f.f_lineno}"
+        return (first_framework, here) if first_framework else (here, None)
+    return (first_framework, None) if first_framework else None  # the whole stack was framework code
 
 
 def as_method(bound: Any) -> Any:

@@ -2,14 +2,21 @@
 
 A daemon thread ticks every ``interval`` seconds while the sampler is not ``paused`` and, at a
 tick that finds a window open (:meth:`StackSampler.open`), reads the main thread's current
-frame (``sys._current_frames``); each sample counts for the innermost frame in the user's code
-(not the standard library, site-packages, torch or the doctor). The ticks run on their own
-clock, not from the window's opening: a window shorter than the interval is sampled in
-proportion to its length (no bias towards window starts), and opening or closing a window
-wakes nothing. Every tick takes the GIL from the main thread, so the interval (5 ms) bounds
-the sampler's cost: a few ticks per small step (issue 39 measured the older 1 ms clock, which
-also sampled at once at every opening, at +25% on the bundled MLP's 5 ms step on a loaded
-2-core EPYC).
+frame (``sys._current_frames``); each sample counts for one *site*: the innermost frame of the
+user's code, or, when that line is a framework call that runs the training loop itself
+(``trainer.train()``, a Fabric or Accelerate loop, a runner of the user's own outside their
+project), the deepest frame below it that explains the cost (library frames included), with the
+user's line as ``via``. The ticks run on their own clock, not from the window's opening: a
+window shorter than the interval is sampled in proportion to its length (no bias towards window
+starts), and opening or closing a window wakes nothing. Every tick takes the GIL from the main
+thread, so the interval (5 ms) bounds the sampler's cost: a few ticks per small step (issue 39
+measured the older 1 ms clock, which also sampled at once at every opening, at +25% on the
+bundled MLP's 5 ms step on a loaded 2-core EPYC).
+
+*The user's code* is a file outside the standard library, site-packages and the doctor, under
+the project: the directory of the script being run (``__main__``) or the working directory.
+A *framework call* is learnt at the first optimizer step (:meth:`StackSampler.learn_loop`): the
+user's line from which the step was reached through library frames other than torch's.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import threading
 import time
 from collections import Counter
 
-__all__ = ["StackSampler", "user_frame"]
+__all__ = ["StackSampler", "Sites", "timeout_position"]
 
 _DOCTOR_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -32,28 +39,102 @@ def _library_dirs() -> tuple[str, ...]:
     return tuple(os.path.abspath(d) + os.sep for d in dirs if d) + (_DOCTOR_DIR,)
 
 
-_LIBS = _library_dirs()
+def _dirs(*keys: str) -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    return tuple(os.path.abspath(d) + os.sep for d in {paths.get(k) for k in keys} if d)
 
 
-def user_frame(frame) -> str | None:
-    """``"file:line"`` of the innermost frame of user code in the stack ending at ``frame``;
-    None while the doctor's own code runs (its hooks are not the user's time)."""
-    f = frame
-    while f is not None:
-        fn = f.f_code.co_filename
-        if fn.startswith(_DOCTOR_DIR):
-            return None
-        if not fn.startswith("<") and not os.path.abspath(fn).startswith(_LIBS):
-            return f"{fn}:{f.f_lineno}"
-        f = f.f_back
-    return None
+def _torch_dir() -> str | None:
+    torch = sys.modules.get("torch")
+    f = getattr(torch, "__file__", None)
+    return os.path.dirname(os.path.abspath(f)) + os.sep if f else None
+
+
+class Sites:
+    """Says, for a frame, which site a sample of it counts for (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.libs = _library_dirs()
+        self.std = _dirs("stdlib", "platstdlib")  # in a virtual environment platstdlib holds site-packages
+        self.site_packages = _dirs("purelib", "platlib")
+        self.torch = _torch_dir()
+        #: the user's lines that run the training loop inside a library ("file:line")
+        self.loop_calls: set[str] = set()
+        self._roots: tuple[str, tuple[str, ...]] | None = None  # (__main__ file, project roots)
+        self._paths: dict[str, str] = {}
+
+    def _abs(self, fn: str) -> str:
+        p = self._paths.get(fn)
+        if p is None:
+            p = self._paths[fn] = os.path.abspath(fn)
+        return p
+
+    def roots(self) -> tuple[str, ...]:
+        main = getattr(sys.modules.get("__main__"), "__file__", None) or ""
+        if self._roots is None or self._roots[0] != main:
+            dirs = {os.getcwd()} | ({os.path.dirname(os.path.abspath(main))} if main else set())
+            self._roots = (main, tuple(os.path.join(d, "") for d in dirs))
+        return self._roots[1]
+
+    def is_user(self, fn: str) -> bool:
+        if fn.startswith("<"):
+            return False
+        p = self._abs(fn)
+        return not p.startswith(self.libs) and p.startswith(self.roots())
+
+    def explains(self, fn: str) -> bool:
+        """A frame worth naming as the cost's place: Python code that is not torch's, the
+        standard library's or the doctor's (user code and other libraries alike)."""
+        if fn.startswith("<"):
+            return False
+        p = self._abs(fn)
+        if self.torch is None:
+            self.torch = _torch_dir()
+        std = p.startswith(self.std) and not p.startswith(self.site_packages)
+        return not (p.startswith(_DOCTOR_DIR) or std or (self.torch and p.startswith(self.torch)))
+
+    def site(self, frame) -> tuple[str, str | None] | None:
+        """``(where, via)`` for a sample of the stack ending at ``frame``; None while the
+        doctor's own code runs (its hooks are not the user's time) or no user frame is on it."""
+        f, deep = frame, None
+        while f is not None:
+            fn = f.f_code.co_filename
+            if fn.startswith(_DOCTOR_DIR):
+                return None
+            if self.is_user(fn):
+                here = f"{fn}:{f.f_lineno}"
+                if here in self.loop_calls and deep is not None:
+                    return deep, here
+                return here, None
+            if deep is None and self.explains(fn):
+                deep = f"{fn}:{f.f_lineno}"
+            f = f.f_back
+        return None
+
+    def learn_loop(self, frame) -> None:
+        """At the first optimizer step (``frame``: where the step hook runs): when library
+        frames other than torch's lie between it and the user's code, the user's line there
+        runs the loop inside a library."""
+        f, through = frame, False
+        while f is not None:
+            fn = f.f_code.co_filename
+            if not fn.startswith(_DOCTOR_DIR):
+                if self.is_user(fn):
+                    if through:
+                        self.loop_calls.add(f"{fn}:{f.f_lineno}")
+                    return
+                if self.explains(fn):
+                    through = True
+            f = f.f_back
 
 
 class StackSampler:
     def __init__(self, thread_id: int | None = None, interval: float = 0.005) -> None:
         self.interval = interval
+        self.sites = Sites()
         self.counts: Counter[tuple[str, str]] = Counter()  # (label, site) -> samples
         self.samples: Counter[str] = Counter()  # label -> samples
+        self.via: dict[str, str] = {}  # site -> the user's line that leads there (framework calls)
         #: what the open window is called now (e.g. "host" before the first forward, "other" after)
         self.label = "host"
         self._thread_id = thread_id  # None: the thread that calls start()
@@ -78,6 +159,8 @@ class StackSampler:
             self.is_open = False
         else:
             self._ticking.set()
+        #: the sampling thread's id as the OS knows it (its CPU time is the doctor's, not the run's)
+        self.native_id: int | None = None
 
     def start(self) -> None:
         if self._thread_id is None:
@@ -96,7 +179,19 @@ class StackSampler:
     def close(self) -> None:
         self.is_open = False
 
+    def learn_loop(self, frame) -> None:
+        self.sites.learn_loop(frame)
+
+    def now(self) -> tuple[str, str | None] | None:
+        """The main thread's site right now (any thread may ask; the window need not be open)."""
+        frame = sys._current_frames().get(self._main)
+        try:
+            return self.sites.site(frame) if frame is not None else None
+        finally:
+            del frame
+
     def _run(self) -> None:
+        self.native_id = threading.get_native_id()  # the doctor's thread: not one of the run's (cores.py)
         while not self._stop:
             self._ticking.wait()
             time.sleep(self.interval)
@@ -106,10 +201,13 @@ class StackSampler:
                 continue
             frame = sys._current_frames().get(self._main)
             if frame is not None and self.is_open:
-                site, label = user_frame(frame), self.label
-                if site is not None:
+                found, label = self.sites.site(frame), self.label
+                if found is not None:
+                    site, via = found
                     self.samples[label] += 1
                     self.counts[(label, site)] += 1
+                    if via is not None:
+                        self.via[site] = via
             del frame
 
     def top(self, label: str, n: int = 5) -> list[tuple[str, float, int]]:
@@ -119,3 +217,32 @@ class StackSampler:
             return []
         rows = sorted(((site, c) for (lab, site), c in self.counts.items() if lab == label), key=lambda r: -r[1])
         return [(site, c / total, c) for site, c in rows[:n]]
+
+
+def timeout_position(inst) -> str:
+    """Where the script was when the doctor's timeout came, for its message: the step (warm-up
+    or observed, and which), the phase in progress, and the main thread's line (``inst``: the
+    run's :class:`~pitstop.doctor.record.instrument.Instrumentation`)."""
+    log = inst.log
+    kind, index = log.kind(), log.index
+    warmup = dict(log.plan).get("warmup", 0)
+    step = (f"in warm-up step {index + 1} of {warmup}" if kind == "warmup" else
+            f"in observed step {index - warmup + 1} of {log.steps}" if kind == "observed" else
+            f"in step {index + 1}") + (" (before the first optimizer step)" if index == 0 and inst.primary is None else "")
+    fw = inst.forward
+    if inst.data.busy:
+        phase = "waiting for a DataLoader batch"
+    elif inst.bounds.in_backward:
+        phase = "in backward"
+    elif inst.bounds.in_opt:
+        phase = "in an optimizer step"
+    elif fw.depth > 0:
+        phase = "in a forward with gradients enabled" if fw.grad_top else "in an evaluation forward (gradients off)"
+    else:
+        phase = "between the measured phases"
+    sampler = inst.sampler
+    found = sampler.now() if sampler is not None else None
+    at = ""
+    if found is not None:
+        at = f", at {found[0]}" + (f" (via {found[1]})" if found[1] else "")
+    return f"{step}, {phase}{at}"

@@ -12,19 +12,26 @@ turns it into a :class:`~pitstop.doctor.run.spec.StepRecord`, with the per-step 
 :class:`~pitstop.doctor.record.clocks.StepClocks`. ``passive`` is the switch the step boundaries read:
 True before :meth:`start`, after the planned steps (when the run is not stopped) and after
 uninstalling; ``quiet`` the one the other hooks read (passive, or a bare or traced step).
+
+Over the observed steps it also keeps what the cores did (:class:`CoreWindow`): the CPU time
+and the wait for a core of each thread of the process (summed from the per-step clocks of the
+observed steps), and the machine's busy CPU time from ``/proc/stat`` at the two ends of the
+first run of observed steps (up to the first bare step), so that the CPU other processes used
+meanwhile is measured rather than guessed from the load average.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
+from typing import Callable
 
 import torch
 
 from pitstop.doctor.record.clocks import StepClocks
 from pitstop.doctor.run.spec import StepRecord
 
-__all__ = ["Step", "StepLog", "StopDoctor", "plan_of", "QUIET_KINDS", "bare_pairs"]
+__all__ = ["Step", "StepLog", "StopDoctor", "plan_of", "QUIET_KINDS", "bare_pairs", "CoreWindow"]
 
 #: step kinds in which only the step boundaries record (see the module docstring)
 QUIET_KINDS = frozenset({"bare", "traced"})
@@ -41,12 +48,33 @@ class StopDoctor(BaseException):
 class Step:
     """What the step in progress accumulated: seconds per phase, its losses, its backward calls."""
 
-    __slots__ = ("phases", "losses", "backward_calls")
+    __slots__ = ("phases", "losses", "backward_calls", "eval_span", "eval_forward")
 
     def __init__(self) -> None:
         self.phases: Counter[str] = Counter()
         self.losses: list[torch.Tensor] = []
         self.backward_calls = 0
+        self.eval_span: list[float] | None = None  # [start, end] of its evaluation (forwards and loader waits)
+        self.eval_forward = False  # an evaluation forward ran in it
+
+
+class CoreWindow:
+    """The cores over the observed steps: ``threads`` (thread id -> [CPU ns, wait ns] of this
+    process's own threads), ``start`` / ``end`` (machine counters and the process's clocks at
+    the window's two ends: :func:`pitstop.doctor.record.cores.window_mark`)."""
+
+    __slots__ = ("threads", "start", "end")
+
+    def __init__(self) -> None:
+        self.threads: dict[str, list[int]] = {}
+        self.start: dict | None = None
+        self.end: dict | None = None
+
+    def add(self, lap: dict[str, tuple[int, int]]) -> None:
+        for key, (run, wait) in lap.items():
+            t = self.threads.setdefault(key, [0, 0])
+            t[0] += run
+            t[1] += wait
 
 
 def bare_pairs(steps: int) -> int:
@@ -81,6 +109,12 @@ class StepLog:
         self.clocks = StepClocks(cuda=cuda)
         self.step_start = perf()
         self.cpu_start = cpu_clock()
+        self.cores = CoreWindow()
+        #: called when a step's first evaluation forward or loader wait ends (where it runs is read then)
+        self.on_eval: Callable[[], None] | None = None
+        #: the evaluations of every step, warm-up included: (record index, kind, wall seconds from
+        #: its first evaluation forward or loader wait to its last, seconds in them)
+        self.evals: list[tuple[int, str, float, float]] = []
 
     @property
     def index(self) -> int:
@@ -104,6 +138,31 @@ class StepLog:
         self.step_start = perf()
         self.cpu_start = cpu_clock()
         self.clocks.mark()
+        self._window_edge()
+
+    def _window_edge(self) -> None:
+        """Mark the observed window's start (the next step is observed and the last was not)
+        or its end (the step that just ended was the last observed one)."""
+        from pitstop.doctor.record.cores import window_mark
+
+        now, last = self.kind(), (self.records[-1].kind if self.records else None)
+        if now == "observed" and last != "observed" and self.cores.start is None:
+            self.cores.start = window_mark()
+        elif last == "observed" and now != "observed" and self.cores.end is None:
+            self.cores.end = window_mark()
+
+    def eval_mark(self, t0: float, t1: float, forward: bool = False) -> None:
+        """An evaluation forward (``forward``) or loader wait of the current step ran from ``t0``
+        to ``t1``. ``on_eval`` is told at the step's first one, and again at its first forward
+        (the model call names the evaluation better than the loader it reads)."""
+        cur, span = self.cur, self.cur.eval_span
+        if span is None:
+            cur.eval_span = [t0, t1]
+        else:
+            span[0], span[1] = min(span[0], t0), max(span[1], t1)
+        if self.on_eval is not None and (span is None or (forward and not cur.eval_forward)):
+            self.on_eval()
+        cur.eval_forward = cur.eval_forward or forward
 
     def unaccounted(self) -> float:
         """Seconds of the current step so far that no measured phase explains."""
@@ -114,12 +173,17 @@ class StepLog:
         """The record of the step that ends now (not yet appended: see :meth:`append`)."""
         now, cpu_now = perf(), cpu_clock()
         cur = self.cur
+        kind = self._kind or "extra"
         # the traced steps (the last ones) read no /proc clocks: the profiler would count that
         # bookkeeping, between two steps' marks, as the script's host time
-        clocks = self.clocks.lap() if self._kind != "traced" else {}
-        return StepRecord(index=self.index, kind=self._kind or "extra", wall=now - self.step_start,
+        lap = self.clocks.lap() if kind != "traced" else {}
+        if kind == "observed":
+            self.cores.add(self.clocks.threads)
+        if cur.eval_span is not None:
+            self.evals.append((self.index, kind, cur.eval_span[1] - cur.eval_span[0], cur.phases.get("eval", 0.0)))
+        return StepRecord(index=self.index, kind=kind, wall=now - self.step_start,
                           cpu=cpu_now - self.cpu_start, phases=dict(cur.phases), backward_calls=cur.backward_calls,
-                          batch_size=None, **clocks)
+                          batch_size=None, **lap)
 
     def append(self, rec: StepRecord) -> None:
         """Keep ``rec`` and its losses; the next step starts now (``finished`` after the plan)."""
@@ -129,6 +193,8 @@ class StepLog:
         if rec.kind == "observed":
             self.observed += 1
         self.cur = Step()
+        if not self.passive:
+            self._window_edge()
         if self.index >= self.total:
             self.finished = True
         self.quiet = self.passive or self.kind() in QUIET_KINDS

@@ -17,7 +17,7 @@ import warnings
 from collections import Counter
 from typing import Any, Callable
 
-from pitstop.doctor.record.patching import Patches, as_method, compiling_check, user_site
+from pitstop.doctor.record.patching import Patches, as_method, compiling_check, site_via, user_site
 from pitstop.doctor.record.steps import StepLog
 
 __all__ = ["install_sync_patches", "SyncRecorder", "SyncDebug", "TENSOR_SYNCS", "own_site", "OWN_DIR"]
@@ -41,7 +41,7 @@ def own_site(site: str) -> bool:
     return os.path.abspath(site.rsplit(":", 1)[0]).startswith(OWN_DIR)
 
 
-def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, float], None], log: StepLog,
+def _wrap_method(original: Callable, kind: str, report: Callable[..., None], log: StepLog,
                  counts: Callable[[], bool] = lambda: True) -> Callable:
     compiling = compiling_check()
 
@@ -55,9 +55,9 @@ def _wrap_method(original: Callable, kind: str, report: Callable[[str, str, floa
         try:
             return original(self, *args, **kwargs)
         finally:
-            site = user_site(2)
-            if site is not None:
-                report(kind, site, perf() - t0)
+            found = site_via(2)
+            if found is not None:
+                report(kind, found[0], perf() - t0, found[1])
 
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]
     wrapper.__name__ = getattr(original, "__name__", kind)
@@ -82,7 +82,7 @@ def _wrap_function(original: Callable, kind: str, report: Callable[[str, str, fl
     return wrapper
 
 
-def install_sync_patches(patches: Patches, report_sync: Callable[[str, str, float], None],
+def install_sync_patches(patches: Patches, report_sync: Callable[..., None],
                          report_cuda_call: Callable[[str, str, float], None], log: StepLog,
                          counts_sync: Callable[[], bool] = lambda: True,
                          counts_call: Callable[[], bool] = lambda: True) -> SyncDebug | None:
@@ -107,7 +107,7 @@ class SyncDebug:
     warnings counted by their source line; :meth:`quiet` turns the mode back to the script's
     own for the quiet steps (``StepLog.quiet``) and on again after them."""
 
-    def __init__(self, report_sync: Callable[[str, str, float], None]) -> None:
+    def __init__(self, report_sync: Callable[..., None]) -> None:
         import torch
 
         self.previous_mode = torch.cuda.get_sync_debug_mode()
@@ -142,7 +142,7 @@ class SyncDebug:
         self.quiet(True)
 
 
-def _install_sync_debug(report_sync: Callable[[str, str, float], None]) -> SyncDebug | None:
+def _install_sync_debug(report_sync: Callable[..., None]) -> SyncDebug | None:
     try:
         return SyncDebug(report_sync)
     except Exception:  # pragma: no cover - depends on the CUDA build
@@ -161,6 +161,8 @@ class SyncRecorder:
         self.sites: dict[tuple[str, str], list[float]] = {}
         self.cuda_sites: dict[tuple[str, str], list[float]] = {}
         self.h2d: Counter[str] = Counter()
+        #: site -> the user's line that leads there, for syncs a framework made (``trainer.train()``)
+        self.via: dict[str, str] = {}
         self.step_syncs: Counter[tuple[str, str]] = Counter()
         self.step_sync_s: Counter[tuple[str, str]] = Counter()
         self.step_cuda: Counter[tuple[str, str]] = Counter()
@@ -193,9 +195,11 @@ class SyncRecorder:
             self._debug_off()
             self._debug_off = None
 
-    def on_sync(self, kind: str, site: str, seconds: float) -> None:
+    def on_sync(self, kind: str, site: str, seconds: float, via: str | None = None) -> None:
         if self.log.passive or self.loaders.busy or self.bounds.in_opt or own_site(site):
             return
+        if via is not None:
+            self.via[site] = via
         self.step_syncs[(site, kind)] += 1
         self.step_sync_s[(site, kind)] += seconds
         self.log.cur.phases["sync"] += seconds

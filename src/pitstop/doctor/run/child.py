@@ -159,8 +159,16 @@ def _watchdog(spec: RunSpec, inst_box: list, started: float, result_path: str, d
     try:
         inst = inst_box[0] if inst_box else None
         n = inst.index if inst is not None else 0
+        where = ""
+        if inst is not None and inst.full:
+            from pitstop.doctor.record.stacks import timeout_position
+
+            try:
+                where = f"; it was {timeout_position(inst)}"
+            except Exception:  # never lose the report for a description of where it was
+                where = ""
         _finish(spec, inst, "timeout", started, result_path, timed_out=True,
-                message=f"timed out after {spec.timeout:g} s ({n} optimizer steps done); the script was stopped")
+                message=f"timed out after {spec.timeout:g} s ({n} optimizer steps done{where}); the script was stopped")
     finally:
         sys.stderr.flush()
         os._exit(0)

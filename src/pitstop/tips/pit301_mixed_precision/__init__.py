@@ -363,18 +363,17 @@ class PrecisionProbe(Probe, tip="PIT301"):
         on_cuda = ctx.device == "cuda"
         dtype = torch.bfloat16 if not on_cuda or torch.cuda.is_bf16_supported() else torch.float16
         name = str(dtype).replace("torch.", "")
+        from pitstop.machine import bf16_probe_rule, bf16_slowdown_note
+
         model, batch = ctx.model_copy(), ctx.batch()
-        result = ctx.compare(what=ctx.describe(model, batch), baseline="fp32",
-                             variants={"fp32": ctx.fwd_bwd(model, batch),
-                                       name: ctx.fwd_bwd(model, batch, autocast=dtype)},
-                             dtype=name)
+        result = ctx.compare(what=ctx.describe(model, batch), baseline="fp32",  # emulated bf16: one slow round decides
+                             variants={"fp32": ctx.fwd_bwd(model, batch), name: ctx.fwd_bwd(model, batch, autocast=dtype)},
+                             dtype=name, **({} if on_cuda or ctx.cpu is None else bf16_probe_rule(ctx.cpu, "fp32", name)))
         g = result.gain(name)
         if not on_cuda and g is not None:  # a large bf16 slowdown that the CPU's flags explain
             from dataclasses import replace
 
-            from pitstop.machine import bf16_slowdown_note
-
-            result = replace(result, hardware=bf16_slowdown_note(g.ratio, ctx.obs.processor))
+            result = replace(result, hardware=bf16_slowdown_note(g.ratio, ctx.cpu))
         yield self.name, result
 
 

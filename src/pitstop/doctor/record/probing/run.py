@@ -12,15 +12,23 @@ script stopped, so no DataLoader worker competes for the cores and nothing else 
 step runs. Its speed-up is an *estimate* of what the real loop gains; ``pitstop tune``
 measures the real loop.
 
-How it times (:func:`time_variants`): two warm-up calls per variant (oneDNN's bf16 kernels
-need several calls before they reach speed), then timed *rounds*, each running every
-variant once, in alternating order (ABBA), at least ``min_reps`` rounds and until every
-candidate's interval decided or about ``budget_s`` seconds passed. Each call records wall
-time, CPU time and the run-queue delay (:mod:`pitstop.doctor.record.clocks`; CUDA event time on a
-GPU). :meth:`ProbeContext.compare` uses the same paired core as ``pitstop tune``
-(:mod:`pitstop.paired`): one pair per round (a burst of load hits both variants of a
-round), the clock the observed load does not distort, a 90% interval over pairs. Checks
-gate on the interval's lower bound, not on a fastest-of-n.
+How it times (:mod:`pitstop.doctor.record.probing.parts`): the first call of each variant
+(which candidates cannot run here, what a round costs, whether the machine is busy), one more
+warm-up call (oneDNN's bf16 kernels need several calls before they reach speed), then timed
+*rounds*, each running every variant once, in alternating order (ABBA), at least three rounds
+(:data:`pitstop.paired.MIN_PAIRS`) and until every candidate's interval is decided against the
+probes' bar (a 10% gain), a probe's ``settle`` rule says the rounds already give the verdict
+(bf16 more than 2x slower on a CPU without native bf16: one round), or about ``budget_s``
+seconds passed. Each call records wall time, CPU time and the run-queue delay
+(:mod:`pitstop.doctor.record.clocks`; CUDA event time on a GPU). :meth:`ProbeContext.compare`
+uses the same paired core as ``pitstop tune`` (:mod:`pitstop.paired`): one pair per round (a
+burst of load hits both variants of a round), the clock the observed load does not distort, a
+90% interval over pairs. Checks gate on the interval's lower bound, not on a fastest-of-n.
+
+Worth its wait: all probes together get half the observed steps' wall time
+(:data:`PROBE_SHARE`, at least :data:`PROBE_FLOOR_S` seconds per probe), shared fairly among the
+probes that run; a probe whose rounds cannot fit its share is not run (its result says why)
+and one that runs out of time before three rounds reports that instead of a verdict.
 """
 
 from __future__ import annotations
@@ -35,10 +43,14 @@ import torch
 from pitstop.doctor.analysis.observations import Observations
 from pitstop.doctor.analysis.probe_records import ProbeResult, Speedup
 from pitstop.doctor.analysis.probe import Probe, ProbeSkip
+from pitstop.doctor.record.probing.parts import (EagerCall, ProbeBatch, Settle, contention, first_calls, nbytes_of,
+                                               probe_measure, scalar_of, time_variants)
+from pitstop.machine import CpuFeatures
 from pitstop.stats import median
+from pitstop.thresholds import Thresholds
 
 __all__ = ["ProbeBatch", "ProbeContext", "time_variants", "run_probes", "probe_classes", "contention", "probe_measure",
-           "MAX_PROBE_BYTES", "PROBE_SAMPLES", "CONFIDENCE"]
+           "MAX_PROBE_BYTES", "PROBE_SAMPLES", "CONFIDENCE", "PROBE_SHARE", "PROBE_FLOOR_S"]
 
 #: parameters larger than this are not deep-copied for a probe (memory), in bytes.
 MAX_PROBE_BYTES = 512 * 2**20
@@ -47,146 +59,10 @@ MAX_PROBE_BYTES = 512 * 2**20
 PROBE_SAMPLES = 16
 #: confidence of the speed-up intervals (two-sided; the lower bound is a 95% one-sided bound).
 CONFIDENCE = 0.90
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def time_variants(variants: dict[str, Callable[[], Any]], device: str, budget_s: float = 1.0,
-                  min_reps: int = 8, max_reps: int = 60, warmup: int = 2, baseline: str | None = None,
-                  margin: float = 0.05, measure: Any = None) -> dict[str, list[Any]]:
-    """One :class:`pitstop.paired.Sample` per variant per round (wall, CPU time, run-queue
-    delay; CUDA event time on a GPU); rounds alternate the order (ABBA), so ``result[name][i]``
-    of every name pair up. With ``baseline`` given, rounds stop early -- after ``min_reps`` --
-    once every candidate's paired interval decided (:func:`pitstop.paired.decide`, on
-    ``measure`` when given)."""
-    from pitstop.doctor.record.clocks import StepClocks
-    from pitstop.paired import Pair, Sample, decide
-
-    names = list(variants)
-    for _ in range(warmup):
-        for fn in variants.values():
-            fn()
-    _sync(device)
-    clocks = StepClocks()
-    cuda = device == "cuda"
-    samples: dict[str, list[Sample]] = {k: [] for k in names}
-    start = time.perf_counter()
-    reps = 0
-    while reps < max_reps and (reps < min_reps or time.perf_counter() - start < budget_s):
-        for name in (names if reps % 2 == 0 else names[::-1]):
-            if cuda:
-                ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                ev0.record()
-            clocks.mark()
-            t0, c0 = time.perf_counter(), time.process_time()
-            variants[name]()
-            if cuda:
-                ev1.record()
-            _sync(device)
-            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-            lap = clocks.lap()
-            samples[name].append(Sample(wall=wall, cpu=cpu + lap.get("cpu_children", 0.0),
-                                        run_delay=lap.get("run_delay"), active=lap.get("main_active"),
-                                        gpu=ev0.elapsed_time(ev1) / 1e3 if cuda else None))
-        reps += 1
-        if baseline is not None and reps >= min_reps and all(
-                (d := decide([Pair(b, c) for b, c in zip(samples[baseline], samples[k])], margin=margin,
-                              measure=measure)) is not None
-                and d.status != "undecided" for k in names if k != baseline):
-            break
-    return samples
-
-
-def contention(variants: dict[str, Callable[[], Any]]) -> float | None:
-    """One call of each variant: how long this process's threads waited for cores (run-queue
-    delay) per CPU second; None where the system has no such clocks."""
-    from pitstop.doctor.record.clocks import StepClocks
-
-    clocks = StepClocks()
-    if not clocks.available:
-        return None
-    clocks.mark()
-    c0 = time.process_time()
-    for fn in variants.values():
-        fn()
-    lap = clocks.lap()
-    cpu = time.process_time() - c0
-    return (lap.get("run_delay") or 0.0) / cpu if cpu > 0 else None
-
-
-def probe_measure(load: float | None, threads: int) -> Any:
-    """The one decision about the machine's load for a probe run, said once: wall time when
-    it is quiet; when busy (threads waited for cores more than
-    :data:`pitstop.paired.CONTENTION` of their CPU time) one thread, on CPU time. None (the
-    paired core chooses) where the system has no run-queue clocks."""
-    from pitstop.paired import CONTENTION, Measure
-
-    if load is None:
-        return None
-    if load < CONTENTION:
-        return Measure("wall", f"wall time: the machine is quiet (threads waited {load:.0%} of their CPU time for a "
-                               "core)", load)
-    how = f"timed with one thread instead of {threads}" if threads > 1 else "timed"
-    return Measure("cpu", f"CPU time: the machine is busy (threads waited {load:.0%} of their CPU time for a core): "
-                          f"{how}, on CPU time, which other processes distort least", load)
-
-
-def _unavailable(variants: dict[str, Callable[[], Any]], baseline: str) -> dict[str, str]:
-    """Candidates whose first call raises a ``RuntimeError`` (an operator with no kernel for
-    this dtype or layout on this device, e.g. oneDNN's bf16 LSTM on a CPU without native bf16):
-    name -> the error's first line. The baseline is called too, and its errors propagate."""
-    out = {}
-    for name, fn in variants.items():
-        if name == baseline:
-            fn()
-            continue
-        try:
-            fn()
-        except RuntimeError as exc:
-            first = (str(exc).strip().splitlines() or [""])[0].strip()
-            out[name] = f"{type(exc).__name__}: {first[:200]}"
-    return out
-
-
-def _scalar(out: Any) -> torch.Tensor:
-    if isinstance(out, torch.Tensor):
-        return out.float().mean()
-    if isinstance(out, dict):
-        out = list(out.values())
-    if isinstance(out, (list, tuple)):
-        for o in out:
-            if isinstance(o, torch.Tensor) and o.is_floating_point():
-                return o.float().mean()
-    raise ProbeSkip(f"cannot reduce a model output of type {type(out).__name__} to a scalar")
-
-
-def _nbytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-class ProbeBatch(tuple):
-    """The positional arguments of a probe's model call, with its keyword ones in ``kwargs``."""
-
-    kwargs: dict[str, Any]
-
-    def __new__(cls, args, kwargs=None):
-        self = super().__new__(cls, args)
-        self.kwargs = dict(kwargs or {})
-        return self
-
-
-class _EagerCall(torch.nn.Module):
-    """A ``model.compile()``'d module called past its compiled path (``_call_impl``)."""
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, *args: Any, **kwargs: Any) -> Any:
-        return self.module._call_impl(*args, **kwargs)
+#: all probes together may take this share of the observed steps' wall time ...
+PROBE_SHARE = 0.5
+#: ... or at least this many seconds per probe that runs (tiny steps)
+PROBE_FLOOR_S = 1.0
 
 
 class ProbeContext:
@@ -198,8 +74,13 @@ class ProbeContext:
 
     def __init__(self, obs: Observations, *, model: torch.nn.Module | None, args: tuple | None,
                  compiled: bool, optimizers: list, budget_s: float = 1.0, kwargs: dict | None = None,
-                 batch_dim: int = 0, wrapped: torch.nn.Module | None = None) -> None:
+                 batch_dim: int = 0, wrapped: torch.nn.Module | None = None, cpu: CpuFeatures | None = None,
+                 deadline: float | None = None) -> None:
         self.obs, self.device, self.budget_s = obs, obs.device, budget_s
+        #: what this CPU can do (:func:`pitstop.machine.cpu_features`; injectable)
+        self.cpu = cpu
+        #: ``time.perf_counter()`` by which the probe in progress must be done (None: no limit)
+        self.deadline = deadline
         self._wrapped = wrapped
         self.optimizers = optimizers
         #: the most parameter bytes a probe copies (:data:`MAX_PROBE_BYTES`).
@@ -215,9 +96,13 @@ class ProbeContext:
             raise ProbeSkip("no model with parameters ran a training forward")
         if self._compiled:
             raise ProbeSkip("the model is torch.compile'd; probing it would mean compiling copies")
-        if _nbytes(self._model.parameters()) > self.max_bytes:
+        if nbytes_of(self._model.parameters()) > self.max_bytes:
             raise ProbeSkip("model too large to copy for a probe")
-        m = copy.deepcopy(self._model).train()
+        # a tensor attribute that autograd produced (llama2.c keeps ``self.last_loss``) cannot be
+        # deep-copied: the copy gets it detached
+        memo = {id(v): v.detach() for m in self._model.modules() for v in vars(m).values()
+                if isinstance(v, torch.Tensor) and v.grad_fn is not None}
+        m = copy.deepcopy(self._model, memo).train()
         return m.to(memory_format=memory_format) if memory_format is not None else m
 
     def compiled_pair(self) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -229,7 +114,7 @@ class ProbeContext:
         if not self._compiled or w is None or self._model is None:
             raise ProbeSkip("the model is not torch.compile'd")
         if getattr(w, "_compiled_call_impl", None) is not None:  # model.compile(): the module itself
-            return w, _EagerCall(w)
+            return w, EagerCall(w)
         return w, self._model
 
     @staticmethod
@@ -258,12 +143,28 @@ class ProbeContext:
         if self._n is None:
             b = self.batch_size() or 0
             per_call = self.obs.seconds("forward") + self.obs.seconds("backward")
-            if b and per_call > 0:
+            if b and not self._cuttable(b):  # the batch size also sits in another dimension (an RNN's state)
+                self._n = b
+            elif b and per_call > 0:
                 fit = int(b * (self.budget_s / 20) / per_call)
                 self._n = max(min(b, PROBE_SAMPLES), min(b, fit))
             else:
                 self._n = min(b, PROBE_SAMPLES) if b else 0
         return self._n
+
+    def _cuttable(self, b: int) -> bool:
+        """Whether every tensor of the last training forward's arguments that has ``b`` samples
+        has them along the batch dimension (else cutting some would break the call: an LSTM's
+        ``(h, c)`` holds the batch in dim 1 when the input holds it in dim 0)."""
+        def ok(a) -> bool:
+            if isinstance(a, torch.Tensor):
+                return (a.dim() > self._dim and a.shape[self._dim] == b) or b not in tuple(a.shape)
+            if isinstance(a, (tuple, list)):
+                return all(ok(x) for x in a)
+            if isinstance(a, dict):
+                return all(ok(x) for x in a.values())
+            return True
+        return ok(tuple(self._args or ())) and ok(self._kwargs)
 
     def batch(self, memory_format: torch.memory_format | None = None, whole: bool = False) -> tuple:
         """The first :meth:`samples` samples (along the batch dimension the doctor inferred)
@@ -276,9 +177,13 @@ class ProbeContext:
         b = first.shape[d]
         n = b if whole else self.samples()
 
-        def cut(a):
-            if isinstance(a, torch.Tensor) and a.dim() > d and a.shape[d] == b:
-                return a.narrow(d, 0, n)
+        def cut(a):  # detached: an input computed with autograd on (an ODE solver's state) brings no graph along
+            if isinstance(a, torch.Tensor):
+                if a.dim() > d and a.shape[d] == b and n < b:
+                    a = a.narrow(d, 0, n)
+                return a.detach().requires_grad_(a.requires_grad) if a.grad_fn is not None else a
+            if isinstance(a, (tuple, list)):
+                return type(a)(cut(x) for x in a) if type(a) in (tuple, list) else a
             return a
         args = tuple(cut(a) for a in self._args or ())
         kwargs = {k: cut(v) for k, v in self._kwargs.items()}
@@ -300,8 +205,19 @@ class ProbeContext:
             else:
                 with torch.autocast(device, dtype=autocast):
                     out = model(*args, **kwargs)
-            _scalar(out).backward()
+            scalar_of(out).backward()
+        run.cost = self.fwd_bwd_cost(args)  # type: ignore[attr-defined]  (read by compare before the first call)
         return run
+
+    def fwd_bwd_cost(self, args: tuple) -> float | None:
+        """Seconds one forward+backward on ``args`` should take, from the observed steps (their
+        forward and backward time per micro-batch, scaled to the samples): None when unknown."""
+        micro = (self.obs.batch.micro_batches_per_step if self.obs.batch else None) or 1.0
+        per = (self.obs.seconds("forward") + self.obs.seconds("backward")) / max(micro, 1.0)
+        first, b = next((a for a in args if isinstance(a, torch.Tensor)), None), self.batch_size()
+        if per <= 0 or first is None or not b or first.dim() <= self._dim:
+            return None
+        return per * first.shape[self._dim] / b
 
     def describe(self, model: torch.nn.Module, args: tuple) -> str:
         shapes = ", ".join(["x".join(map(str, a.shape)) for a in args if isinstance(a, torch.Tensor)]
@@ -313,7 +229,8 @@ class ProbeContext:
 
     # -- timing -----------------------------------------------------------------------
     def compare(self, *, what: str, baseline: str, variants: dict[str, Callable[[], Any]],
-                keep_threads: bool = False, **extra: Any) -> ProbeResult:
+                keep_threads: bool = False, clock: str | None = None, settle: Settle | None = None,
+                warmup: int = 2, **extra: Any) -> ProbeResult:
         """Time ``variants`` (:func:`time_variants`) and compare every candidate with
         ``baseline``. Returns the standard probe result:
 
@@ -324,44 +241,83 @@ class ProbeContext:
         ``compute_only`` (True: see the module docs), plus ``extra``. A candidate whose first
         call raises ``RuntimeError`` is ``unavailable`` (with the error's first line) and not
         timed; with no candidate left the result has only ``unavailable``. Whether the machine
-        is busy is decided once, before timing, and said once, in ``measure_why``. ``keep_threads``: never
-        drop to one thread on a busy machine (compiled code would recompile).
+        is busy is decided once, from the first calls, and said once, in ``measure_why``.
+        ``keep_threads``: never drop to one thread on a busy machine (compiled code would
+        recompile). ``clock="wall"``: decide on wall time whatever the load. ``settle``: a
+        rule that may end the rounds early with the verdict they give (``settled`` says why;
+        the interval is then the rounds' ratio). ``warmup``: untimed calls per variant, the
+        first call included.
         """
-        from pitstop.paired import Pair, decide
+        from pitstop.paired import MIN_PAIRS, Pair, decide
 
         if baseline not in variants or len(variants) < 2:
             raise ValueError("compare needs the baseline and at least one candidate")
         dtype = extra.pop("dtype", None)
-        unavailable = _unavailable(variants, baseline) or None
+        cost = getattr(variants[baseline], "cost", None)  # seconds a call should take (observed steps)
+        left = None if self.deadline is None else self.deadline - time.perf_counter()
+        rounds = max(1, warmup) + (1 if settle is not None else MIN_PAIRS)
+        if cost and left is not None and cost * len(variants) * rounds > left and settle is None:
+            raise ProbeSkip(f"not timed: a call should take about {cost:.2f} s (from the observed steps), and "
+                            f"{rounds} rounds of {len(variants)} variants would overrun its share of the probes' time "
+                            f"({max(left, 0.0):.1f} s; the probes take at most {PROBE_SHARE:.0%} of the observed steps' "
+                            "time); `pitstop tune` measures it on the real loop")
+        first = first_calls(variants, baseline, self.device)
+        unavailable = first.unavailable or None
         if unavailable:
             variants = {k: v for k, v in variants.items() if k not in unavailable}
             if len(variants) < 2:  # nothing to time: what cannot run here is the result
                 return ProbeResult(what=what, baseline=baseline, compute_only=True, dtype=dtype,
                                    unavailable=unavailable, extra=extra)
         threads = torch.get_num_threads()
-        load = contention(variants) if self.device == "cpu" else None
-        measure = probe_measure(load, threads)
-        single = measure is not None and measure.name == "cpu" and threads > 1 and not keep_threads
-        if single:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
-            torch.set_num_threads(1)
-        try:
-            t = time_variants(variants, self.device, self.budget_s, baseline=baseline, measure=measure)
-        finally:
-            torch.set_num_threads(threads)
+        measure = probe_measure(first.load, threads, clock)
+        # a settle rule reads timed rounds only: a first call carries its warm-up (the capped CNN's
+        # first calls said bf16 2.2x slower where its rounds say 16x)
+        t = self._rounds(variants, baseline, first, measure, threads, keep_threads, settle, warmup)
+        settled = settle(t) if settle is not None else None
+        rounds = len(t[baseline])
+        if rounds < MIN_PAIRS and not settled:
+            raise ProbeSkip(f"ran out of time after {rounds} round(s) (the probes take at most "
+                            f"{PROBE_SHARE:.0%} of the observed steps' time): no verdict; `pitstop tune` measures it "
+                            "on the real loop")
         speedups: dict[str, Speedup] = {}
         for name, xs in t.items():
             if name != baseline:
                 d = decide([Pair(b, c) for b, c in zip(t[baseline], xs)], confidence=CONFIDENCE, measure=measure)
-                speedups[name] = Speedup(ratio=d.ratio, low=d.low, high=d.high, decided=d.status != "undecided",
+                low, high = (d.ratio, d.ratio) if settled else (d.low, d.high)
+                speedups[name] = Speedup(ratio=d.ratio, low=low, high=high, decided=bool(settled) or d.status != "undecided",
                                          measure=d.measure.name, measure_why=d.measure.why)
         best = max(speedups, key=lambda k: (speedups[k].low, speedups[k].ratio))
         top = speedups[best]
         seconds = {k: median([x.wall for x in v]) for k, v in t.items()}
+        if settled:
+            extra = {**extra, "settled": settled}
         return ProbeResult(what=what, baseline=baseline, seconds=seconds,
-                           measure=top.measure, measure_why=top.measure_why, runs=len(t[baseline]),
+                           measure=top.measure, measure_why=top.measure_why, runs=rounds,
                            speedups=speedups, candidate=best, speedup=top.ratio, interval=(top.low, top.high),
                            confidence=CONFIDENCE, compute_only=True, dtype=dtype, unavailable=unavailable,
                            extra=extra)
+
+
+    def _rounds(self, variants, baseline, first, measure, threads, keep_threads, settle, warmup):
+        """The timed rounds of :meth:`compare`, when its share of the probes' time holds them."""
+        from pitstop.paired import MIN_PAIRS
+
+        per_round = sum(first.seconds.get(k, 0.0) for k in variants)
+        rounds_needed = max(0, warmup - 1) + (1 if settle is not None else MIN_PAIRS)
+        left = None if self.deadline is None else self.deadline - time.perf_counter()
+        if left is not None and per_round * rounds_needed > left and settle is None:  # a settle rule's one round runs
+            raise ProbeSkip(f"not timed: a round of its variants took {per_round:.2f} s and {rounds_needed} more would "
+                            f"overrun its share of the probes' time ({max(left, 0.0):.1f} s left; the probes take at most "
+                            f"{PROBE_SHARE:.0%} of the observed steps' time); `pitstop tune` measures it on the real loop")
+        single = measure is not None and measure.name == "cpu" and threads > 1 and not keep_threads
+        if single:  # threads spinning at OpenMP barriers while a peer waits for a core distort every clock
+            torch.set_num_threads(1)
+        try:
+            return time_variants(variants, self.device, self.budget_s, warmup=max(0, warmup - 1), baseline=baseline,
+                                 measure=measure, margin=Thresholds().probe_speedup - 1, settle=settle,
+                                 deadline=self.deadline)
+        finally:
+            torch.set_num_threads(threads)
 
 
 def probe_classes() -> list[type[Probe]]:
@@ -370,20 +326,37 @@ def probe_classes() -> list[type[Probe]]:
     return sorted((c for c in catalog.implementations("D") if issubclass(c, Probe)), key=lambda c: (c.tip, c.name))
 
 
+def _probe_seconds(obs: Observations, probes: int) -> float:
+    """What all ``probes`` may take together: :data:`PROBE_SHARE` of the observed steps' wall
+    time, at least :data:`PROBE_FLOOR_S` each."""
+    observed = obs.mean_step * obs.steps_observed
+    return max(PROBE_FLOOR_S * probes, PROBE_SHARE * observed)
+
+
 def run_probes(obs: Observations, *, model: torch.nn.Module | None, args: tuple | None, compiled: bool,
                optimizers: list, budget_s: float = 1.0, kwargs: dict | None = None,
-               batch_dim: int = 0, wrapped: torch.nn.Module | None = None) -> dict[str, ProbeResult]:
-    """Run every registered probe; each result (or ``skipped`` / ``error``) by its key."""
+               batch_dim: int = 0, wrapped: torch.nn.Module | None = None,
+               cpu: CpuFeatures | None = None) -> dict[str, ProbeResult]:
+    """Run every registered probe; each result (or ``skipped`` / ``error``) by its key. Each
+    probe that runs gets a fair share of the time left (:func:`_probe_seconds`)."""
+    from pitstop.machine import cpu_features
+
     ctx = ProbeContext(obs, model=model, args=args, compiled=compiled, optimizers=optimizers, budget_s=budget_s,
-                       kwargs=kwargs, batch_dim=batch_dim, wrapped=wrapped)
+                       kwargs=kwargs, batch_dim=batch_dim, wrapped=wrapped, cpu=cpu or obs.processor or cpu_features())
     out: dict[str, ProbeResult] = {}
     devices = [torch.cuda.current_device()] if obs.device == "cuda" and torch.cuda.is_initialized() else []
+    todo = []
     for cls in probe_classes():
         probe = cls()
         reason = probe.skip_reason(obs)
         if reason:
             out[probe.name] = ProbeResult.skip(reason)
-            continue
+        else:
+            todo.append(probe)
+    end = time.perf_counter() + _probe_seconds(obs, len(todo))
+    for i, probe in enumerate(todo):
+        now = time.perf_counter()
+        ctx.deadline = now + max(0.0, end - now) / (len(todo) - i)
         try:
             with torch.random.fork_rng(devices=devices):  # the script's RNG state is left as it was
                 for key, result in probe.run(ctx):
@@ -391,5 +364,5 @@ def run_probes(obs: Observations, *, model: torch.nn.Module | None, args: tuple 
         except ProbeSkip as exc:
             out.setdefault(probe.name, ProbeResult.skip(str(exc)))
         except Exception as exc:  # a broken probe is reported (diagnose lists it as an error)
-            out[probe.name] = ProbeResult.crashed(f"{cls.tip} {cls.__name__}: {type(exc).__name__}: {exc}")
+            out[probe.name] = ProbeResult.crashed(f"{type(probe).tip} {type(probe).__name__}: {type(exc).__name__}: {exc}")
     return out
