@@ -385,7 +385,7 @@ def test_a_probe_run_decides_quiet_or_busy_once_and_says_it_once(monkeypatch, lo
     machine is quiet' and 'the machine is busy' (the load is planted, not measured)."""
     import json
 
-    from pitstop.doctor.record import probes
+    from pitstop.doctor.record.probing import run as probes
     from pitstop.jsoncodec import to_json
 
     import dataclasses

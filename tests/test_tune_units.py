@@ -192,8 +192,7 @@ def test_every_K_code_of_TIPS_has_a_registered_knob():
     registered = {k.tip for k in all_knobs()}
     # PIT608's K face is planned (shown lower case by `pitstop tips`): tune explains graph
     # breaks in the compile knob's verdict (PIT601), but no knob of its own removes them yet
-    # PIT705/PIT706 (FSDP overlap, sharded state) are catalogued with every face planned until built
-    planned = {"PIT608", "PIT705", "PIT706"}
+    planned = {"PIT608"}
     assert codes - planned <= registered and not planned & registered
     assert all(issubclass(c, Knob) for c in implementations("K"))
 
