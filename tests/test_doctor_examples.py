@@ -128,6 +128,12 @@ def test_naive_cnn_recommendations_follow_the_probes(cnn):
     assert opt["class"] == "SGD" and opt["mode"] == "for-loop"
     for key, code in (("optimizer", "PIT501"), ("precision", "PIT301"), ("channels_last", "PIT104")):
         p = d["probes"][key]
+        if "skipped" in p:
+            # a probe whose rounds cannot fit its share of the observed steps' time (a loaded
+            # machine makes the 3 observed steps' calls slow) is not run, says so, and recommends nothing
+            assert "share of the probes' time" in p["skipped"] or "ran out of time" in p["skipped"], (key, p)
+            assert code not in codes(d), key
+            continue
         assert p["compute_only"] and p["runs"] >= 3, key  # rounds stop once decided, after at least 3
         best = p["speedups"][p["candidate"]]
         assert best["low"] <= best["ratio"] <= best["high"], key
@@ -135,9 +141,12 @@ def test_naive_cnn_recommendations_follow_the_probes(cnn):
         assert (code in codes(d)) == (best["low"] >= th), key
         if code in codes(d):
             assert "pitstop tune" in finding(d, code)["evidence"]
-    assert d["probes"]["optimizer"]["baseline"] == "for-loop"
-    assert set(d["probes"]["optimizer"]["seconds"]) >= {"for-loop", "foreach"}
-    assert d["probes"]["precision"]["baseline"] == "fp32" and d["probes"]["precision"]["dtype"] == "bfloat16"
+    ran = [key for key in ("optimizer", "precision", "channels_last") if "skipped" not in d["probes"][key]]
+    if "optimizer" in ran:
+        assert d["probes"]["optimizer"]["baseline"] == "for-loop"
+        assert set(d["probes"]["optimizer"]["seconds"]) >= {"for-loop", "foreach"}
+    if "precision" in ran:
+        assert d["probes"]["precision"]["baseline"] == "fp32" and d["probes"]["precision"]["dtype"] == "bfloat16"
 
 
 def test_findings_are_ranked_and_actionable(cnn):
