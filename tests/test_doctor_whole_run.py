@@ -163,7 +163,9 @@ def test_threads_beside_a_busy_core_are_pit108_with_the_wait_measured_and_sleepi
     assert cpu["workers"] == 2 and cpu["workers_cores"] < 0.2 and cpu["own_threads"] < 2.5, cpu  # by CPU use
     f = next(f for f in loaded["findings"] if f["code"] == "PIT108")
     assert "waited for a core" in f["evidence"] and "torch.set_num_threads(1)" in f["fix"]
-    assert f["impact"]["share"] == pytest.approx(cpu["wait_share"])  # the measured wait, without the probe
+    # the measured wait, without the probe; an impact is never more than the step (a busy machine
+    # can make the threads wait longer than the step lasts: 1.32 measured in a whole-suite run)
+    assert f["impact"]["share"] == pytest.approx(min(cpu["wait_share"], 1.0))
     assert any(n.startswith("the machine was busy") and "other processes kept" in n for n in loaded["notes"])
     assert "PIT108" not in {f["code"] for f in single["findings"]}
     assert single["observations"]["settings"]["num_threads"] == 1
