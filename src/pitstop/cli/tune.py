@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 from pitstop.cli import EXIT_OK, CliError, Command, check_number, check_output_file, split_at_double_dash
 
@@ -73,7 +74,6 @@ class TuneCommand(Command):
 
     def run(self, args: argparse.Namespace) -> int:
         from pitstop.examples import DEFAULT_SCRIPT
-        from pitstop.tune.options import TuneError
 
         if args.module and args.script:
             args.script_args = [args.script, *args.script_args]  # with -m the first positional is a script arg
@@ -96,7 +96,6 @@ class TuneCommand(Command):
             check_output_file(args.save_recipe, "--save-recipe")
         module = args.module if args.module else (None if args.script else DEFAULT_SCRIPT)
         from pitstop.tune.knob import all_knobs
-        from pitstop.tune.script import TuneInputError
         from pitstop.tune.api import tune_script
         from pitstop.tune.options import TuneOptions, select_knobs
 
@@ -120,16 +119,12 @@ class TuneCommand(Command):
         progress = {"auto": None, "on": True, "off": False}[args.progress]
         if args.memory_budget is not None:
             return _memory_budget(args, module)
-        try:
-            result = tune_script(script=args.script, module=module, args=args.script_args, steps=args.steps,
-                                 warmup=args.warmup, repeats=args.repeats, budget=args.budget, only=args.only,
-                                 timeout=args.timeout, margin=args.margin, seed=args.seed, progress=progress,
-                                 threads=args.threads, max_pairs=args.max_pairs, nproc_per_node=args.nproc_per_node,
-                                 try_values=tuple(args.try_values), bench=bench)
-        except TuneInputError as exc:
-            raise CliError(str(exc)) from None
-        except TuneError as exc:
-            print(f"pitstop tune: {exc}", file=sys.stderr)
+        result = _searched(lambda: tune_script(
+            script=args.script, module=module, args=args.script_args, steps=args.steps, warmup=args.warmup,
+            repeats=args.repeats, budget=args.budget, only=args.only, timeout=args.timeout, margin=args.margin,
+            seed=args.seed, progress=progress, threads=args.threads, max_pairs=args.max_pairs,
+            nproc_per_node=args.nproc_per_node, try_values=tuple(args.try_values), bench=bench))
+        if result is None:
             return EXIT_SCRIPT_FAILED
         if args.format == "json":
             from pitstop.report.tune_terminal import render_json
@@ -150,24 +145,34 @@ class TuneCommand(Command):
         return EXIT_OK
 
 
+def _searched(search: Callable[[], Any]) -> Any:
+    """What ``search`` returns; a usage error (``TuneInputError``) becomes the CLI's one-line error,
+    a failed search (``TuneError``) its message on stderr and None."""
+    from pitstop.tune.options import TuneError
+    from pitstop.tune.script import TuneInputError
+
+    try:
+        return search()
+    except TuneInputError as exc:
+        raise CliError(str(exc)) from None
+    except TuneError as exc:
+        print(f"pitstop tune: {exc}", file=sys.stderr)
+        return None
+
+
 def _memory_budget(args: argparse.Namespace, module: str | None) -> int:
     """``pitstop tune --memory-budget SIZE``: the memory-budget search (:mod:`pitstop.tune.memfit.script`)."""
     from pitstop.tune.memfit.script import tune_memory_script
-    from pitstop.tune.options import TuneError
     from pitstop.tune.peak import parse_bytes
-    from pitstop.tune.script import TuneInputError
 
     try:
         budget = parse_bytes(args.memory_budget)
     except ValueError as exc:
         raise CliError(f"--memory-budget: {exc}") from None
-    try:
-        fit = tune_memory_script(script=args.script, module=module, args=args.script_args, budget=budget,
-                                 steps=args.steps, warmup=args.warmup, timeout=args.timeout, seed=args.seed)
-    except TuneInputError as exc:
-        raise CliError(str(exc)) from None
-    except TuneError as exc:
-        print(f"pitstop tune: {exc}", file=sys.stderr)
+    fit = _searched(lambda: tune_memory_script(script=args.script, module=module, args=args.script_args, budget=budget,
+                                               steps=args.steps, warmup=args.warmup, timeout=args.timeout,
+                                               seed=args.seed))
+    if fit is None:
         return EXIT_SCRIPT_FAILED
     if args.format == "json":
         from pitstop.jsoncodec import dumps, to_json

@@ -26,6 +26,8 @@ import re
 
 import libcst as cst
 
+from pitstop.lint.nodes import subexpressions
+
 __all__ = ["PERIODIC", "ONCE", "classify", "clause", "line_kind", "line_clause", "split_statements", "PREDICATE", "COUNTER"]
 
 PERIODIC, ONCE = "periodic", "once"
@@ -53,23 +55,7 @@ def _name(expr) -> str | None:
 
 
 def _has_mod(expr) -> bool:
-    stack = [expr]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, cst.BinaryOperation):
-            if isinstance(n.operator, cst.Modulo):
-                return True
-            stack += [n.left, n.right]
-        elif isinstance(n, cst.Comparison):
-            stack.append(n.left)
-            stack += [c.comparator for c in n.comparisons]
-        elif isinstance(n, cst.BooleanOperation):
-            stack += [n.left, n.right]
-        elif isinstance(n, cst.UnaryOperation):
-            stack.append(n.expression)
-        elif isinstance(n, cst.Call):
-            stack += [a.value for a in n.args]
-    return False
+    return any(isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Modulo) for n in subexpressions(expr))
 
 
 def _once_test(expr, targets) -> bool:

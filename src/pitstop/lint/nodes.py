@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import libcst as cst
 
 __all__ = [
-    "arg", "kwarg", "has_star_args", "positional", "is_true", "is_false", "int_value",
+    "subexpressions", "arg", "kwarg", "has_star_args", "positional", "is_true", "is_false", "int_value",
     "method", "receiver", "last_name", "string_value", "with_kwarg", "without_arg",
     "strip_parens", "contains_op", "has_kwargs_splat", "root_name", "number_value", "dotted",
     "bound_names", "names_in", "binary_ops",
@@ -194,28 +196,29 @@ def without_arg(call: cst.Call, target: cst.Arg) -> cst.Call:
     return call.with_changes(args=args)
 
 
-def names_in(node: cst.CSTNode | None) -> list[str]:
-    """The bare names an expression reads (``ni``, ``last_opt_step``, ``accumulate`` in ``ni - last >= accumulate``;
-    attribute chains give their root)."""
-    out: list[str] = []
+def subexpressions(node: cst.CSTNode | None) -> Iterator[cst.CSTNode]:
+    """Each expression inside ``node``, itself first: through attribute roots, arithmetic, boolean and unary
+    operators, comparisons and calls' arguments."""
     stack = [node] if node is not None else []
     while stack:
         n = stack.pop()
-        if isinstance(n, cst.Name):
-            out.append(n.value)
-        elif isinstance(n, cst.Attribute):
+        yield n
+        if isinstance(n, cst.Attribute):
             stack.append(n.value)
-        elif isinstance(n, cst.BinaryOperation):
+        elif isinstance(n, (cst.BinaryOperation, cst.BooleanOperation)):
             stack += [n.left, n.right]
         elif isinstance(n, cst.Comparison):
             stack += [n.left, *(c.comparator for c in n.comparisons)]
-        elif isinstance(n, cst.BooleanOperation):
-            stack += [n.left, n.right]
         elif isinstance(n, cst.UnaryOperation):
             stack.append(n.expression)
         elif isinstance(n, cst.Call):
             stack += [a.value for a in n.args]
-    return out
+
+
+def names_in(node: cst.CSTNode | None) -> list[str]:
+    """The bare names an expression reads (``ni``, ``last_opt_step``, ``accumulate`` in ``ni - last >= accumulate``;
+    attribute chains give their root)."""
+    return [n.value for n in subexpressions(node) if isinstance(n, cst.Name)]
 
 
 def binary_ops(node: cst.CSTNode | None, *ops: type) -> list[cst.BinaryOperation]:

@@ -20,33 +20,43 @@ off, same process) tell whether the doctor's own instrumentation changed the pro
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["GraphCalls", "compiled_nodes", "COMPILED_NODE"]
+__all__ = ["GraphCalls", "compiled_nodes", "autograd_nodes", "COMPILED_NODE"]
 
 #: the autograd node a training run of an AOTAutograd-compiled graph leaves in the graph
 COMPILED_NODE = "CompiledFunctionBackward"
 
 
-def compiled_nodes(roots: list[Any], limit: int = 100_000) -> int:
-    """``CompiledFunctionBackward`` nodes reachable from the autograd nodes ``roots``."""
+def autograd_nodes(roots: list[Any], limit: int = 100_000) -> Iterator[Any]:
+    """Each autograd node reachable from the nodes ``roots``, once (at most ``limit`` of them)."""
     seen: set[int] = set()
     keep = []  # node wrappers stay alive during the walk, so that their ids stay unique
     stack = list(roots)
-    found = 0
     while stack and len(seen) < limit:
         node = stack.pop()
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
         keep.append(node)
+        yield node
         try:
-            if node.name() == COMPILED_NODE:
-                found += 1
             stack.extend(n for n, _ in node.next_functions)
         except Exception:
             continue
-    return found
+
+
+def _name(node: Any) -> str | None:
+    try:
+        return node.name()
+    except Exception:
+        return None
+
+
+def compiled_nodes(roots: list[Any], limit: int = 100_000) -> int:
+    """``CompiledFunctionBackward`` nodes reachable from the autograd nodes ``roots``."""
+    return sum(1 for node in autograd_nodes(roots, limit) if _name(node) == COMPILED_NODE)
 
 
 class GraphCalls:

@@ -109,20 +109,9 @@ def graph_nodes(limit: int = 500_000) -> int:
     with warnings.catch_warnings():  # isinstance() on deprecated module objects warns
         warnings.simplefilter("ignore")
         roots = [fn for o in gc.get_objects() if isinstance(o, torch.Tensor) and (fn := _grad_fn(o)) is not None]
-    seen: set[int] = set()
-    keep = []  # keep node wrappers alive so that ids stay unique during the walk
-    stack = list(roots)
-    while stack and len(seen) < limit:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        keep.append(node)
-        try:
-            stack.extend(n for n, _ in node.next_functions)
-        except Exception:
-            continue
-    return len(seen)
+    from pitstop.doctor.record.graph_calls import autograd_nodes
+
+    return sum(1 for _ in autograd_nodes(roots, limit))
 
 
 def _grad_fn(t: Any) -> Any:
