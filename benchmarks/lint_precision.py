@@ -71,6 +71,7 @@ class Reported:
     frequency: str = "step"  # "step" / "epoch" / "once" / "unknown" (issues 31, 42)
     pattern: str = ""
     concern: str = "cost"
+    fix: str | None = None  # the applicability of the fix it offers ("safe" / "unsafe"), None without one
 
     @property
     def default(self) -> bool:
@@ -159,7 +160,8 @@ def reported(json_findings: list[dict], root: Path = CORPUS) -> list[Reported]:
         cell = f.get("cell")
         out.append(Reported(path, f["code"], f["line"], f["column"], anchor(root, path, f["line"], cell, cache),
                             f["message"], (f.get("fix") or {}).get("applicability") == "safe", cell,
-                            f.get("frequency", "step"), f.get("pattern", ""), f.get("concern", "cost")))
+                            f.get("frequency", "step"), f.get("pattern", ""), f.get("concern", "cost"),
+                            (f.get("fix") or {}).get("applicability")))
     return out
 
 
