@@ -6,10 +6,12 @@ Record (from the repository root; works with and without pytest-xdist)::
 
 Each process running tests appends one JSON line per test to ``DIR/cpu-<pid>.jsonl``: the test
 id, its wall time, the CPU of the process running it (``self``) and the CPU of the children it
-reaped meanwhile (``children``: doctor, tune and torchrun processes the test started). A process
-reaped by someone else (a grandchild whose parent exited first) is counted where it is reaped:
-the runs forked from the suite's warm doctor worker (``tests/doctor_warm.py``) are counted at the
-test during which that worker is reaped, the last one of its test process.
+reaped meanwhile plus what its live descendants spent meanwhile (``children``: doctor, tune and
+torchrun processes the test started, and the runs forked from a warm worker that outlives the
+test, ``tests/doctor_warm.py``). A live descendant's CPU is read from ``/proc/PID/stat`` (its own
+and its reaped children's); one reaped during the test counts whole in ``RUSAGE_CHILDREN``, less
+what the earlier reading of it had already counted, so nothing counts twice. Without ``/proc``
+a process is counted where it is reaped.
 
 Report::
 
@@ -34,10 +36,43 @@ import pytest
 __all__ = ["load", "main", "pytest_addoption", "pytest_runtest_protocol"]
 
 
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _descendants_cpu() -> float:
+    """CPU seconds of this process's live descendants, each with the children it reaped
+    (``utime + stime + cutime + cstime`` of ``/proc/PID/stat``); 0 without ``/proc``."""
+    total, todo, seen = 0.0, [os.getpid()], {os.getpid()}
+    while todo:
+        pid = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            for kid in kids:
+                if kid in seen:
+                    continue
+                seen.add(kid)
+                todo.append(kid)
+                try:
+                    with open(f"/proc/{kid}/stat", "rb") as f:
+                        fields = f.read().rsplit(b")", 1)[1].split()
+                    total += sum(int(x) for x in fields[11:15]) / _TICK  # utime stime cutime cstime
+                except (OSError, ValueError, IndexError):
+                    pass
+    return total
+
+
 def _cpu() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime
+    return own.ru_utime + own.ru_stime, kids.ru_utime + kids.ru_stime + _descendants_cpu()
 
 
 def pytest_addoption(parser) -> None:

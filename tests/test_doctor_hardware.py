@@ -38,18 +38,38 @@ CASES = {"avx2-only": ("avx2_only.cpuinfo", True), "avx512bf16-capped": ("avx512
 ARGS = ("--eval-every", "2", "--batch-size", "8")
 
 
-@pytest.fixture(scope="module", params=list(CASES))
-def report(request, tmp_path_factory, warm_doctor):
-    name, capped = CASES[request.param]
+#: runs of a case when the bf16 probe had no time: the probes take at most half the observed
+#: steps' time (1 s each at least) and, on a loaded machine (the suite beside other tests' jobs), a
+#: probe that cannot fit its rounds is skipped and says so. Such a run says nothing of the CPU
+#: under test, so it is run again (seen once in a whole-suite run: the ``amx`` case on 2 cores).
+RUNS = 3
+
+
+def _crowded_out(d: dict) -> bool:
+    skipped = d["probes"]["precision"].get("skipped", "")
+    return "share of the probes' time" in skipped or "ran out of time" in skipped
+
+
+def _run(case: str, tmp_path_factory, warm_doctor) -> dict:
+    name, capped = CASES[case]
     if not capped:  # nothing read from the environment at torch's import: a warm run
         run = warm_doctor.report(None, *ARGS, module="pitstop.examples.cnn", steps=3, warmup=1, cpuinfo=CPUS / name)
         assert run.exit_code == 0, run.stderr[-3000:]
-        return request.param, run.data
+        return run.data
     env = {**CAPPED, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path_factory.mktemp("inductor-avx2"))}
     out = run_cli("doctor", "--format", "json", "--steps", "3", "--warmup", "1", "--cpuinfo", str(CPUS / name),
                   "-m", "pitstop.examples.cnn", "--", *ARGS, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    return request.param, json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def report(request, tmp_path_factory, warm_doctor):
+    for _ in range(RUNS):
+        d = _run(request.param, tmp_path_factory, warm_doctor)
+        if not _crowded_out(d):
+            break
+    return request.param, d
 
 
 def test_the_report_names_the_described_cpu_and_follows_the_schema(report):
@@ -71,6 +91,7 @@ def test_bf16_verdict_and_hardware_note_follow_the_measured_ratio_and_the_cpu(re
 
     case, d = report
     p = d["probes"]["precision"]
+    assert "skipped" not in p, f"the bf16 probe had no time in {RUNS} runs: {p['skipped']}"
     assert p["baseline"] == "fp32" and p["dtype"] == "bfloat16"
     best = p["speedups"]["bfloat16"]
     found = {f["code"] for f in d["findings"]}
