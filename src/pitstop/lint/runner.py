@@ -14,13 +14,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from pitstop.atomic import write_atomic
 from pitstop.lint.context import FileContext, FixSpec, Pending
 from pitstop.lint.findings import Edit, FileError, FileResult, LintFinding, Fix, ParseError
 from pitstop.lint.nodes import strip_parens
 from pitstop.lint.rule import SAFE
+from pitstop.lint.spans import spans
 from pitstop.lint.view import EVERYTHING, View
 
 __all__ = ["lint_source", "fix_source", "lint_file", "rules_for", "all_rule_classes", "ParseError",
@@ -180,11 +180,12 @@ def lint_source(source: str, filename: str, rules: list[type], project=None, pat
         raise ParseError("expression nested too deeply for the linter (RecursionError)") from None
     if not pending:
         return []
+    starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
+    wanted = [p.node for p in pending] + [node for p in pending if p.fix for node, _ in p.fix.edits]
     try:
-        positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+        positions = spans(module, wanted)
     except RecursionError:
         raise ParseError("expression nested too deeply for the linter (RecursionError)") from None
-    starts = [0] + [m.end() for m in _NEWLINE.finditer(source)]
     lines = source.splitlines()
     out = []
     seen = set()
@@ -207,25 +208,25 @@ def _noqa(lines: list[str], f: LintFinding) -> bool:
 
 
 def _finding(p: Pending, filename, module, positions, starts) -> LintFinding | None:
-    rng = positions.get(p.node)
+    rng = positions.get(id(p.node))
     if rng is None:
         return None
     fix = _resolve_fix(p.fix, module, positions, starts) if p.fix else None
-    return LintFinding(p.code, slug(p.code), p.message, filename, rng.start.line, rng.start.column + 1,
-                       rng.end.line, rng.end.column + 1, fix, frequency=p.frequency, pattern=p.pattern,
+    return LintFinding(p.code, slug(p.code), p.message, filename, rng.line, rng.column + 1,
+                       rng.end_line, rng.end_column + 1, fix, frequency=p.frequency, pattern=p.pattern,
                        concern=p.concern)
 
 
 def _resolve_fix(spec: FixSpec, module, positions, starts) -> Fix | None:
     edits = []
     for node, new in spec.edits:
-        rng = positions.get(node)
+        rng = positions.get(id(node))
         if rng is None:
             return None
         content = new if isinstance(new, str) else module.code_for_node(strip_parens(new))
-        start = starts[rng.start.line - 1] + rng.start.column
-        end = starts[rng.end.line - 1] + rng.end.column
-        edits.append(Edit(content, rng.start.line, rng.start.column + 1, rng.end.line, rng.end.column + 1, start, end))
+        start = starts[rng.line - 1] + rng.column
+        end = starts[rng.end_line - 1] + rng.end_column
+        edits.append(Edit(content, rng.line, rng.column + 1, rng.end_line, rng.end_column + 1, start, end))
     return Fix(spec.applicability, spec.message, tuple(sorted(edits, key=lambda e: e.start)), spec.layout)
 
 
