@@ -187,7 +187,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     core idle. One extra, not two: every test starts processes of its own, and more runnable
     processes than that cost CPU per test (caches, switches). Measured on the 2-core AMD EPYC,
     whole suite in one checkout, one run each at c7c6e7d: 2 workers 520 s (878 CPU-s: cores
-    idle while tests wait), 3 workers 460 s (861 CPU-s), 4 workers 492 s (927 CPU-s)."""
+    idle while tests wait), 3 workers 460 s (861 CPU-s); 4 workers 492 s (927 CPU-s) at 683c864."""
     from pitstop.machine import usable_cores
 
     return usable_cores() + 1
