@@ -87,3 +87,15 @@ def test_line_ends_a_missing_final_newline_and_nodes_asked_alone():
 def test_a_node_outside_the_module_has_no_span():
     module = cst.parse_module("x = 1\n")
     assert spans(module, [cst.Name("y")]) == {}
+
+
+def test_the_fallback_for_a_libcst_without_its_codegen_state_gives_the_same_spans(monkeypatch):
+    import pitstop.lint.spans as spans_module
+
+    source = (ROOT / "src" / "pitstop" / "lint" / "runner.py").read_text(encoding="utf-8")
+    module = cst.parse_module(source)
+    nodes = _all_nodes(module)[::5]
+    fast = {k: (s.line, s.column, s.end_line, s.end_column) for k, s in spans(module, nodes).items()}
+    monkeypatch.setattr(spans_module, "_Codegen", None)
+    slow = {k: (s.line, s.column, s.end_line, s.end_column) for k, s in spans(module, nodes).items()}
+    assert slow == fast and len(fast) == len(nodes)

@@ -42,11 +42,14 @@ class Span:
 
     __slots__ = ("line", "column", "end_line", "end_column")
 
-    def __init__(self, start: int, end: int, starts: list[int]) -> None:
-        self.line = bisect_right(starts, start)
-        self.column = start - starts[self.line - 1]
-        self.end_line = bisect_right(starts, end)
-        self.end_column = end - starts[self.end_line - 1]
+    def __init__(self, line: int, column: int, end_line: int, end_column: int) -> None:
+        self.line, self.column, self.end_line, self.end_column = line, column, end_line, end_column
+
+    @classmethod
+    def of_offsets(cls, start: int, end: int, starts: list[int]) -> Span:
+        """The span of characters ``start:end`` of a text whose lines begin at ``starts``."""
+        line, end_line = bisect_right(starts, start), bisect_right(starts, end)
+        return cls(line, start - starts[line - 1], end_line, end - starts[end_line - 1])
 
 
 if _Codegen is not None:
@@ -113,7 +116,7 @@ def spans(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[int, Span]:
     are: the source itself wherever libcst gives it back unchanged (all but whitespace-only last
     lines without a final newline, which it drops)."""
     nodes = list(nodes)
-    if _Codegen is None:  # pragma: no cover - see FAST
+    if _Codegen is None:  # see FAST
         return _by_provider(module, nodes)
     state = _Spans(module, {id(n) for n in nodes})
     module._codegen(state)
@@ -122,7 +125,7 @@ def spans(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[int, Span]:
     text = "".join(state.tokens) + state.popped
     starts = [0] + [m.end() for m in _NEWLINE.finditer(text)]
     asked = {id(n) for n in nodes}
-    return {k: Span(a, b, starts) for k, (a, b) in state.found.items() if k in asked}
+    return {k: Span.of_offsets(a, b, starts) for k, (a, b) in state.found.items() if k in asked}
 
 
 def _by_provider(module: cst.Module, nodes: list[cst.CSTNode]) -> dict[int, Span]:
@@ -133,6 +136,5 @@ def _by_provider(module: cst.Module, nodes: list[cst.CSTNode]) -> dict[int, Span
     for n in nodes:
         r = ranges.get(n)
         if r is not None:
-            span = out[id(n)] = Span(0, 0, [0])
-            span.line, span.column, span.end_line, span.end_column = r.start.line, r.start.column, r.end.line, r.end.column
+            out[id(n)] = Span(r.start.line, r.start.column, r.end.line, r.end.column)
     return out
