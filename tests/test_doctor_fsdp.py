@@ -28,9 +28,9 @@ pytestmark = pytest.mark.slow
 TRAIN = str(ROOT / "tests" / "fixtures" / "fsdp" / "train.py")
 
 
-def _job(*args: str, trace_dir: str | None = None, raw: bool = False):
+def _job(*args: str, trace_dir: str | None = None, raw: bool = False, trace_steps: int = 2):
     spec = RunSpec(script=TRAIN, args=args, steps=4, warmup=1, timeout=240.0, nproc_per_node=2, stdout="devnull",
-                   probes=False, trace_dir=trace_dir, trace_steps=2)
+                   probes=False, trace_dir=trace_dir, trace_steps=trace_steps)
     job = run_job(spec)
     return (diagnose_job(job), job) if raw else diagnose_job(job)
 
@@ -43,7 +43,11 @@ def root():
 @pytest.fixture(scope="module")
 def block(tmp_path_factory):
     traces = tmp_path_factory.mktemp("fsdp_traces")
-    return _job("--wrap", "block", trace_dir=str(traces)), traces
+    # the script's 10 steps end inside the 3 traced steps asked for: the tracer writes its files
+    # after the script's destroy_process_group, yet each rank must write its own (the GPU check's
+    # FSDP2 rehearsal once wrote one file for both), and the trace must hold the 2 traced steps
+    # that ended, not the script's end as a third
+    return _job("--wrap", "block", "--steps", "10", trace_dir=str(traces), trace_steps=3), traces
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +102,8 @@ def test_the_real_cpu_gloo_trace_of_an_fsdp2_job_is_read_per_kind_and_unit(block
 
     diag, traces = block
     assert sorted(p.name for p in traces.iterdir()) == ["pitstop_trace_rank0.json", "pitstop_trace_rank1.json"]
+    assert any("ended inside the traced steps: the trace holds the 2 traced steps" in n
+               for n in diag.to_dict()["notes"])
     report = trace([traces], workers=1)
     for r in report.ranks:
         c = r.collectives

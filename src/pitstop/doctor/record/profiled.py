@@ -12,6 +12,7 @@ that starts and stops them at the step boundaries.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -158,8 +159,12 @@ class Tracer:
         self.active = False
         self.steps = 0
         self._mark: Any = None
+        self.name = "pitstop_trace.json"
 
     def start(self) -> None:
+        # named now, while the script's process group is up: the traced steps can run to the
+        # script's end, after its destroy_process_group (every rank would then write one name)
+        self.name = _trace_name()
         self.prof.__enter__()
         self.active = True
         self.step()
@@ -178,27 +183,52 @@ class Tracer:
             mark, self._mark = self._mark, None
             mark.__exit__(None, None, None)
 
-    def stop(self) -> str | None:
+    def stop(self, *, unfinished: bool = False) -> str | None:
+        """Export the trace. ``unfinished``: stopped where no step ended (the script ended
+        inside the traced steps): the last mark spans the script's end, not a training step,
+        so it is taken out of the file (its events stay, outside any step)."""
         if not self.active:
             return self.path
         self.active = False
         self._end_mark()
         self.prof.__exit__(None, None, None)
         self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / _trace_name()
+        path = self.dir / self.name
         self.prof.export_chrome_trace(str(path))
+        if unfinished:
+            _drop_step_mark(path, f"ProfilerStep#{self.steps - 1}")
         self.path = str(path)
         return self.path
+
+
+def _drop_step_mark(path: Path, name: str) -> None:
+    """Rewrite the trace at ``path`` (atomically) without the step mark ``name``."""
+    import json
+
+    from pitstop.atomic import write_atomic
+
+    trace = json.loads(path.read_text(encoding="utf-8"))
+    events = trace.get("traceEvents") if isinstance(trace, dict) else None
+    if not isinstance(events, list):
+        return
+    kept = [e for e in events if not (isinstance(e, dict) and e.get("name") == name)]
+    if len(kept) != len(events):
+        trace["traceEvents"] = kept
+        write_atomic(path, json.dumps(trace))
 
 
 def _trace_name() -> str:
     """``pitstop_trace.json``; one file per rank in a job of several (``--nproc-per-node N
     --trace DIR``: the folder is then the job's traces, one per rank, as ``pitstop trace DIR``
-    reads them)."""
+    reads them). The rank is the process group's, else the one torchrun gave the process
+    (``RANK`` of ``WORLD_SIZE`` > 1: a job whose group is not, or no longer, up)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return f"pitstop_trace_rank{dist.get_rank()}.json"
+    rank, world = os.environ.get("RANK", ""), os.environ.get("WORLD_SIZE", "")
+    if rank.isdigit() and world.isdigit() and int(world) > 1:
+        return f"pitstop_trace_rank{rank}.json"
     return "pitstop_trace.json"
 
 
@@ -265,7 +295,12 @@ class ProfiledStep:
         for obj in (self._profiler, self._tracer):
             if obj is not None and obj.active:
                 try:
-                    obj.stop()
+                    if obj is self._tracer:
+                        obj.stop(unfinished=True)
+                        self.notes.append("the script ended inside the traced steps: the trace holds the "
+                                          f"{obj.steps - 1} traced steps that ended, not the script's end")
+                    else:
+                        obj.stop()
                 except Exception as exc:
                     self.notes.append(f"profiler stop failed: {exc}")
         if self._tracer is not None:
