@@ -97,10 +97,11 @@ def cuda_graph(steps: int = 5) -> Synth:
     return s
 
 
-def graphed_step(steps: int = 5) -> Synth:
+def graphed_step(steps: int = 5, *, per_graph: int = 50, optimizer: int = 150, gap: float = 12) -> Synth:
     """A ``mode="reduce-overhead"`` compiled step (forward and backward replayed by one
-    ``cudaGraphLaunch`` each: 100 Triton kernels back to back) and an eager for-loop optimizer
-    after it: 150 elementwise kernels of 3 us launched 12 us apart (the GPU idles between them)."""
+    ``cudaGraphLaunch`` each: ``per_graph`` Triton kernels back to back each) and an eager
+    for-loop optimizer after it: ``optimizer`` elementwise kernels of 3 us launched ``gap`` us
+    apart (the GPU idles between them)."""
     s = Synth(H100)
     for k in range(steps):
         t0 = 1_000_000 + k * 3_000
@@ -110,22 +111,22 @@ def graphed_step(steps: int = 5) -> Synth:
             ext = s.op("CompiledFunction" if g == 0 else "CompiledFunctionBackward", base, 30)
             corr = s.call("cudaGraphLaunch", base + 5, 20, ext)
             t = base + 40
-            for _ in range(50):
+            for _ in range(per_graph):
                 s.events.append({"ph": "X", "cat": "kernel", "name": TRITON, "pid": 0, "tid": 7, "ts": t, "dur": 4.0,
                                  "args": {"device": 0, "stream": 7, "correlation": corr, "External id": ext}})
                 t += 4.0
-        s.op("Optimizer.step#AdamW.step", t0 + 700, 150 * 12 + 20, cat="user_annotation")
+        s.op("Optimizer.step#AdamW.step", t0 + 700, optimizer * gap + 20, cat="user_annotation")
         t = t0 + 710
-        for _ in range(150):
+        for _ in range(optimizer):
             ext = s.op("aten::add_", t, 8)
             s.gpu(ADD, t + 8, 3, ext=ext)
-            t += 12
+            t += gap
     return s
 
 
-def compiled_step(steps: int = 5, *, compiled: bool = True) -> Synth:
-    """A default-mode compiled step (no CUDA graphs): each compiled region launches 120 Triton
-    kernels one by one (3 us, 12 us apart); ``compiled=False``: the same script's window run
+def compiled_step(steps: int = 5, *, compiled: bool = True, kernels: int = 120) -> Synth:
+    """A default-mode compiled step (no CUDA graphs): each compiled region launches ``kernels``
+    Triton kernels one by one (3 us, 12 us apart); ``compiled=False``: the same script's window run
     eagerly (ATen elementwise kernels, no compiled region): what a profiled window that lost the
     compiled code looks like."""
     s = Synth(H100)
@@ -136,7 +137,7 @@ def compiled_step(steps: int = 5, *, compiled: bool = True) -> Synth:
             s.op("Torch-Compiled Region: 0/0", t0 + 5, 1_500)
             outer = s.op("CompiledFunction", t0 + 8, 1_480)
         t = t0 + 10
-        for _ in range(120):
+        for _ in range(kernels):
             ext = outer if compiled else s.op("aten::add", t, 8)
             s.gpu(TRITON if compiled else ADD, t + 8, 3, ext=ext)
             t += 12

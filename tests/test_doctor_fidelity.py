@@ -83,6 +83,28 @@ def test_a_compiled_step_is_told_reduce_overhead_not_to_compile_it(tmp_path):
     assert d.fidelity.changed == ()
 
 
+@pytest.mark.parametrize("kind", ["graphed", "compiled"])
+def test_a_small_compiled_step_is_launch_bound_with_few_kernels(tmp_path, kind):
+    """The H200 run of 2026-11-28 (docs/gpu/README.md): compiled loops of 37 and 40 kernels per
+    step, the GPU idle 67% between launches, got no PIT601 (under the 50-kernel floor meant for
+    a few eager launches) and a summary (PIT905) first. A compiled step has few kernels because
+    compiling fused them: the floor is waived there, not for the same few kernels run eagerly."""
+    if kind == "graphed":
+        synth = graphed_step(per_graph=15, optimizer=5, gap=300)
+        rec = CompileRecord(**{**COMPILES.__dict__, "replays_per_step": 2.0, "paired_replays_per_step": 2.0,
+                               "bare_replays_per_step": 2.0})
+    else:
+        synth, rec = compiled_step(kernels=30), COMPILES
+    d = _diagnose(tmp_path, synth, compile=rec)
+    assert d.gpu.kernels_per_step < Thresholds().launch_min_kernels
+    f = _one(d, "PIT601")
+    assert ("between the CUDA graphs" in f.title) == (kind == "graphed")
+    assert d.findings[0].code == "PIT601" and not d.findings[0].summary
+    eager = _diagnose(tmp_path, compiled_step(compiled=False, kernels=30))
+    assert "PIT601" not in [x.code for x in eager.findings]
+    _within_the_step(d)
+
+
 def test_an_eager_window_of_a_script_that_compiles_is_a_loud_note_and_lowers_the_findings(tmp_path):
     plain = _diagnose(tmp_path, compiled_step(compiled=False))  # a script that does not compile: its window
     d = _diagnose(tmp_path, compiled_step(compiled=False), compile=COMPILES)

@@ -128,7 +128,7 @@ class AccumulationFix(MemoryFix, tip="PIT406"):
         if b < 2:
             return
         ks = [k for k in range(2, b + 1) if b % k == 0]
-        k = next((k for k in ks if limit is not None and basis.peak(b / k) <= limit / 1.1), ks[0])
+        k = next((k for k in ks if limit is not None and basis.need(b / k) <= limit / 1.1), ks[0])
         yield FixEstimate(
             code=self.tip, title=f"accumulate {k} micro-batches of {b // k} (effective batch {b} kept)",
             batch=b / k, grads_held=True, how="computed",

@@ -12,7 +12,12 @@ moment of an out-of-memory failure is the only one (a lower bound of the need: t
 not reached its peak).
 
 The limit is ``--memory-budget`` when given, else the device's capacity; a batch fits when its
-predicted peak times ``1 + margin`` stays under it. Each memory fix of the catalog (face D,
+need times ``1 + margin`` stays under it. On CUDA the need is the predicted peak plus room for
+one more of the step's largest allocation (``FitBasis.room``): the caching allocator serves a
+large tensor from one free piece, and the pieces freed earlier in the step can all be smaller
+(fragmentation). On an H200 a batch predicted to peak at 126 of 139.8 GiB failed for want of a
+15.3 GiB piece with 14.2 GiB free in split blocks (docs/gpu/README.md); without expandable
+segments (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) nothing bounds that loss lower. Each memory fix of the catalog (face D,
 :class:`MemoryFix`, subclassed in the tip modules) says what it saves *for this model*: bytes
 off the fixed part, per sample, off the optimizer's peak, measured or computed from this
 run's sizes, and its cost in step time where known. The fixes are ranked by memory saved per
@@ -52,6 +57,9 @@ class FitBasis:
     batch: float
     moments: list[MemoryParts]
     micro_batches: int = 1
+    #: room kept free for the allocator (CUDA): ``(bytes at no sample, bytes per sample)`` of the
+    #: step's largest allocation; (0, 0) where none is kept (the CPU, or nothing measured)
+    room: tuple[float, float] = (0.0, 0.0)
 
     @property
     def top(self) -> MemoryParts:
@@ -110,6 +118,13 @@ class FitBasis:
     def peak(self, batch: float, fix: FixEstimate | None = None) -> float:
         """Predicted peak at ``batch`` samples per forward (with ``fix``)."""
         return max(f + batch * v for f, v in self.lines(fix))
+
+    def need(self, batch: float, fix: FixEstimate | None = None) -> float:
+        """What the step needs at ``batch``: its peak and the allocator's room."""
+        return self.peak(batch, fix) + self.room[0] + batch * self.room[1]
+
+    def need_lines(self, fix: FixEstimate | None = None) -> list[tuple[float, float]]:
+        return [(f + self.room[0], v + self.room[1]) for f, v in self.lines(fix)]
 
 
 @dataclass(frozen=True)
@@ -188,9 +203,9 @@ class MemoryFit:
 
 
 def largest_batch(basis: FitBasis, limit: float, fix: FixEstimate | None = None) -> int | None:
-    """The most samples per forward whose predicted peak stays <= ``limit`` (None: none)."""
+    """The most samples per forward whose need (peak and room) stays <= ``limit`` (None: none)."""
     best = math.inf
-    for fixed, per in basis.lines(fix):
+    for fixed, per in basis.need_lines(fix):
         if fixed > limit:
             return None
         if per > 0:
@@ -205,13 +220,24 @@ def basis_of(profile: MemoryProfile | None, oom: OomRecord | None) -> FitBasis |
     """The moments from the profiled step, else the failure (see the module docstring)."""
     if profile is not None and profile.batch and profile.peak:
         moments = profile.moments or [profile.at_peak]
+        grows = profile.largest_category in ("activation", "temporary")
         return FitBasis(source="profile", device=profile.device, batch=profile.micro_batch, moments=moments,
-                        micro_batches=profile.micro_batches)
+                        micro_batches=profile.micro_batches,
+                        room=_room(profile.device, profile.largest, profile.micro_batch if grows else None))
     if oom is not None and oom.parts is not None and oom.batch_size:
         p = oom.parts
         need = replace(p, temporaries=p.temporaries + (oom.tried or 0))
-        return FitBasis(source="failure", device=oom.device, batch=oom.batch_size, moments=[need])
+        return FitBasis(source="failure", device=oom.device, batch=oom.batch_size, moments=[need],
+                        room=_room(oom.device, oom.tried or 0, oom.batch_size))
     return None
+
+
+def _room(device: str, largest: int, batch: float | None) -> tuple[float, float]:
+    """The allocator's room (CUDA only): the largest allocation, per sample when it grows
+    with the batch (``batch`` its samples), else fixed."""
+    if not device.startswith("cuda") or largest <= 0:
+        return (0.0, 0.0)
+    return (0.0, largest / batch) if batch else (float(largest), 0.0)
 
 
 def _limit(obs: Observations, budget: int | None, oom: OomRecord | None) -> tuple[int | None, str]:
@@ -248,6 +274,11 @@ def assess(obs: Observations, oom: OomRecord | None, *, budget: int | None = Non
     limit, source = _limit(obs, budget, oom)
     need = basis.peak(basis.batch)
     notes = []
+    if basis.room != (0.0, 0.0):
+        room = basis.need(basis.batch) - need
+        notes.append(f"room kept for the CUDA allocator: {mib(room)} at this batch, one more of the step's largest "
+                     "allocation (freed pieces can all be smaller: fragmentation); "
+                     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the allocator grow one segment instead")
     if basis.source == "failure":
         notes.append("from the moment of the failure: the step had not reached its peak, so the need is a lower "
                      "bound and the batches below are upper bounds; run the doctor at the suggested batch to measure")
@@ -268,10 +299,12 @@ def assess(obs: Observations, oom: OomRecord | None, *, budget: int | None = Non
             if saves <= 0:
                 continue
             big = largest_batch(basis, limit / (1 + margin), e) if limit is not None else None
+            room = basis.need(e.batch if e.batch is not None else basis.batch, e) - after
             ranked.append(RankedFix(estimate=e, saves=saves, peak_after=int(after),
-                                    fits=None if limit is None else after * (1 + margin) <= limit, largest_batch=big))
+                                    fits=None if limit is None else (after + room) * (1 + margin) <= limit,
+                                    largest_batch=big))
     ranked.sort(key=_rank_key)
-    fits = None if limit is None else (need * (1 + margin) <= limit and oom is None)
+    fits = None if limit is None else (basis.need(basis.batch) * (1 + margin) <= limit and oom is None)
     return MemoryFit(basis=basis, limit=limit, limit_source=source, margin=margin, peak=int(need), fits=fits,
                      shown=oom is not None or budget is not None or fits is False,
                      largest_batch=largest_batch(basis, limit) if limit is not None else None,

@@ -189,7 +189,9 @@ class MemoryProfile:
     ``precision_saved``: for an autocast dtype, the bytes per sample one training forward of the
     model saves under it divided by what it saves per sample as it runs now, and
     ``precision_fixed`` the bytes it adds whatever the batch (16-bit weight copies), measured
-    on 2 and 4 samples of the last batch; ``allocator_peak``: the CUDA allocator's peak over the same step (a cross-check)."""
+    on 2 and 4 samples of the last batch; ``allocator_peak``: the CUDA allocator's peak over the same step (a cross-check);
+    ``largest``: the bytes of the largest storage made in the step and ``largest_category`` its
+    category (``param``, ``grad``, ``state``: fixed; ``activation``, ``temporary``: they grow with the batch)."""
 
     step: int
     batch: int
@@ -209,6 +211,8 @@ class MemoryProfile:
     device: str = "cpu"
     source: str = ""
     notes: list[str] = field(default_factory=list)
+    largest: int = 0
+    largest_category: str = ""
 
     @property
     def micro_batch(self) -> float:

@@ -89,6 +89,10 @@ class StorageLedger(TorchDispatchMode):
         #: the most bytes alive in each phase (with ``phase``)
         self.phase_peaks: dict[str, int] = {}
         self.ops = 0
+        #: the largest storage an operator made while the ledger ran (its category is read at the
+        #: end: gradients and optimizer state are tagged then); the allocator needs one free piece
+        #: that large, which the pieces freed before can fail to give (fragmentation)
+        self.largest: Entry | None = None
 
     # -- registering --------------------------------------------------------------------------
     def _key(self, st: Any, device: torch.device) -> tuple[str, int] | None:
@@ -135,6 +139,8 @@ class StorageLedger(TorchDispatchMode):
                 self.peak, self.peak_phase = self.total, phase
                 self._dirty = True
             self._rising, self._top_phase = True, phase
+            if check and (self.largest is None or nbytes > self.largest.nbytes):
+                self.largest = entry
             return entry
         return None
 

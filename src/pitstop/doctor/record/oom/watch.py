@@ -288,7 +288,9 @@ class MemWatch:
             optimizer_peak=ledger.phase_peaks.get("optimizer"), saved=sum(self._module_saved.values()),
             by_module=[ModuleBytes(module=k, bytes=v) for k, v in sorted(self._module_saved.items(), key=lambda kv: -kv[1])], blocks=blocks, blocks_pattern=self.blocks_pattern,
             allocator_peak=allocator_peak, device="cuda" if self.cuda and torch.cuda.is_initialized() else "cpu",
-            source=LEDGER_SOURCE, notes=list(self.profile_notes))
+            source=LEDGER_SOURCE, notes=list(self.profile_notes),
+            largest=ledger.largest.nbytes if ledger.largest is not None else 0,
+            largest_category=ledger.largest.category if ledger.largest is not None else "")
 
     def result(self, *, samples: int | None, forwards: int | None, seconds_steps: int) -> MemoryProfile | None:
         """The profiled step's record, with its samples (from the batch record) and the blocks'
