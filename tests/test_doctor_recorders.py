@@ -274,3 +274,34 @@ def test_patched_syncs_read_no_doctor_state_while_dynamo_traces(monkeypatch):
     wrapped = syncs._wrap_method(lambda t: calls.append(t) or 1.0, "item", lambda *a: None, Trap(),
                                  counts=lambda: (_ for _ in ()).throw(AssertionError("counts read")))
     assert wrapped(torch.tensor(1.0)) == 1.0 and len(calls) == 1
+
+
+def test_the_profiled_step_data_flow_finds_linear_pairs_and_keeps_no_output_alive():
+    """DataFlow (the profiled step's layer-to-layer flow) saw the last leaf's output through a
+    strong reference, kept after the run: on an H200 a GPT's logits (13.7 GiB) stayed alive into
+    the doctor's traced step, which ran out of memory where the script alone did not."""
+    import gc
+    import weakref
+
+    import torch
+    from torch import nn
+
+    from pitstop.doctor.record.profiled import DataFlow
+
+    fc1, fc2 = nn.Linear(8, 16), nn.Linear(16, 4)
+    flow = DataFlow({id(fc1): "fc1", id(fc2): "fc2"})
+    x = torch.randn(2, 8)
+    h = fc1(x)
+    flow.post(fc1, h)
+    flow.pre(fc2, (h,))
+    assert flow.linear_linear and flow.linear_linear[0]["pair"] == ["fc1", "fc2"]
+    out = fc2(h)
+    flow.post(fc2, out)
+    gone = weakref.ref(out)
+    del out
+    gc.collect()
+    assert gone() is None, "the data flow kept the last layer's output alive"
+    flow.pre(fc1, (torch.randn(2, 8),))  # the output is gone: nothing to match, no error
+    assert len(flow.linear_linear) == 1
+    flow.post(fc1, (h, h))  # a tuple output: nothing kept
+    assert flow.last is None

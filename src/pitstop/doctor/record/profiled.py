@@ -13,6 +13,7 @@ that starts and stops them at the step boundaries.
 from __future__ import annotations
 
 import os
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,10 @@ class DataFlow:
 
     def __init__(self, names: dict[int, str]) -> None:
         self.names = names
-        self.last: tuple[Any, Any, int] | None = None  # (module, output, output._version)
+        # (module, weak reference to its output tensor, output._version): a strong one kept the
+        # last layer's output (a GPT's logits, 13.7 GiB on an H200) alive for the rest of the run,
+        # and the doctor's traced step ran out of memory where the script alone did not
+        self.last: tuple[Any, Any, int] | None = None
         self.conv_bias_bn: list[list[str]] = []
         self.linear_linear: list[dict[str, Any]] = []
 
@@ -74,9 +78,9 @@ class DataFlow:
 
         if self.last is None or not args:
             return
-        prev, out, version = self.last
+        prev, ref, version = self.last
         x = args[0]
-        if x is not out or getattr(x, "_version", -1) != version:
+        if x is not ref() or getattr(x, "_version", -1) != version:
             return
         a, b = self.names.get(id(prev), type(prev).__name__), self.names.get(id(module), type(module).__name__)
         if isinstance(prev, nn.modules.conv._ConvNd) and prev.bias is not None \
@@ -91,7 +95,10 @@ class DataFlow:
     def post(self, module, output) -> None:
         if next(module.children(), None) is not None:
             return  # containers: only leaves feed each other
-        self.last = (module, output, getattr(output, "_version", -1))
+        try:
+            self.last = (module, weakref.ref(output), getattr(output, "_version", -1))
+        except TypeError:  # a tuple, a dict: no layer takes it as its one input here
+            self.last = None
 
 
 def eager_stance() -> Any:
