@@ -82,3 +82,29 @@ def test_a_compiled_step_runs_compiled_under_the_doctor_as_alone(how, alone, war
     assert c["calls_per_step"] == pytest.approx(base["calls_per_step"])
     assert c["paired_calls_per_step"] == c["bare_calls_per_step"] == pytest.approx(base["calls_per_step"])
     assert c["graph_breaks"] == base["breaks"] == 0 and c["recompiles"] == [] and c["limit_hits"] == []
+
+
+def test_the_doctor_keeps_none_of_the_scripts_tensors_alive(warm_doctor, tmp_path):
+    """The steps the doctor measures memory in (warm-up, observed, profiled) leave the script's
+    memory as the script alone would: while a step works, no tensor of an earlier step is held
+    (the profiled step's data flow once held the last layer's output for the rest of the run: a
+    GPT's 13.7 GiB of logits on an H200, out of memory in the traced step; the probes' batch was
+    held through the next step). In the steps without hooks (bare, traced: time and the GPU
+    timeline, no memory) the doctor holds at most the probes' one batch, never an output."""
+    out = tmp_path / "alive.txt"
+    alone = subprocess.run([sys.executable, str(FIXTURES / "doctor" / "keeps_nothing.py"), str(tmp_path / "alone.txt"),
+                            "14"], capture_output=True, text=True, timeout=120)
+    assert alone.returncode == 0, alone.stderr
+    assert all(line.split()[1:] == ["0", "0"] for line in (tmp_path / "alone.txt").read_text().splitlines())
+    report = warm_doctor.report(FIXTURES / "doctor" / "keeps_nothing.py", str(out), "14", steps=4, warmup=1,
+                                trace_dir=str(tmp_path / "trace"))
+    assert report.data["status"] in ("finished", "stopped"), report.data["message"]
+    kinds = {r["index"]: r["kind"] for r in report.data["steps"]["records"]}
+    assert {"warmup", "observed", "bare", "profiled", "traced"} <= set(kinds.values()), kinds
+    lines = {int(s): (int(b), int(o)) for s, b, o in (line.split() for line in out.read_text().splitlines())}
+    # the doctor stops the script inside its last step: that one writes no line
+    assert {kinds[s] for s in lines if s in kinds} >= {"warmup", "observed", "bare", "profiled", "traced"}
+    for step, (batches, outputs) in lines.items():
+        kind = kinds.get(step, "after the plan")
+        assert outputs == 0, f"step {step} ({kind}): {outputs} outputs of earlier steps held"
+        assert batches <= (1 if kind in ("bare", "traced") else 0), f"step {step} ({kind}): {batches} batches held"

@@ -108,8 +108,15 @@ class Passes:
                 t.register_hook(_mark(box))
             except RuntimeError:
                 box[0] = True
+        batch = batch_info(args, kwargs, layout)
+        if module.training and (batch.size if batch is not None else 0) >= self._kept_size.get(id(module), 0):
+            # this forward's batch will replace the probes' batch: let the last one go now, so that
+            # the doctor holds no batch of an earlier step through this step's work (the script
+            # alone would not); the pending forward holds this one until its step ends
+            self.last_train_args.pop(id(module), None)
+            self.last_train_kwargs.pop(id(module), None)
         self.pending.append(Pending(box, id(module), seconds, bool(module.training), where, unaccounted,
-                                    batch_info(args, kwargs, layout), args, dict(kwargs or {})))
+                                    batch, args, dict(kwargs or {})))
 
     def drop_trained(self) -> None:
         """The step restarts (manual updates found): forwards already trained belong to the
@@ -146,6 +153,8 @@ class Passes:
         self.carried = []
         for p in self.pending:  # a step that never ended: count the kinds, no record to edit
             self.count(p.model, "train" if p.reached[0] else "eval_with_grad", p.where)
+            if p.reached[0]:
+                self._keep(p)
             if not p.reached[0] and p.training:
                 self.count(p.model, "train_mode_eval", p.where)
         self.pending = []
@@ -165,7 +174,10 @@ class Passes:
                 rec.batch_size = p.batch.size
             if self.batch_size is None:
                 self.batch_size = p.batch.size
-        # the probes' batch: the last full one (an epoch's short last batch never replaces it)
+        self._keep(p)
+
+    def _keep(self, p: Pending) -> None:
+        """The probes' batch: the last full one (an epoch's short last batch never replaces it)."""
         size = p.batch.size if p.batch is not None else 0
         if size >= self._kept_size.get(p.model, 0):  # detached: the doctor must not keep a step's graph alive
             self._kept_size[p.model] = size
