@@ -15,9 +15,12 @@ The limit is ``--memory-budget`` when given, else the device's capacity; a batch
 need times ``1 + margin`` stays under it. On CUDA the need is the predicted peak plus room for
 one more of the step's largest allocation (``FitBasis.room``): the caching allocator serves a
 large tensor from one free piece, and the pieces freed earlier in the step can all be smaller
-(fragmentation). On an H200 a batch predicted to peak at 126 of 139.8 GiB failed for want of a
-15.3 GiB piece with 14.2 GiB free in split blocks (docs/gpu/README.md); without expandable
-segments (``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) nothing bounds that loss lower. Each memory fix of the catalog (face D,
+(fragmentation); from a failure, the largest is the allocation that failed. On an H200 a batch
+predicted to peak at 126 of 139.8 GiB failed for want of a 15.3 GiB piece with 14.2 GiB free in
+split blocks (docs/gpu/h200.md); without expandable segments
+(``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True``) nothing bounds that loss lower.
+
+Each memory fix of the catalog (face D,
 :class:`MemoryFix`, subclassed in the tip modules) says what it saves *for this model*: bytes
 off the fixed part, per sample, off the optimizer's peak, measured or computed from this
 run's sizes, and its cost in step time where known. The fixes are ranked by memory saved per
@@ -124,6 +127,7 @@ class FitBasis:
         return self.peak(batch, fix) + self.room[0] + batch * self.room[1]
 
     def need_lines(self, fix: FixEstimate | None = None) -> list[tuple[float, float]]:
+        """:meth:`lines` with the allocator's room added to each moment."""
         return [(f + self.room[0], v + self.room[1]) for f, v in self.lines(fix)]
 
 
