@@ -26,7 +26,10 @@ forward-hook dicts: the first block with the hooks installed compiles a second g
 for the later blocks). The doctor itself measures the same thing on every full run (its last
 observed steps against the bare steps alternating with them, ``Observations.overhead``).
 
-    python benchmarks/doctor_overhead.py [--examples cnn gpt mlp mlp-compiled] [--blocks 8] [--block 5] [--child]
+``--sampler`` times the stack sampler alone the same way (plain blocks against blocks with only
+its thread running, reading the main thread's stack every 5 ms).
+
+    python benchmarks/doctor_overhead.py [--examples cnn gpt mlp mlp-compiled] [--blocks 8] [--block 5] [--child] [--sampler]
 """
 
 from __future__ import annotations
@@ -111,6 +114,40 @@ def in_process(name: str, blocks: int, block: int) -> None:
         _print(name, f"in-proc {clock}", times[("plain", clock)], times[("full", clock)])
 
 
+def sampler_only(name: str, blocks: int, block: int) -> None:
+    """The stack sampler alone (``--sampler``): blocks of plain steps against blocks with only
+    the doctor's :class:`StackSampler` running as in the observed steps (its thread ticking every
+    5 ms, the window open, a stack read at each tick), ABBA, in one process; the whole
+    instrumentation's cost (``in-proc``) includes it."""
+    from pitstop.doctor.record.stacks import StackSampler
+
+    step = _workload(name)
+    for _ in range(3):
+        step()
+    times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in ("plain", "sampler") for c in ("wall", "cpu")}
+    ticks = 0
+    for b in range(blocks):
+        for mode in (("plain", "sampler") if b % 2 == 0 else ("sampler", "plain")):
+            sampler = StackSampler() if mode == "sampler" else None
+            if sampler is not None:
+                sampler.start()
+                sampler.open()
+            try:
+                for i in range(block + 1):
+                    t0, c0 = time.perf_counter(), time.process_time()  # process CPU: the thread's too
+                    step()
+                    if i:
+                        times[(mode, "wall")].append(time.perf_counter() - t0)
+                        times[(mode, "cpu")].append(time.process_time() - c0)
+            finally:
+                if sampler is not None:
+                    sampler.stop()
+                    ticks += sum(sampler.samples.values())
+    for clock in ("wall", "cpu"):
+        _print(name, f"sampler {clock}", times[("plain", clock)], times[("sampler", clock)])
+    print(f"      ({ticks} stacks read)", flush=True)
+
+
 def paired(name: str, pairs: int) -> None:
     """The doctor's own measure, at scale: one instrumentation installed, its steps alternating
     between observed (hooks on) and bare (``StepLog.quiet``: hooks off, as the doctor's bare
@@ -175,6 +212,8 @@ def main() -> None:
                         help="pairs of steps alternating hooks on and off in one instrumentation (the doctor's "
                              "own measure; 0: skip; x5 for the MLPs)")
     parser.add_argument("--child", action="store_true", help="also compare light vs full child runs")
+    parser.add_argument("--sampler", action="store_true",
+                        help="also time the stack sampler alone against plain steps (in-process, ABBA)")
     parser.add_argument("--repeats", type=int, default=3, help="child runs per mode (--child)")
     parser.add_argument("--steps", type=int, default=10, help="observed steps per child run (--child)")
     args = parser.parse_args()
@@ -185,6 +224,8 @@ def main() -> None:
     for name in args.examples:
         scale = 5 if name.startswith("mlp") else 1
         in_process(name, args.blocks, args.block * scale)
+        if args.sampler:
+            sampler_only(name, args.blocks, args.block * scale)
         if args.pairs:
             paired(name, args.pairs * scale)
         if args.child and name != "mlp-compiled":
