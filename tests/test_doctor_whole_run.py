@@ -195,7 +195,8 @@ def test_sites_under_a_framework_call_name_the_runner_s_line_with_the_user_s_lin
     lib = tmp_path / "lib"  # outside the project (the script's folder, the working directory): a library
     lib.mkdir()
     shutil.copy(DOCTOR / "runner_lib" / "minitrainer.py", lib / "minitrainer.py")
-    d = warm_doctor.report(DOCTOR / "trainer_style.py", "--lib", str(lib), steps=6, warmup=1, probes=False).data
+    # 20 steps (~70 ms of the runner's collation): with 6, a whole-suite run once sampled nothing
+    d = warm_doctor.report(DOCTOR / "trainer_style.py", "--lib", str(lib), steps=20, warmup=1, probes=False).data
     assert d["status"] == "stopped", d["message"]
     fit_line = next(i for i, text in enumerate((DOCTOR / "trainer_style.py").read_text().splitlines(), 1)
                     if "the framework call" in text)

@@ -71,6 +71,8 @@ def test_the_planted_effects_get_the_same_verdicts_with_and_without_load(quiet_a
         assert v["halve-spin"] == "kept", r.trial("halve-spin").reason
         assert v["add-spin"] == "slower", r.trial("add-spin").reason
         assert v["noop"] != "kept", r.trial("noop").reason
+    for r in (quiet, loaded):  # confirmed in fresh pairs; if not, why
+        assert r.best is not None, [(c.name, c.status, c.reason) for c in r.combination]
     assert {s.knob for s in loaded.best.settings} == {s.knob for s in quiet.best.settings} == {"halve-spin"}
 
 

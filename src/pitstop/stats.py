@@ -208,20 +208,27 @@ def paired_ratio_interval(ratios: Sequence[float], confidence: float = 0.9, n_bo
 @lru_cache(maxsize=256)
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile (0.5 < p < 1) of Student's t distribution with ``df`` degrees of
-    freedom: the density integrated with Simpson's rule, inverted by bisection (no SciPy)."""
+    freedom: the density integrated with Simpson's rule, inverted by Newton's method (no SciPy).
+
+    The CDF is concave for ``x >= 0``, so Newton's steps from 0 approach the root from below
+    without overshooting: 6-10 integrations instead of bisection's 50 (about 20 ms a call
+    before; a doctor run with probes asks for several ``df``, and tune's racing for new ``p``)."""
     if not 0.5 < p < 1 or df < 1:
         raise ValueError(f"need 0.5 < p < 1 and df >= 1, got p={p!r}, df={df!r}")
     c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def pdf(x: float) -> float:
+        return c * (1 + x * x / df) ** (-(df + 1) / 2)
 
     def cdf(x: float, steps: int = 2000) -> float:  # P(T <= x) for x >= 0
         h = x / steps
         f = [c * (1 + (i * h) ** 2 / df) ** (-(df + 1) / 2) for i in range(steps + 1)]
         return 0.5 + h / 3 * (f[0] + f[-1] + 4 * sum(f[1:-1:2]) + 2 * sum(f[2:-1:2]))
 
-    lo, hi = 0.0, 1.0
-    while cdf(hi) < p:
-        hi *= 2
-    for _ in range(50):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
-    return (lo + hi) / 2
+    x = 0.0
+    for _ in range(200):
+        step = (p - cdf(x)) / pdf(x)
+        x += step
+        if abs(step) <= 1e-13 * (1.0 + x):
+            break
+    return x

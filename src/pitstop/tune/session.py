@@ -205,10 +205,12 @@ class TuneSession:
             self.steps, self.steps_why = steps_for(run, self.options.steps, self.budget.remaining())
 
     # -- paired, raced comparison ------------------------------------------------------------
-    def measure(self, ref: Trial, candidates: Sequence[Trial], *, planned: bool = True) -> dict[int, list[Pair]]:
+    def measure(self, ref: Trial, candidates: Sequence[Trial], *, planned: bool = True,
+                until: Any = None) -> dict[int, list[Pair]]:
         """Pairs of each candidate vs ``ref``, each run to the candidate the scheduler ranks
         first, until each one decides (module docs). ``planned=False`` (the result's
-        confirmation): a candidate starts whenever its next run fits, forecast or not."""
+        confirmation): a candidate starts whenever its next run fits, forecast or not. ``until``
+        (pairs -> bool): a decided candidate measures on, within its cap, while it says False."""
         pairs: dict[int, list[Pair]] = {id(c): [] for c in candidates}
         live = [c for c in candidates if c.failed is None]
         self.progress.total_add(2 * len(live) * self.options.min_pairs)
@@ -239,8 +241,8 @@ class TuneSession:
                 pairs[id(cand)].append(Pair(after, run.sample()))
                 waiting = False
             best = self._fastest(candidates, pairs)
-            live = [c for c in live if not self._settled(ref, c, pairs[id(c)]) and len(pairs[id(c)]) < self.cap(c)
-                    and not self._hopeless(c, pairs[id(c)], best)]
+            live = [c for c in live if not (self._settled(ref, c, pairs[id(c)]) and (until is None or until(pairs[id(c)])))
+                    and len(pairs[id(c)]) < self.cap(c) and not self._hopeless(c, pairs[id(c)], best)]
         self.spreads += [log_ratios(pairs[id(c)]) for c in candidates if len(pairs[id(c)]) >= 2]
         return pairs
 
