@@ -27,7 +27,8 @@ for the later blocks). The doctor itself measures the same thing on every full r
 observed steps against the bare steps alternating with them, ``Observations.overhead``).
 
 ``--sampler`` times the stack sampler alone the same way (plain blocks against blocks with only
-its thread running, reading the main thread's stack every 5 ms).
+its thread running: the window open throughout, and the window closed while the step computes,
+as in the doctor's observed steps).
 
     python benchmarks/doctor_overhead.py [--examples cnn gpt mlp mlp-compiled] [--blocks 8] [--block 5] [--child] [--sampler]
 """
@@ -116,36 +117,45 @@ def in_process(name: str, blocks: int, block: int) -> None:
 
 def sampler_only(name: str, blocks: int, block: int) -> None:
     """The stack sampler alone (``--sampler``): blocks of plain steps against blocks with only
-    the doctor's :class:`StackSampler` running as in the observed steps (its thread ticking every
-    5 ms, the window open, a stack read at each tick), ABBA, in one process; the whole
-    instrumentation's cost (``in-proc``) includes it."""
+    the doctor's :class:`StackSampler` running, in one process, the modes rotated block by block.
+    Two sampler modes: ``open``, the window open throughout (a stack read at every tick: the
+    most it can cost), and ``windows``, as in the doctor's observed steps (the window closed
+    while the step computes, open between steps: a free-running clock ticks through the step, a
+    parked one does not). The whole instrumentation's cost (``in-proc``) includes it."""
     from pitstop.doctor.record.stacks import StackSampler
 
     step = _workload(name)
     for _ in range(3):
         step()
-    times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in ("plain", "sampler") for c in ("wall", "cpu")}
-    ticks = 0
+    modes = ("plain", "open", "windows")
+    times: dict[tuple[str, str], list[float]] = {(m, c): [] for m in modes for c in ("wall", "cpu")}
+    ticks = {m: 0 for m in modes}
     for b in range(blocks):
-        for mode in (("plain", "sampler") if b % 2 == 0 else ("sampler", "plain")):
-            sampler = StackSampler() if mode == "sampler" else None
+        for mode in modes[b % 3:] + modes[:b % 3]:
+            sampler = StackSampler() if mode != "plain" else None
             if sampler is not None:
                 sampler.start()
                 sampler.open()
             try:
                 for i in range(block + 1):
                     t0, c0 = time.perf_counter(), time.process_time()  # process CPU: the thread's too
+                    if mode == "windows":
+                        sampler.close()
                     step()
+                    if mode == "windows":
+                        sampler.open()
                     if i:
                         times[(mode, "wall")].append(time.perf_counter() - t0)
                         times[(mode, "cpu")].append(time.process_time() - c0)
             finally:
                 if sampler is not None:
                     sampler.stop()
-                    ticks += sum(sampler.samples.values())
-    for clock in ("wall", "cpu"):
-        _print(name, f"sampler {clock}", times[("plain", clock)], times[("sampler", clock)])
-    print(f"      ({ticks} stacks read)", flush=True)
+                    sampler.join(5.0)
+                    ticks[mode] += sampler.ticks
+    for mode in ("open", "windows"):
+        for clock in ("wall", "cpu"):
+            _print(name, f"{mode} {clock}", times[("plain", clock)], times[(mode, clock)])
+        print(f"      ({ticks[mode]} ticks in {len(times[(mode, 'wall')])} steps)", flush=True)
 
 
 def paired(name: str, pairs: int) -> None:

@@ -8,10 +8,21 @@ user's code, or, when that line is a framework call that runs the training loop 
 project), the deepest frame below it that explains the cost (library frames included), with the
 user's line as ``via``. The ticks run on their own clock, not from the window's opening: a
 window shorter than the interval is sampled in proportion to its length (no bias towards window
-starts), and opening or closing a window wakes nothing. Every tick takes the GIL from the main
+starts), and opening or closing a window wakes nothing (but a parked clock, below). Every tick takes the GIL from the main
 thread, so the interval (5 ms) bounds the sampler's cost: a few ticks per small step (issue 39
 measured the older 1 ms clock, which also sampled at once at every opening, at +25% on the
 bundled MLP's 5 ms step on a loaded 2-core EPYC).
+
+A window closed at two ticks in a row (a forward, a backward or an optimizer step of 5 ms or
+more) *parks* the clock: the thread waits, with no ticks, until a window opens, then resumes at
+a random phase (uniform within one interval, from a generator of its own: the script's
+``random`` state is not touched), so the ticks inside a window stay spread evenly over it. The
+ticks of a free-running clock during long compute phases found nothing to sample, yet each took
+the GIL and woke a thread that competes with torch's intra-op threads for the cores. With the
+doctor's windows (closed while the step computes), 2 torch threads on the 2-core EPYC: 1763
+ticks in 45 CNN steps free-running, 108 parked (TinyGPT: 494 -> 108); the wall cost was within
+the noise either way in that run (``benchmarks/doctor_overhead.py --sampler``,
+docs/guide/doctor.md).
 
 *The user's code* is a file outside the standard library, site-packages and the doctor, under
 the project: the directory of the script being run (``__main__``) or the working directory.
@@ -22,6 +33,7 @@ user's line from which the step was reached through library frames other than to
 from __future__ import annotations
 
 import os
+import random
 import sys
 import sysconfig
 import threading
@@ -142,6 +154,11 @@ class StackSampler:
         self.is_open = False  # a window is open (a plain attribute: the hooks set it on every phase change)
         self._ticking = threading.Event()  # not paused: the clock runs
         self._ticking.set()
+        self._opened = threading.Event()  # set by open() while the clock is parked (module docs)
+        self._parked = False
+        self._phase = random.Random()  # the phase after parking; never the script's random state
+        #: wake-ups of the clock's thread so far (a parked clock adds none)
+        self.ticks = 0
         self._stop = False
         self._thread: threading.Thread | None = None
         #: extra condition read at each sample (e.g. "not inside a DataLoader wait")
@@ -171,10 +188,19 @@ class StackSampler:
     def stop(self) -> None:
         self._stop = True
         self._ticking.set()
+        self._opened.set()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the clock's thread to end after :meth:`stop`; True when it has."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._thread is None or not self._thread.is_alive()
 
     def open(self) -> None:
         if self._ticking.is_set():
             self.is_open = True
+            if self._parked:
+                self._opened.set()
 
     def close(self) -> None:
         self.is_open = False
@@ -190,14 +216,34 @@ class StackSampler:
         finally:
             del frame
 
+    def _park(self) -> None:
+        """Wait, without ticks, until a window opens (or the sampler stops). ``open`` sets the
+        event only while parked; the window is read again after the event is cleared, so an
+        opening between the two is never missed."""
+        self._parked = True
+        self._opened.clear()
+        if not self.is_open and not self._stop:
+            self._opened.wait()
+        self._parked = False
+
     def _run(self) -> None:
         self.native_id = threading.get_native_id()  # the doctor's thread: not one of the run's (cores.py)
+        closed, delay = 0, self.interval
         while not self._stop:
             self._ticking.wait()
-            time.sleep(self.interval)
+            time.sleep(delay)
+            self.ticks += 1
+            delay = self.interval
             if self._stop:
                 return
-            if not self.is_open or self.skip():
+            if not self.is_open:
+                closed += 1
+                if closed >= 2:  # closed at two ticks in a row: a long phase; park until a window opens
+                    self._park()
+                    closed, delay = 0, self._phase.uniform(0.0, self.interval)
+                continue
+            closed = 0
+            if self.skip():
                 continue
             frame = sys._current_frames().get(self._main)
             if frame is not None and self.is_open:
