@@ -87,11 +87,11 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     own0, kids0 = _cpu()
-    t0 = time.perf_counter()
+    t0, start = time.perf_counter(), time.time()
     yield
     own1, kids1 = _cpu()
     row = {"id": item.nodeid, "wall": round(time.perf_counter() - t0, 3), "self": round(own1 - own0, 3),
-           "children": round(kids1 - kids0, 3)}
+           "children": round(kids1 - kids0, 3), "start": round(start, 3)}  # start: the workers' timeline
     Path(folder).mkdir(parents=True, exist_ok=True)
     with open(Path(folder) / f"cpu-{os.getpid()}.jsonl", "a", encoding="utf-8") as fh:
         fh.write(json.dumps(row) + "\n")
