@@ -57,32 +57,35 @@ def test_no_records_no_explanation():
 # In this process (pitstop.tune.api.tune_script, what ``pitstop tune SCRIPT`` calls; the CLI's own
 # arguments and JSON output are tested on the CNN search in test_tune_script.py): a CLI process
 # would import torch and pitstop once more per search (~3 s CPU here) only to start the same
-# warm worker. The report is read back as the CLI prints it (``--format json``: render_json).
-def _search(script: str, code: str, backend: str, steps: int = 4, warmup: int = 2) -> dict:
+# warm worker. The runs fork from the test process's warm worker (``tests/doctor_warm.py``), shared
+# by the three searches, as ``tune_script(worker=...)`` offers: a worker of their own would import
+# torch and torch._dynamo again for each (~3 CPU-s). The report is read back as the CLI prints it
+# (``--format json``: render_json).
+def _search(warm_doctor, script: str, code: str, backend: str, steps: int = 4, warmup: int = 2) -> dict:
     from pitstop.report.tune_terminal import render_json
     from pitstop.tune.api import tune_script
 
     r = tune_script(str(SCRIPTS / script), args=("--backend", backend), only=[code], steps=steps, warmup=warmup, repeats=2,
-                    max_pairs=2)
+                    max_pairs=2, worker=warm_doctor.runner)
     (t,) = [t for t in json.loads(render_json(r))["trials"] if t["knobs"][0]["code"] == code]
     return t
 
 
-def _tune(script: str) -> dict:
-    return _search(script, "PIT601", "none")
+def _tune(warm_doctor, script: str) -> dict:
+    return _search(warm_doctor, script, "PIT601", "none")
 
 
 @pytest.mark.slow
-def test_tune_names_the_item_branch_in_the_compile_verdict():
-    t = _tune("item_branch.py")
+def test_tune_names_the_item_branch_in_the_compile_verdict(warm_doctor):
+    t = _tune(warm_doctor, "item_branch.py")
     assert t["status"] in ("kept", "slower", "no_gain")  # never assume compile is faster
     assert t["explanation"].startswith("1 graph break (item_branch.py:")
     assert "`if h.abs().max().item() > 10:`" in t["explanation"]
 
 
 @pytest.mark.slow
-def test_tune_names_the_varying_dimension_in_the_compile_verdict():
-    t = _tune("new_length.py")
+def test_tune_names_the_varying_dimension_in_the_compile_verdict(warm_doctor):
+    t = _tune(warm_doctor, "new_length.py")
     assert "graph break" not in t["explanation"]
     assert "tensor 'ids' size mismatch at index 1" in t["explanation"]
 
@@ -112,11 +115,11 @@ def test_the_dynamic_knob_applies_only_to_static_compiles_that_recompiled():
 
 
 @pytest.mark.slow
-def test_tune_tries_dynamic_shapes_on_a_static_compile_that_recompiles():
+def test_tune_tries_dynamic_shapes_on_a_static_compile_that_recompiles(warm_doctor):
     # three steps a run (lengths 8, 9, 10) are enough for the one recompile asserted below; every
     # baseline run recompiles at each step (dynamic=False), so fewer steps are fewer compiles
     # (~28 -> ~17 s CPU here); the verdict's clock and status are not what this test asserts
-    t = _search("new_length.py", "PIT609", "aot_eager", steps=2, warmup=1)
+    t = _search(warm_doctor, "new_length.py", "PIT609", "aot_eager", steps=2, warmup=1)
     assert t["status"] != "not_applicable", t["reason"]
     # with dynamic=None the length becomes symbolic after one recompile: no limit hit, no veto
     assert t["explanation"] == "recompiled 1 time (tensor 'ids' size mismatch at index 1)"

@@ -164,25 +164,37 @@ def compiles_here(source: str, filename: str = "<source>") -> bool:
 
 def is_valid_python(source: str, filename: str = "<fixed>") -> bool:
     """Parses (CPython and libcst) and compiles: the bar every fixed text must clear."""
+    return _checked(source, filename) is not None
+
+
+def _checked(source: str, filename: str) -> cst.Module | None:
+    """The libcst module of ``source`` if it parses (CPython and libcst, within the walk's nesting
+    bound) and compiles, else None. A fixing round lints the module it returns instead of parsing
+    the fixed text twice more (on the lint corpus's fixable files, ``--fix`` parsed each text three
+    times a round)."""
     try:
-        compile(source, filename, "exec", dont_inherit=True)
-        cst.parse_module(source)
+        tree = ast.parse(source, filename)
+        if _depth(tree) > MAX_NESTING:
+            return None
+        compile(tree, filename, "exec", dont_inherit=True)
+        return cst.parse_module(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError, cst.ParserSyntaxError):
-        return False
-    return True
+        return None
 
 
 def lint_source(source: str, filename: str, rules: list[type], project=None, path: str | None = None,
-                view: View = EVERYTHING) -> list[LintFinding]:
+                view: View = EVERYTHING, module: cst.Module | None = None) -> list[LintFinding]:
     """Findings of ``rules`` in ``source`` (sorted, ``# noqa`` applied). Raises ParseError.
 
     ``project`` (a :class:`pitstop.lint.index.project.ProjectIndex`) lets rules look at the other
     linted files; ``path`` is where the file lies (default: ``filename``); ``view`` drops the findings of
-    sub-patterns it does not select (preview ones, by default on the command line)."""
+    sub-patterns it does not select (preview ones, by default on the command line); ``module``, when
+    given, is ``source`` already parsed by libcst (a fixing round's checked text)."""
     silenced = _file_noqa(source)
     if silenced == {"*"}:
         return []
-    module = _parse(source, filename)
+    if module is None:
+        module = _parse(source, filename)
     if silenced:
         rules = [r for r in rules if r.tip not in silenced]
     try:
@@ -282,11 +294,13 @@ def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = Fal
         if not todo:
             return source, findings, applied, note
         new, n = _apply(source, [f.fix for f in todo])
-        if not is_valid_python(new, filename):
+        module = _checked(new, filename)
+        if module is None:
             n = 0
             for f in todo:
                 trial, _ = _apply(source, [f.fix])
-                if is_valid_python(trial, filename):
+                module = _checked(trial, filename)
+                if module is not None:
                     new, n = trial, 1
                     break
                 refused.add(_key(f, source))
@@ -294,7 +308,7 @@ def fix_source(source: str, filename: str, rules: list[type], unsafe: bool = Fal
             if n == 0:
                 continue
         source, applied = new, applied + n
-        findings = lint_source(source, filename, rules, project, path, view)
+        findings = lint_source(source, filename, rules, project, path, view, module)
     note = note or f"fixes did not settle after {MAX_FIX_ROUNDS} rounds"
     return source, findings, applied, note
 
