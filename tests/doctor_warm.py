@@ -53,22 +53,26 @@ class WarmDoctor:
         reports (``-m MODULE`` with ``script=None, module=...``; ``--memory-budget`` in bytes), from a
         run forked from the warm worker."""
         from pitstop.doctor.analysis.diagnosis import diagnose
-        from pitstop.doctor.run.runner import run_script
         from pitstop.doctor.run.spec import RunSpec
         from pitstop.jsoncodec import dumps
 
         spec = RunSpec(script=None if script is None else str(script), module=module, args=tuple(args), steps=steps, warmup=warmup, timeout=timeout, seed=seed,
                        probes=probes, trace_dir=trace_dir, stdout="stderr", memory_budget=memory_budget,
                        cpuinfo=None if cpuinfo is None else str(cpuinfo))
-        if self.runner is not None:
-            result = self.runner.run(spec)
-            stderr = "\n".join(self.runner.last_stderr)
-        else:
-            result, stderr = run_script(spec), ""
+        result, stderr = self.run(spec)
         diag = diagnose(result)
         report = WarmReport(json.loads(dumps(diag.to_dict())), diag.exit_code, stderr)
         report.diagnosis = diag
         return report
+
+    def run(self, spec) -> tuple:
+        """``(RunResult, stderr)`` of ``spec`` (a ``RunSpec``), forked from the warm worker (a fresh
+        child where ``fork`` does not exist), as ``pitstop tune`` runs it."""
+        from pitstop.doctor.run.runner import run_script
+
+        if self.runner is None:
+            return run_script(spec), ""
+        return self.runner.run(spec), "\n".join(self.runner.last_stderr)
 
     def close(self) -> None:
         if self.runner is not None:

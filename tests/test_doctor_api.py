@@ -90,9 +90,12 @@ def test_doctor_api_step_function_that_raises():
 
 
 @pytest.mark.slow
-def test_light_mode_seeding_and_setups_for_tune():
+def test_light_mode_seeding_and_setups_for_tune(warm_doctor):
+    """One run in a fresh child (``run_script``), the others forked from the warm worker, as
+    ``pitstop tune`` runs them (``tests/doctor_warm.py``): the fork inherits the worker's random
+    state, so equal losses mean the child's seeding set it, in both kinds of process."""
     base = dict(script=TINY, steps=4, warmup=1, mode="light", stdout="devnull", args=("--steps", "20"))
-    a, b = run_script(RunSpec(**base)), run_script(RunSpec(**base))
+    a, b = run_script(RunSpec(**base)), warm_doctor.run(RunSpec(**base))[0]
     for r in (a, b):
         assert r.status == "stopped" and r.observations is None
         assert [s.kind for s in r.steps] == ["warmup"] + ["observed"] * 4  # no profiled step in light mode
@@ -100,13 +103,13 @@ def test_light_mode_seeding_and_setups_for_tune():
         assert r.steps_per_s > 0 and r.peak_memory > 0
     assert a.losses == b.losses and all(v is not None for v in a.losses)  # seeded the same way
     # a setup runs after the seeding and before the script: reseeding changes the data
-    c = run_script(RunSpec(**base, setups=(Setup("pitstop.helpers.seed:seed_everything", {"seed": 1}),)))
+    c = warm_doctor.run(RunSpec(**base, setups=(Setup("pitstop.helpers.seed:seed_everything", {"seed": 1}),)))[0]
     assert c.status == "stopped" and c.losses != a.losses
     # results round-trip through JSON
     again = RunResult.from_dict(json.loads(json.dumps(c.to_dict())))
     assert again.losses == c.losses and again.spec == c.spec
     # a failing setup is reported, not raised
-    d = run_script(RunSpec(**base, setups=(Setup("pitstop.helpers.seed:seed_everything", {"seed": -1}),)))
+    d = warm_doctor.run(RunSpec(**base, setups=(Setup("pitstop.helpers.seed:seed_everything", {"seed": -1}),)))[0]
     assert d.status == "setup_error" and "seed must be an int" in d.traceback
 
 

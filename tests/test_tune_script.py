@@ -247,10 +247,10 @@ def test_cli_bad_input_is_exit_2_and_a_broken_script_exit_3(cli, tmp_path):
     assert broken.returncode == 3 and "broken on purpose" in broken.stderr
 
 
-def test_a_knob_that_cannot_change_the_model_is_a_setup_error_reported_by_the_child():
+def test_a_knob_that_cannot_change_the_model_is_a_setup_error_reported_by_the_child(warm_doctor):
     """The child reports a knob's failed patch as a typed status (``setup_error``, the knob's
-    message), not as the script's error for the tuner to find in the traceback text."""
-    from pitstop.doctor.run.runner import run_script
+    message), not as the script's error for the tuner to find in the traceback text (a run forked
+    from the warm worker, as ``pitstop tune`` runs it)."""
     from pitstop.doctor.run.spec import RunSpec, Setup
     from pitstop.tune.child import TARGET, setup_kwargs
     from pitstop.tune.knob import Context
@@ -259,7 +259,7 @@ def test_a_knob_that_cannot_change_the_model_is_a_setup_error_reported_by_the_ch
     spec = RunSpec(script=str(TUNE / "tiny_train.py"), steps=2, warmup=0, mode="light", probes=False,
                    stdout="devnull", timeout=120,
                    setups=(Setup(TARGET, setup_kwargs(planted.BrokenPatchKnob(), None, Context())),))
-    result = run_script(spec)
+    result, _ = warm_doctor.run(spec)
     assert result.status == "setup_error", (result.status, result.message)
     assert result.message.startswith("could not change") and "planted: no such layer" in result.message
     run = run_from_result(result, 2)
