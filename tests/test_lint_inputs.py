@@ -211,3 +211,17 @@ def test_a_form_feed_or_line_separator_does_not_break_the_project_scan(tmp_path,
     assert main(["lint", "--isolated", "--preview", "--jobs", "1", "ff.py"]) == 1
     out = capsys.readouterr().out
     assert "ff.py:12:9: PIT201 train -> helper -> item" in out
+
+
+def test_a_fixed_text_the_walk_would_refuse_is_not_valid_python_for_a_fix():
+    """The bar a fixed text clears (``is_valid_python``) is the linter's own parse: a text CPython
+    compiles but nested deeper than the walk takes (700 unary minuses) fails it, so a fix that
+    produced one would be refused, not written and then reported as unparseable."""
+    from pitstop.lint.runner import ParseError, is_valid_python, lint_source, rules_for
+
+    deep = "x = " + "-" * 700 + "1\n"
+    compile(deep, "deep.py", "exec")
+    with pytest.raises(ParseError, match="nested too deeply"):
+        lint_source(deep, "deep.py", rules_for(()))
+    assert not is_valid_python(deep)
+    assert is_valid_python("x = " + "-" * 10 + "1\n")
